@@ -1,0 +1,10 @@
+// Package intercept holds the interceptors every forwarded result passes on
+// its way back to the agent, one per file, in a fixed and tested order:
+// scrub (execution-time secret removal) → tokens (counting) → budget
+// (charging the branch; warn, cut, force-return) → audit (the JSONL record)
+// → metrics (Prometheus).
+//
+// Scrubbing comes first so that nothing after it (the archive, the audit log,
+// the store) ever holds a raw secret. The package must never forward content
+// it failed to scan, and never log or record a secret.
+package intercept

@@ -1,0 +1,81 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Outcome values recorded for an exchange.
+const (
+	OutcomeOK       = "ok"       // forwarded, delivered whole
+	OutcomeError    = "error"    // upstream answered with an error (JSON-RPC or isError)
+	OutcomeRefused  = "refused"  // foldproxy refused the call (closed branch, limits)
+	OutcomeCut      = "cut"      // delivered, but cut to fit the branch budget
+	OutcomeWithheld = "withheld" // scrubbing failed: nothing was delivered (fail closed)
+)
+
+// Exchange is one request the agent sent through foldproxy and the answer it
+// gets back. The proxy fills the request half, the innermost handler calls the
+// upstream and fills Result, and each interceptor reads and amends it on the
+// way in and on the way out.
+//
+// An Exchange is owned by one goroutine at a time; interceptors must not keep
+// it past their return.
+type Exchange struct {
+	// Filled by the proxy before the chain runs.
+	Session  string          // downstream session id
+	Upstream string          // upstream entry name; "" for foldproxy's own tools
+	Method   string          // tools/call, resources/read, prompts/get, completion/complete
+	Name     string          // the upstream's own tool or prompt name, or the resource URI
+	Params   json.RawMessage // params as forwarded (branch_id already stripped)
+	Args     json.RawMessage // tools/call arguments, for counting
+	// ExplicitBranch is the branch_id the call carried, "" when none.
+	ExplicitBranch string
+	Start          time.Time
+
+	// Filled by the budget interceptor on the way in.
+	Branch    string // the branch charged; the session's root id for the main thread
+	Parent    string
+	Depth     int
+	Remaining int // tokens left in the branch before this result; -1 when unlimited
+
+	// Filled by the handler that calls the upstream.
+	Result          json.RawMessage // the JSON-RPC result object; interceptors may replace it
+	RPCError        error           // a JSON-RPC error from the upstream; Result is nil then
+	UpstreamLatency time.Duration
+
+	// Filled by the interceptors on the way out.
+	ArgTokens       int            // tokens of Args
+	ResultTokens    int            // tokens of the result as the upstream sent it (after scrub), capped when Over
+	Over            bool           // ResultTokens stopped counting at the cut point: the result exceeds Remaining
+	DeliveredTokens int            // tokens of what the agent finally receives, notices included
+	Redactions      map[string]int // secrets removed, by gitleaks rule id
+	ScrubTime       time.Duration
+	Outcome         string // one of the Outcome constants
+	CutHandle       string // recall handle of a cut result's remainder
+	BudgetUsed      int    // the branch's used tokens after this exchange
+	BudgetTotal     int    // the branch's budget; 0 when unlimited
+	Err             error  // the error the agent gets instead of Result, if any
+}
+
+// Handler processes an exchange: the innermost one forwards it upstream.
+// It returns a non-nil error only for failures that leave no result to
+// deliver; the error is then also stored in ex.Err.
+type Handler func(ctx context.Context, ex *Exchange) error
+
+// Interceptor wraps a Handler.
+type Interceptor func(next Handler) Handler
+
+// Chain builds the handler that runs the interceptors around h. The
+// interceptors are listed in the order a result meets them on its way back
+// to the agent: the first is innermost (closest to the upstream), the last
+// outermost. foldproxy's fixed order is scrub, tokens, budget, audit, metrics.
+func Chain(h Handler, interceptors ...Interceptor) Handler {
+	for _, ic := range interceptors {
+		if ic != nil {
+			h = ic(h)
+		}
+	}
+	return h
+}

@@ -1,0 +1,386 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+)
+
+// Key is the name of foldproxy's own settings object, which sits beside
+// mcpServers in the configuration file.
+const Key = "foldproxy"
+
+// ErrInvalid is wrapped by every validation error; the message names the field.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Duration is a time.Duration that reads from JSON as a Go duration string
+// ("30s", "5m") or as a number of seconds.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalJSON writes d as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON accepts "1m30s" or a number of seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("duration %q: want a Go duration such as \"30s\" or a number of seconds", s)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return fmt.Errorf("duration %s: want a Go duration such as \"30s\" or a number of seconds", b)
+	}
+	*d = Duration(f * float64(time.Second))
+	return nil
+}
+
+// Settings is foldproxy's own configuration. Every field is optional; the
+// zero value of a field means its default (see Default).
+type Settings struct {
+	// Separator joins an upstream's name and a tool or prompt name
+	// ("<server>__<tool>"). Default "__".
+	Separator string `json:"separator,omitempty"`
+	// BranchIDArg adds an optional branch_id property to every forwarded
+	// tool's input schema, stripped before forwarding. Default true.
+	BranchIDArg *bool `json:"branchIdArg,omitempty"`
+	// Listen is the default address of the HTTP front; --listen overrides it.
+	Listen string `json:"listen,omitempty"`
+	// AuthToken is the bearer token the HTTP front requires. When empty the
+	// FOLDPROXY_TOKEN environment variable is used. Required whenever the
+	// listen address is not loopback.
+	AuthToken string `json:"authToken,omitempty"`
+	// AllowedOrigins are extra Origin values accepted by the HTTP front
+	// besides loopback origins.
+	AllowedOrigins []string `json:"allowedOrigins,omitempty"`
+	// StateDir holds the Badger store and, unless Audit.Path says otherwise,
+	// the audit log. Default ".foldproxy" beside the config file.
+	StateDir string `json:"stateDir,omitempty"`
+	// MaxMessageBytes bounds one JSON-RPC message from the agent. Default 16 MiB.
+	MaxMessageBytes int64 `json:"maxMessageBytes,omitempty"`
+
+	Fold      Fold                `json:"fold"`
+	Tokens    Tokens              `json:"tokens"`
+	Scrub     Scrub               `json:"scrub"`
+	Audit     Audit               `json:"audit"`
+	Metrics   Metrics             `json:"metrics"`
+	Upstreams map[string]Upstream `json:"upstreams,omitempty"`
+}
+
+// Fold holds the numbers of the fold contract.
+type Fold struct {
+	DefaultBudget     int      `json:"defaultBudget,omitempty"`        // 8192 tokens
+	MaxBudget         int      `json:"maxBudget,omitempty"`            // 32768 tokens
+	RootBudget        int      `json:"rootBudget,omitempty"`           // 0: the root is counted but never cut
+	MaxDepth          int      `json:"maxDepth,omitempty"`             // 3; the root is depth 0
+	DefaultTimeout    Duration `json:"defaultTimeout,omitempty"`       // 300s
+	MaxTimeout        Duration `json:"maxTimeout,omitempty"`           // 600s
+	MaxActivePerSess  int      `json:"maxActivePerSession,omitempty"`  // 10
+	MaxActiveInstance int      `json:"maxActivePerInstance,omitempty"` // 100
+	CreatesPerMinute  int      `json:"createsPerMinute,omitempty"`     // 5 per session
+	SessionEndGrace   Duration `json:"sessionEndGrace,omitempty"`      // 30s
+	ArchiveMaxAge     Duration `json:"archiveMaxAge,omitempty"`        // 168h
+	ArchiveMaxBytes   int64    `json:"archiveMaxBytes,omitempty"`      // 1 GiB
+	DependsOnWait     Duration `json:"dependsOnWait,omitempty"`        // 120s
+	RecallPageTokens  int      `json:"recallPageTokens,omitempty"`     // 4096
+	// Thresholds are the budget fractions at which the warning level becomes
+	// caution, warning and critical. Default [0.70, 0.85, 0.95].
+	Thresholds []float64 `json:"thresholds,omitempty"`
+}
+
+// Tokens selects the token encoding.
+type Tokens struct {
+	// Encoding is "o200k_base" (default) or "cl100k_base".
+	Encoding string `json:"encoding,omitempty"`
+	// ImageTokens and AudioTokens are the flat estimates charged per image
+	// or audio block when its size gives no better one. Default 1600 and 800.
+	ImageTokens int `json:"imageTokens,omitempty"`
+	AudioTokens int `json:"audioTokens,omitempty"`
+}
+
+// Scrub configures secret scrubbing.
+type Scrub struct {
+	// Disabled turns scrubbing off. Default false: scrubbing is on.
+	Disabled bool `json:"disabled,omitempty"`
+	// GitleaksConfig names a .gitleaks.toml whose rules and allowlist are
+	// added to gitleaks' defaults. Relative paths are resolved against the
+	// config file's folder by the caller.
+	GitleaksConfig string `json:"gitleaksConfig,omitempty"`
+	// Timeout bounds the scan of one message; past it the content is
+	// withheld (fail closed). Default 10s.
+	Timeout Duration `json:"timeout,omitempty"`
+	// ChunkBytes and OverlapBytes shape chunked scanning. Default 64 KiB and 4 KiB.
+	ChunkBytes   int `json:"chunkBytes,omitempty"`
+	OverlapBytes int `json:"overlapBytes,omitempty"`
+}
+
+// Audit configures the JSONL audit log.
+type Audit struct {
+	// Path of the log. Default "<stateDir>/audit.jsonl". "-" disables it.
+	Path string `json:"path,omitempty"`
+	// MaxBytes rotates the log past this size. Default 64 MiB.
+	MaxBytes int64 `json:"maxBytes,omitempty"`
+	// MaxFiles rotated files are kept. Default 5.
+	MaxFiles int `json:"maxFiles,omitempty"`
+	// Fsync is "always" (before each response is released), "interval"
+	// (default; at most FsyncInterval apart) or "never".
+	Fsync         string   `json:"fsync,omitempty"`
+	FsyncInterval Duration `json:"fsyncInterval,omitempty"` // 1s
+}
+
+// Metrics configures the Prometheus endpoint.
+type Metrics struct {
+	// Listen serves /metrics on its own address (useful in stdio mode).
+	// With the HTTP front, /metrics is also served there.
+	Listen string `json:"listen,omitempty"`
+}
+
+// Upstream holds per-upstream rules, keyed by the mcpServers entry name.
+type Upstream struct {
+	// AllowTools, when not empty, lists the only tools exposed (path.Match
+	// patterns on the upstream's own tool names).
+	AllowTools []string `json:"allowTools,omitempty"`
+	// DenyTools hides matching tools; deny wins over allow.
+	DenyTools []string `json:"denyTools,omitempty"`
+}
+
+// Encodings lists the supported token encodings.
+var Encodings = []string{"o200k_base", "cl100k_base"}
+
+// Default returns the settings with every default filled in.
+func Default() Settings {
+	t := true
+	return Settings{
+		Separator:       "__",
+		BranchIDArg:     &t,
+		MaxMessageBytes: 16 << 20,
+		Fold: Fold{
+			DefaultBudget:     8192,
+			MaxBudget:         32768,
+			MaxDepth:          3,
+			DefaultTimeout:    Duration(300 * time.Second),
+			MaxTimeout:        Duration(600 * time.Second),
+			MaxActivePerSess:  10,
+			MaxActiveInstance: 100,
+			CreatesPerMinute:  5,
+			SessionEndGrace:   Duration(30 * time.Second),
+			ArchiveMaxAge:     Duration(168 * time.Hour),
+			ArchiveMaxBytes:   1 << 30,
+			DependsOnWait:     Duration(120 * time.Second),
+			RecallPageTokens:  4096,
+			Thresholds:        []float64{0.70, 0.85, 0.95},
+		},
+		Tokens: Tokens{Encoding: "o200k_base", ImageTokens: 1600, AudioTokens: 800},
+		Scrub:  Scrub{Timeout: Duration(10 * time.Second), ChunkBytes: 64 << 10, OverlapBytes: 4 << 10},
+		Audit:  Audit{MaxBytes: 64 << 20, MaxFiles: 5, Fsync: "interval", FsyncInterval: Duration(time.Second)},
+	}
+}
+
+// Parse decodes foldproxy's settings object (the value under Key; nil or
+// empty means all defaults), fills defaults and validates the result.
+// Unknown fields are refused so that a typo does not pass silently.
+func Parse(raw []byte) (Settings, error) {
+	var s Settings
+	if len(bytes.TrimSpace(raw)) > 0 && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			return Settings{}, fmt.Errorf("%w: %s: %v", ErrInvalid, Key, err)
+		}
+	}
+	s.fill()
+	if err := s.Validate(); err != nil {
+		return Settings{}, err
+	}
+	return s, nil
+}
+
+// fill replaces zero values by defaults.
+func (s *Settings) fill() {
+	d := Default()
+	str := func(v *string, def string) {
+		if *v == "" {
+			*v = def
+		}
+	}
+	num := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	num64 := func(v *int64, def int64) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	dur := func(v *Duration, def Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	str(&s.Separator, d.Separator)
+	if s.BranchIDArg == nil {
+		s.BranchIDArg = d.BranchIDArg
+	}
+	num64(&s.MaxMessageBytes, d.MaxMessageBytes)
+	f, df := &s.Fold, d.Fold
+	num(&f.DefaultBudget, df.DefaultBudget)
+	num(&f.MaxBudget, df.MaxBudget)
+	num(&f.MaxDepth, df.MaxDepth)
+	dur(&f.DefaultTimeout, df.DefaultTimeout)
+	dur(&f.MaxTimeout, df.MaxTimeout)
+	num(&f.MaxActivePerSess, df.MaxActivePerSess)
+	num(&f.MaxActiveInstance, df.MaxActiveInstance)
+	num(&f.CreatesPerMinute, df.CreatesPerMinute)
+	dur(&f.SessionEndGrace, df.SessionEndGrace)
+	dur(&f.ArchiveMaxAge, df.ArchiveMaxAge)
+	num64(&f.ArchiveMaxBytes, df.ArchiveMaxBytes)
+	dur(&f.DependsOnWait, df.DependsOnWait)
+	num(&f.RecallPageTokens, df.RecallPageTokens)
+	if len(f.Thresholds) == 0 {
+		f.Thresholds = df.Thresholds
+	}
+	str(&s.Tokens.Encoding, d.Tokens.Encoding)
+	num(&s.Tokens.ImageTokens, d.Tokens.ImageTokens)
+	num(&s.Tokens.AudioTokens, d.Tokens.AudioTokens)
+	dur(&s.Scrub.Timeout, d.Scrub.Timeout)
+	num(&s.Scrub.ChunkBytes, d.Scrub.ChunkBytes)
+	num(&s.Scrub.OverlapBytes, d.Scrub.OverlapBytes)
+	num64(&s.Audit.MaxBytes, d.Audit.MaxBytes)
+	num(&s.Audit.MaxFiles, d.Audit.MaxFiles)
+	str(&s.Audit.Fsync, d.Audit.Fsync)
+	dur(&s.Audit.FsyncInterval, d.Audit.FsyncInterval)
+}
+
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s.%s: %s", ErrInvalid, Key, field, fmt.Sprintf(format, args...))
+}
+
+// Validate checks every field and returns an error naming the first bad one.
+// It expects defaults to have been filled (Parse does that).
+func (s Settings) Validate() error {
+	if s.Separator == "" || strings.ContainsAny(s.Separator, " /\t\n") {
+		return invalid("separator", "%q must be non-empty and contain no spaces or slashes", s.Separator)
+	}
+	if s.MaxMessageBytes < 1024 {
+		return invalid("maxMessageBytes", "%d is below the minimum of 1024", s.MaxMessageBytes)
+	}
+	f := s.Fold
+	positive := []struct {
+		name string
+		v    int64
+	}{
+		{"fold.defaultBudget", int64(f.DefaultBudget)},
+		{"fold.maxBudget", int64(f.MaxBudget)},
+		{"fold.maxDepth", int64(f.MaxDepth)},
+		{"fold.defaultTimeout", int64(f.DefaultTimeout)},
+		{"fold.maxTimeout", int64(f.MaxTimeout)},
+		{"fold.maxActivePerSession", int64(f.MaxActivePerSess)},
+		{"fold.maxActivePerInstance", int64(f.MaxActiveInstance)},
+		{"fold.createsPerMinute", int64(f.CreatesPerMinute)},
+		{"fold.sessionEndGrace", int64(f.SessionEndGrace)},
+		{"fold.archiveMaxAge", int64(f.ArchiveMaxAge)},
+		{"fold.archiveMaxBytes", f.ArchiveMaxBytes},
+		{"fold.dependsOnWait", int64(f.DependsOnWait)},
+		{"fold.recallPageTokens", int64(f.RecallPageTokens)},
+		{"tokens.imageTokens", int64(s.Tokens.ImageTokens)},
+		{"tokens.audioTokens", int64(s.Tokens.AudioTokens)},
+		{"scrub.timeout", int64(s.Scrub.Timeout)},
+		{"scrub.chunkBytes", int64(s.Scrub.ChunkBytes)},
+		{"scrub.overlapBytes", int64(s.Scrub.OverlapBytes)},
+		{"audit.maxBytes", s.Audit.MaxBytes},
+		{"audit.maxFiles", int64(s.Audit.MaxFiles)},
+		{"audit.fsyncInterval", int64(s.Audit.FsyncInterval)},
+	}
+	for _, p := range positive {
+		if p.v < 0 {
+			return invalid(p.name, "%d must not be negative", p.v)
+		}
+	}
+	if f.RootBudget < 0 {
+		return invalid("fold.rootBudget", "%d must not be negative", f.RootBudget)
+	}
+	if f.DefaultBudget > f.MaxBudget {
+		return invalid("fold.defaultBudget", "%d exceeds fold.maxBudget %d", f.DefaultBudget, f.MaxBudget)
+	}
+	if f.DefaultTimeout > f.MaxTimeout {
+		return invalid("fold.defaultTimeout", "%s exceeds fold.maxTimeout %s", f.DefaultTimeout.D(), f.MaxTimeout.D())
+	}
+	if f.MaxActivePerSess > f.MaxActiveInstance {
+		return invalid("fold.maxActivePerSession", "%d exceeds fold.maxActivePerInstance %d", f.MaxActivePerSess, f.MaxActiveInstance)
+	}
+	if len(f.Thresholds) != 3 {
+		return invalid("fold.thresholds", "want 3 fractions (caution, warning, critical), got %d", len(f.Thresholds))
+	}
+	prev := 0.0
+	for i, t := range f.Thresholds {
+		if t <= prev || t >= 1 {
+			return invalid(fmt.Sprintf("fold.thresholds[%d]", i), "%v must be above %v and below 1", t, prev)
+		}
+		prev = t
+	}
+	if !contains(Encodings, s.Tokens.Encoding) {
+		return invalid("tokens.encoding", "%q is not one of %s", s.Tokens.Encoding, strings.Join(Encodings, ", "))
+	}
+	if s.Scrub.OverlapBytes >= s.Scrub.ChunkBytes {
+		return invalid("scrub.overlapBytes", "%d must be smaller than scrub.chunkBytes %d", s.Scrub.OverlapBytes, s.Scrub.ChunkBytes)
+	}
+	switch s.Audit.Fsync {
+	case "always", "interval", "never":
+	default:
+		return invalid("audit.fsync", "%q is not one of always, interval, never", s.Audit.Fsync)
+	}
+	for name, u := range s.Upstreams {
+		for i, p := range append(append([]string{}, u.AllowTools...), u.DenyTools...) {
+			if _, err := path.Match(p, ""); err != nil {
+				return invalid(fmt.Sprintf("upstreams.%s", name), "tool pattern %d %q: %v", i, p, err)
+			}
+		}
+	}
+	return nil
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// ToolAllowed reports whether upstream's tool may be exposed.
+func (s Settings) ToolAllowed(upstream, tool string) bool {
+	u, ok := s.Upstreams[upstream]
+	if !ok {
+		return true
+	}
+	for _, p := range u.DenyTools {
+		if m, _ := path.Match(p, tool); m {
+			return false
+		}
+	}
+	if len(u.AllowTools) == 0 {
+		return true
+	}
+	for _, p := range u.AllowTools {
+		if m, _ := path.Match(p, tool); m {
+			return true
+		}
+	}
+	return false
+}
+
+// BranchIDEnabled reports whether forwarded tools get the branch_id argument.
+func (s Settings) BranchIDEnabled() bool { return s.BranchIDArg == nil || *s.BranchIDArg }

@@ -1,0 +1,10 @@
+// Package proxy is foldproxy's downstream side: it accepts the agent's
+// sessions over stdio or streamable HTTP, negotiates the protocol, serves the
+// merged catalogue of every upstream plus the fold tools, routes each request
+// to its upstream through the intercept chain, and relays notifications and
+// server-to-client requests in both directions.
+//
+// proxy speaks raw JSON-RPC on both sides so that upstream schemas, results
+// and _meta pass through byte for byte; it decodes only what it must route.
+// In stdio mode nothing but JSON-RPC may ever reach stdout.
+package proxy

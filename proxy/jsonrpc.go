@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// JSON-RPC and MCP error codes, coded in one place.
+const (
+	CodeParseError     = -32700
+	CodeInvalidRequest = -32600
+	CodeMethodNotFound = -32601
+	CodeInvalidParams  = -32602
+	CodeInternalError  = -32603
+	// CodeResourceNotFound is MCP's code for an unknown resource URI.
+	CodeResourceNotFound = -32002
+	// CodeUpstreamUnavailable is foldproxy's code for an upstream that is
+	// down or restarting (implementation-defined server error range).
+	CodeUpstreamUnavailable = -32010
+	// CodeMessageTooLarge refuses a message above maxMessageBytes.
+	CodeMessageTooLarge = -32011
+)
+
+// Message is one raw JSON-RPC message. Exactly one of the shapes holds:
+// a request (Method and ID), a notification (Method, no ID) or a response
+// (ID with Result or Error).
+type Message struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method,omitempty"`
+	Params  json.RawMessage `json:"params,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *Error          `json:"error,omitempty"`
+}
+
+// IsRequest reports whether m is a request.
+func (m *Message) IsRequest() bool { return m.Method != "" && len(m.ID) > 0 }
+
+// IsNotification reports whether m is a notification.
+func (m *Message) IsNotification() bool { return m.Method != "" && len(m.ID) == 0 }
+
+// IsResponse reports whether m is a response.
+func (m *Message) IsResponse() bool { return m.Method == "" && len(m.ID) > 0 }
+
+// Error is a JSON-RPC error object. It implements error.
+type Error struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("json-rpc error %d: %s", e.Code, e.Message) }
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(code int, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrBatchEmpty is returned by ParseMessages for an empty batch.
+var ErrBatchEmpty = errors.New("empty JSON-RPC batch")
+
+// ParseMessages decodes one message or a batch (a JSON array of messages).
+// It validates the envelope: "jsonrpc" must be "2.0", an id must be a string
+// or a number, and a message must be a request, notification or response.
+// On failure it returns the *Error to send back (with a null id).
+func ParseMessages(data []byte) (msgs []*Message, batch bool, err *Error) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return nil, false, Errorf(CodeParseError, "parse error: empty message")
+	}
+	if data[0] == '[' {
+		var raws []json.RawMessage
+		if e := json.Unmarshal(data, &raws); e != nil {
+			return nil, true, Errorf(CodeParseError, "parse error: %v", e)
+		}
+		if len(raws) == 0 {
+			return nil, true, Errorf(CodeInvalidRequest, "invalid request: %v", ErrBatchEmpty)
+		}
+		for _, r := range raws {
+			m, e := parseOne(r)
+			if e != nil {
+				return nil, true, e
+			}
+			msgs = append(msgs, m)
+		}
+		return msgs, true, nil
+	}
+	m, e := parseOne(data)
+	if e != nil {
+		return nil, false, e
+	}
+	return []*Message{m}, false, nil
+}
+
+func parseOne(data []byte) (*Message, *Error) {
+	var m Message
+	if err := json.Unmarshal(data, &m); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) || !json.Valid(data) {
+			return nil, Errorf(CodeParseError, "parse error: %v", err)
+		}
+		return nil, Errorf(CodeInvalidRequest, "invalid request: %v", err)
+	}
+	if m.JSONRPC != "2.0" {
+		return nil, Errorf(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0", got %q`, m.JSONRPC)
+	}
+	if len(m.ID) > 0 {
+		switch m.ID[0] {
+		case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		default:
+			if string(m.ID) != "null" || m.Method != "" {
+				return nil, Errorf(CodeInvalidRequest, "invalid request: id must be a string or a number, got %s", m.ID)
+			}
+		}
+	}
+	if m.Method == "" && len(m.ID) == 0 {
+		return nil, Errorf(CodeInvalidRequest, "invalid request: a message needs a method or an id")
+	}
+	if m.Method == "" && m.Result == nil && m.Error == nil {
+		return nil, Errorf(CodeInvalidRequest, "invalid request: a response needs a result or an error")
+	}
+	if len(m.Params) > 0 && m.Params[0] != '{' && m.Params[0] != '[' && string(m.Params) != "null" {
+		return nil, Errorf(CodeInvalidRequest, "invalid request: params must be an object or an array")
+	}
+	return &m, nil
+}
+
+// Response encodes a result or error response for id.
+func Response(id json.RawMessage, result json.RawMessage, rpcErr *Error) []byte {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	m := Message{JSONRPC: "2.0", ID: id}
+	if rpcErr != nil {
+		m.Error = rpcErr
+	} else {
+		if len(result) == 0 {
+			result = json.RawMessage("{}")
+		}
+		m.Result = result
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		// Result was not valid JSON: answer with an internal error instead.
+		b, _ = json.Marshal(Message{JSONRPC: "2.0", ID: id, Error: Errorf(CodeInternalError, "internal error: invalid result: %v", err)})
+	}
+	return b
+}
+
+// Notification encodes a notification.
+func Notification(method string, params json.RawMessage) []byte {
+	b, _ := json.Marshal(Message{JSONRPC: "2.0", Method: method, Params: params})
+	return b
+}
