@@ -2,6 +2,7 @@ package fold
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -37,6 +38,8 @@ var (
 	ErrRateLimited      = errors.New("ErrRateLimited")      // creations per minute
 	ErrInvalidArgument  = errors.New("ErrInvalidArgument")  // bad tool arguments
 	ErrDependencyFailed = errors.New("ErrDependencyFailed") // depends_on branch failed or did not finish in time
+	ErrSessionNotFound  = errors.New("ErrSessionNotFound")
+	ErrCutNotFound      = errors.New("ErrCutNotFound") // unknown or pruned recall handle
 )
 
 // Branch is the durable record of one branch. The root of a session is a
@@ -97,6 +100,12 @@ type Store interface {
 	// PutCut stores the remainder of a cut result under a handle.
 	PutCut(ctx context.Context, handle string, rest []byte) error
 	GetCut(ctx context.Context, handle string) ([]byte, error)
+	// PutSession, GetSession and DeleteSession keep the records of
+	// downstream sessions, so that an HTTP session can resume after a restart.
+	PutSession(ctx context.Context, rec *SessionRecord) error
+	GetSession(ctx context.Context, id string) (*SessionRecord, error) // ErrSessionNotFound when absent
+	Sessions(ctx context.Context) ([]*SessionRecord, error)
+	DeleteSession(ctx context.Context, id string) error
 	// Prune removes archives older than maxAge and then the oldest until the
 	// total archive size is under maxBytes. Branch records of active
 	// branches are never removed.
@@ -138,4 +147,63 @@ type Scanner interface {
 // Counter counts tokens of text (the session's configured encoding).
 type Counter interface {
 	CountText(text string) int
+}
+
+// SessionRecord is the durable record of a downstream session.
+type SessionRecord struct {
+	ID              string          `json:"id"`
+	Transport       string          `json:"transport"` // stdio or http
+	ProtocolVersion string          `json:"protocolVersion,omitempty"`
+	ClientInfo      json.RawMessage `json:"clientInfo,omitempty"`
+	ClientCaps      json.RawMessage `json:"clientCaps,omitempty"`
+	Created         time.Time       `json:"created"`
+	LastSeen        time.Time       `json:"lastSeen"`
+}
+
+// RootID returns the id of a session's root branch.
+func RootID(session string) string { return "root-" + session }
+
+// Budget is what the budget interceptor learns about a branch while it holds
+// the branch's charge lock (see Manager.Charge).
+type Budget struct {
+	Branch    string
+	Used      int    // tokens used before this result
+	Total     int    // the budget; 0: unlimited
+	Remaining int    // Total-Used, or -1 when unlimited
+	Level     string // the level before this result
+	// Handle is reserved for this call's remainder should the result be cut.
+	Handle string
+	// Summaries are forced-return summaries of children that this branch
+	// has not yet seen; they are appended to this result and then marked
+	// delivered.
+	Summaries []string
+}
+
+// Charge is what one result costs its branch, as decided by the fit
+// function under the branch's charge lock.
+type Charge struct {
+	Upstream  string
+	Method    string
+	Name      string
+	Args      string
+	Result    []byte // the full scrubbed result JSON as the upstream sent it, archived
+	ArgTokens int
+	// Tokens is what the agent receives, notices included. It must not
+	// exceed Budget.Remaining when that is not -1.
+	Tokens int
+	// Cut is set when the result was cut; Rest holds the remainder, which
+	// is stored under Budget.Handle for branch_recall, byte for byte.
+	Cut  bool
+	Rest []byte
+	// Level is the warning level after this result.
+	Level string
+}
+
+// ChargeResult reports the branch after a charge.
+type ChargeResult struct {
+	Used   int
+	Total  int
+	Level  string
+	Forced bool // the branch was force-returned (budget exhausted)
+	Handle string
 }
