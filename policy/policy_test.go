@@ -1,0 +1,124 @@
+package policy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseDefaults(t *testing.T) {
+	for _, in := range []string{"", "null", "{}", "  "} {
+		got, err := Parse([]byte(in))
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", in, err)
+		}
+		d := Default()
+		if got.Fold.DefaultBudget != d.Fold.DefaultBudget || got.Tokens.Encoding != "o200k_base" ||
+			got.Fold.MaxDepth != 3 || got.Fold.DefaultTimeout.D() != 300*time.Second || !got.BranchIDEnabled() {
+			t.Errorf("Parse(%q) = %+v, want defaults", in, got)
+		}
+	}
+}
+
+func TestParseValues(t *testing.T) {
+	got, err := Parse([]byte(`{"separator":"--","branchIdArg":false,"fold":{"defaultBudget":100,"maxBudget":200,"defaultTimeout":"30s","maxTimeout":60},"tokens":{"encoding":"cl100k_base"},"audit":{"fsync":"always"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Separator != "--" || got.BranchIDEnabled() || got.Fold.DefaultBudget != 100 || got.Fold.MaxBudget != 200 ||
+		got.Fold.DefaultTimeout.D() != 30*time.Second || got.Fold.MaxTimeout.D() != time.Minute ||
+		got.Tokens.Encoding != "cl100k_base" || got.Audit.Fsync != "always" {
+		t.Errorf("got %+v", got)
+	}
+}
+
+func TestParseErrorsNameTheField(t *testing.T) {
+	tests := []struct{ in, field string }{
+		{`{"fold":{"defaultBudget":-1}}`, "fold.defaultBudget"},
+		{`{"fold":{"defaultBudget":50000}}`, "fold.defaultBudget"},
+		{`{"fold":{"defaultTimeout":"20m"}}`, "fold.defaultTimeout"},
+		{`{"fold":{"defaultTimeout":"soon"}}`, "soon"},
+		{`{"fold":{"thresholds":[0.9,0.8,0.95]}}`, "fold.thresholds[1]"},
+		{`{"fold":{"thresholds":[0.5]}}`, "fold.thresholds"},
+		{`{"tokens":{"encoding":"p50k"}}`, "tokens.encoding"},
+		{`{"audit":{"fsync":"sometimes"}}`, "audit.fsync"},
+		{`{"scrub":{"chunkBytes":100,"overlapBytes":200}}`, "scrub.overlapBytes"},
+		{`{"separator":"a b"}`, "separator"},
+		{`{"budget":1}`, `unknown field "budget"`},
+		{`{"fold":{"maxDepth":"3"}}`, "maxDepth"},
+		{`{"upstreams":{"fs":{"denyTools":["[x"]}}}`, "upstreams.fs"},
+		{`[1]`, "foldproxy"},
+	}
+	for _, tt := range tests {
+		_, err := Parse([]byte(tt.in))
+		if err == nil {
+			t.Errorf("Parse(%s): no error, want one naming %s", tt.in, tt.field)
+			continue
+		}
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("Parse(%s): %v does not wrap ErrInvalid", tt.in, err)
+		}
+		if !strings.Contains(err.Error(), tt.field) {
+			t.Errorf("Parse(%s) = %q, want it to name %s", tt.in, err, tt.field)
+		}
+	}
+}
+
+func TestLevelOf(t *testing.T) {
+	th := Default().Fold.Thresholds
+	tests := []struct {
+		used, total int
+		want        Level
+	}{
+		{0, 100, Normal}, {69, 100, Normal}, {70, 100, Caution}, {84, 100, Caution},
+		{85, 100, Warning}, {94, 100, Warning}, {95, 100, Critical}, {150, 100, Critical},
+		{1000, 0, Normal},
+	}
+	for _, tt := range tests {
+		if got := LevelOf(tt.used, tt.total, th); got != tt.want {
+			t.Errorf("LevelOf(%d, %d) = %s, want %s", tt.used, tt.total, got, tt.want)
+		}
+	}
+	if Critical.String() != "critical" || Level(9).String() != "unknown" {
+		t.Error("level names")
+	}
+}
+
+func TestToolAllowed(t *testing.T) {
+	s := Default()
+	s.Upstreams = map[string]Upstream{
+		"fs":  {DenyTools: []string{"write_*"}},
+		"web": {AllowTools: []string{"search", "fetch*"}, DenyTools: []string{"fetch_raw"}},
+	}
+	tests := []struct {
+		up, tool string
+		want     bool
+	}{
+		{"fs", "read_file", true}, {"fs", "write_file", false},
+		{"web", "search", true}, {"web", "fetch_page", true}, {"web", "fetch_raw", false}, {"web", "post", false},
+		{"other", "anything", true},
+	}
+	for _, tt := range tests {
+		if got := s.ToolAllowed(tt.up, tt.tool); got != tt.want {
+			t.Errorf("ToolAllowed(%s, %s) = %v, want %v", tt.up, tt.tool, got, tt.want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(`{"fold":{"defaultBudget":100}}`))
+	f.Add([]byte(`{"scrub":{"timeout":"1s"},"audit":{"fsync":"never"}}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		s, err := Parse(in)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		if err := s.Validate(); err != nil {
+			t.Fatalf("Parse accepted settings that do not validate: %v", err)
+		}
+	})
+}
