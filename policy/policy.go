@@ -153,6 +153,10 @@ type Upstream struct {
 	AllowTools []string `json:"allowTools,omitempty"`
 	// DenyTools hides matching tools; deny wins over allow.
 	DenyTools []string `json:"denyTools,omitempty"`
+	// Prefix replaces "<name><separator>" in front of this upstream's tool
+	// and prompt names. "" exposes the names unprefixed, which suits a
+	// proxy wrapping a single server; colliding names keep the first.
+	Prefix *string `json:"prefix,omitempty"`
 }
 
 // Encodings lists the supported token encodings.
@@ -342,6 +346,9 @@ func (s Settings) Validate() error {
 		return invalid("audit.fsync", "%q is not one of always, interval, never", s.Audit.Fsync)
 	}
 	for name, u := range s.Upstreams {
+		if u.Prefix != nil && strings.ContainsAny(*u.Prefix, " \t\n/") {
+			return invalid(fmt.Sprintf("upstreams.%s.prefix", name), "%q must contain no spaces or slashes", *u.Prefix)
+		}
 		for i, p := range append(append([]string{}, u.AllowTools...), u.DenyTools...) {
 			if _, err := path.Match(p, ""); err != nil {
 				return invalid(fmt.Sprintf("upstreams.%s", name), "tool pattern %d %q: %v", i, p, err)
@@ -380,6 +387,14 @@ func (s Settings) ToolAllowed(upstream, tool string) bool {
 		}
 	}
 	return false
+}
+
+// NamePrefix returns what is put in front of upstream's tool and prompt names.
+func (s Settings) NamePrefix(upstream string) string {
+	if u, ok := s.Upstreams[upstream]; ok && u.Prefix != nil {
+		return *u.Prefix
+	}
+	return upstream + s.Separator
 }
 
 // BranchIDEnabled reports whether forwarded tools get the branch_id argument.

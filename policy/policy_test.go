@@ -49,6 +49,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{`{"fold":{"maxDepth":"3"}}`, "maxDepth"},
 		{`{"upstreams":{"fs":{"denyTools":["[x"]}}}`, "upstreams.fs"},
 		{`[1]`, "foldproxy"},
+		{`{"upstreams":{"fs":{"prefix":"a b"}}}`, "upstreams.fs.prefix"},
 	}
 	for _, tt := range tests {
 		_, err := Parse([]byte(tt.in))
@@ -98,6 +99,11 @@ func TestToolAllowed(t *testing.T) {
 		{"fs", "read_file", true}, {"fs", "write_file", false},
 		{"web", "search", true}, {"web", "fetch_page", true}, {"web", "fetch_raw", false}, {"web", "post", false},
 		{"other", "anything", true},
+	}
+	empty := ""
+	s.Upstreams["solo"] = Upstream{Prefix: &empty}
+	if s.NamePrefix("solo") != "" || s.NamePrefix("fs") != "fs__" {
+		t.Errorf("NamePrefix: solo=%q fs=%q", s.NamePrefix("solo"), s.NamePrefix("fs"))
 	}
 	for _, tt := range tests {
 		if got := s.ToolAllowed(tt.up, tt.tool); got != tt.want {

@@ -1,0 +1,83 @@
+# foldproxy's developer entry points. GNU make.
+#
+#   make build   build bin/foldproxy
+#   make run     serve foldproxy over HTTP on 127.0.0.1:8765, wrapping server-filesystem on this folder
+#   make test    all tests, with the race detector (installs e2e/node_modules first)
+#   make bench   the benchmarks
+#   make fuzz    every fuzz target in the tree for $(FUZZTIME) each
+#   make lint    gofmt and go vet
+#   make clean   remove what the targets above made
+
+GO        ?= go
+NPM       ?= npm
+TAGS      := gore2regex
+BIN       := bin/foldproxy
+LISTEN    ?= 127.0.0.1:8765
+FUZZTIME  ?= 10s
+TESTFLAGS ?=
+# The e2e suite builds the binary and starts real MCP servers: give it room.
+TESTTIMEOUT ?= 30m
+
+NODE_STAMP := e2e/node_modules/.package-lock.json
+E2E_NODE   := $(CURDIR)/e2e/node_modules/node/bin/node
+FS_SERVER  := $(CURDIR)/e2e/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js
+
+.PHONY: all build run test bench fuzz lint clean e2e/node_modules
+
+all: build
+
+build:
+	$(GO) build -tags $(TAGS) -o $(BIN) ./cmd/foldproxy
+
+# npm ci again whenever package.json or the lock changed since the last one.
+$(NODE_STAMP): e2e/package.json e2e/package-lock.json
+	$(NPM) ci --prefix e2e --no-audit --no-fund
+	@touch $@
+
+e2e/node_modules: $(NODE_STAMP)
+
+# The Inspector is run by its bin name: with --prefix, npm 11's npx does not
+# find "npx --prefix e2e @modelcontextprotocol/inspector" (its default bin).
+run: build e2e/node_modules
+	@mkdir -p bin/state
+	@printf '{\n  "mcpServers": {\n    "fs": {\n      "type": "stdio",\n      "command": "%s",\n      "args": ["%s", "%s"]\n    }\n  }\n}\n' \
+		'$(E2E_NODE)' '$(FS_SERVER)' '$(CURDIR)' > bin/run.mcp.json
+	@echo "Wrote bin/run.mcp.json: server-filesystem on $(CURDIR)."
+	@echo "foldproxy will serve MCP at http://$(LISTEN)/mcp (Ctrl-C stops it)."
+	@echo
+	@echo "Connect Claude Code:"
+	@echo "  claude mcp add --transport http foldproxy http://$(LISTEN)/mcp"
+	@echo "List the tools with the MCP Inspector CLI (from another terminal):"
+	@echo "  npx --prefix e2e mcp-inspector --cli http://$(LISTEN)/mcp --transport http --method tools/list"
+	@echo
+	./$(BIN) serve --config bin/run.mcp.json --listen $(LISTEN) --state bin/state
+
+test: e2e/node_modules
+	$(GO) test -race -tags $(TAGS) -timeout $(TESTTIMEOUT) $(TESTFLAGS) ./...
+
+# Placeholder until the table harness (go run -tags gore2regex ./e2e/cmd/bench)
+# lands: every Go benchmark in the tree, once.
+bench:
+	$(GO) test -tags $(TAGS) -run '^$$' -bench . -benchtime 1x ./...
+
+# Every fuzz target of every package, FUZZTIME each (go test -fuzz takes one
+# target at a time).
+fuzz:
+	@set -e; found=0; \
+	for pkg in $$($(GO) list -tags $(TAGS) ./...); do \
+		for target in $$($(GO) test -tags $(TAGS) -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			found=$$((found + 1)); \
+			echo "== $$pkg $$target ($(FUZZTIME))"; \
+			$(GO) test -tags $(TAGS) -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done; \
+	echo "fuzzed $$found targets"
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt: these files need formatting:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet -tags $(TAGS) ./...
+
+clean:
+	rm -rf bin
+	$(GO) clean -testcache -fuzzcache

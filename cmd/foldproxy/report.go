@@ -1,0 +1,468 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/foldproxy/foldproxy/intercept"
+)
+
+// reportDefaultAudit is the audit log in the default state folder, which
+// serve puts beside the config file.
+const reportDefaultAudit = ".foldproxy/audit.jsonl"
+
+// reportLargest is how many of the largest results the report lists.
+const reportLargest = 10
+
+const reportUsage = `Usage: foldproxy report [--audit FILE] [--session S] [--json]
+
+Summarises foldproxy's token-accounting audit log, with its rotated files
+FILE.N … FILE.1: tokens by session, branch, upstream and tool, the
+compression achieved by branches, the largest results and redactions.
+
+FILE defaults to .foldproxy/audit.jsonl, the log in the default state
+folder, which is .foldproxy beside the config file: run report from the
+config file's folder, or pass --audit (audit.path or stateDir may have moved
+it).
+
+Flags:
+`
+
+// reportCommand prints the token-accounting report of an audit log.
+type reportCommand struct {
+	stdout, stderr io.Writer
+}
+
+// Run parses the flags, reads the log and prints the report.
+func (c *reportCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {
+		fmt.Fprint(c.stderr, reportUsage)
+		fs.PrintDefaults()
+	}
+	path := fs.String("audit", reportDefaultAudit, "the audit log `FILE`")
+	session := fs.String("session", "", "report on session `S` only")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	files, err := intercept.AuditFiles(*path)
+	if err != nil {
+		return err
+	}
+	agg := newRepAggregator(*session)
+	st, err := intercept.ReadAuditStats(files, func(r intercept.Record) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		agg.add(r)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if st.Skipped > 0 {
+		fmt.Fprintf(c.stderr, "foldproxy report: warning: skipped %d line(s) that are not audit records (first at %s)\n",
+			st.Skipped, st.FirstSkipped)
+	}
+	rep := agg.reportData(files, st)
+	if *asJSON {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.writeText(c.stdout)
+}
+
+// repSums are the totals of a group of calls.
+type repSums struct {
+	Calls           int `json:"calls"`
+	ArgTokens       int `json:"arg_tokens"`
+	ResultTokens    int `json:"result_tokens"`
+	DeliveredTokens int `json:"delivered_tokens"`
+	Cuts            int `json:"cuts"`
+	Errors          int `json:"errors"` // error, refused and withheld outcomes
+}
+
+func (s *repSums) add(r intercept.Record) {
+	s.Calls++
+	s.ArgTokens += r.ArgTokens
+	s.ResultTokens += r.ResultTokens
+	s.DeliveredTokens += r.DeliveredTokens
+	switch r.Outcome {
+	case intercept.OutcomeCut:
+		s.Cuts++
+	case intercept.OutcomeError, intercept.OutcomeRefused, intercept.OutcomeWithheld:
+		s.Errors++
+	}
+}
+
+type repSession struct {
+	Session string `json:"session"`
+	repSums
+	Branches int `json:"branches"` // branches created
+}
+
+type repBranch struct {
+	Session string `json:"session"`
+	Branch  string `json:"branch"`
+	Parent  string `json:"parent,omitempty"`
+	Depth   int    `json:"depth"`
+	Status  string `json:"status,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	repSums
+	// ReturnedTokens are the tokens of the branch's return message, as
+	// charged to its parent.
+	ReturnedTokens int `json:"returned_tokens"`
+
+	first time.Time // first record, for ordering
+}
+
+type repUpstream struct {
+	Upstream string `json:"upstream"`
+	repSums
+}
+
+type repTool struct {
+	Upstream string `json:"upstream"`
+	Method   string `json:"method"`
+	Tool     string `json:"tool"`
+	repSums
+}
+
+type repCompression struct {
+	// InsideBranches is the sum of delivered tokens of calls attributed to
+	// branches other than the root.
+	InsideBranches int `json:"tokens_inside_branches"`
+	// Returned is the sum of the tokens of returned and forced branches'
+	// messages: what their parents received instead.
+	Returned int `json:"tokens_returned"`
+	// Ratio is InsideBranches/Returned; nil when nothing was returned.
+	Ratio *float64 `json:"ratio"`
+}
+
+type repResult struct {
+	Time            time.Time `json:"time"`
+	Session         string    `json:"session"`
+	Branch          string    `json:"branch"`
+	Upstream        string    `json:"upstream"`
+	Method          string    `json:"method"`
+	Tool            string    `json:"tool"`
+	ResultTokens    int       `json:"result_tokens"`
+	DeliveredTokens int       `json:"delivered_tokens"`
+	Outcome         string    `json:"outcome"`
+}
+
+type repRedaction struct {
+	Rule  string `json:"rule"`
+	Count int    `json:"count"`
+}
+
+// reportData is everything the report prints, in text or as JSON.
+type reportData struct {
+	Files          []string       `json:"files"`
+	Session        string         `json:"session_filter,omitempty"`
+	Records        int            `json:"records"`
+	SkippedLines   int            `json:"skipped_lines"`
+	Sessions       []repSession   `json:"sessions"`
+	Branches       []repBranch    `json:"branches"`
+	Upstreams      []repUpstream  `json:"upstreams"`
+	Tools          []repTool      `json:"tools"`
+	Compression    repCompression `json:"compression"`
+	LargestResults []repResult    `json:"largest_results"`
+	Redactions     []repRedaction `json:"redactions"`
+}
+
+type repBranchKey struct{ session, branch string }
+type repToolKey struct{ upstream, method, tool string }
+
+// repAggregator folds records into the report's groups.
+type repAggregator struct {
+	filter     string
+	records    int
+	sessions   map[string]*repSession
+	branches   map[repBranchKey]*repBranch
+	upstreams  map[string]*repUpstream
+	tools      map[repToolKey]*repTool
+	comp       repCompression
+	results    []repResult
+	redactions map[string]int
+}
+
+func newRepAggregator(session string) *repAggregator {
+	return &repAggregator{
+		filter:     session,
+		sessions:   map[string]*repSession{},
+		branches:   map[repBranchKey]*repBranch{},
+		upstreams:  map[string]*repUpstream{},
+		tools:      map[repToolKey]*repTool{},
+		redactions: map[string]int{},
+	}
+}
+
+func (a *repAggregator) session(id string) *repSession {
+	s, ok := a.sessions[id]
+	if !ok {
+		s = &repSession{Session: id}
+		a.sessions[id] = s
+	}
+	return s
+}
+
+func (a *repAggregator) branch(r intercept.Record) *repBranch {
+	k := repBranchKey{r.Session, r.Branch}
+	b, ok := a.branches[k]
+	if !ok {
+		b = &repBranch{Session: r.Session, Branch: r.Branch, Depth: r.Depth, first: r.Time}
+		a.branches[k] = b
+	}
+	if b.Parent == "" {
+		b.Parent = r.Parent
+	}
+	if r.Depth > b.Depth {
+		b.Depth = r.Depth
+	}
+	return b
+}
+
+func (a *repAggregator) add(r intercept.Record) {
+	if a.filter != "" && r.Session != a.filter {
+		return
+	}
+	a.records++
+	switch r.Kind {
+	case intercept.KindCall:
+		a.addCall(r)
+	case intercept.KindBranch:
+		a.addEvent(r)
+	}
+}
+
+func (a *repAggregator) addCall(r intercept.Record) {
+	a.session(r.Session).add(r)
+	a.branch(r).add(r)
+	u, ok := a.upstreams[r.Upstream]
+	if !ok {
+		u = &repUpstream{Upstream: r.Upstream}
+		a.upstreams[r.Upstream] = u
+	}
+	u.add(r)
+	tk := repToolKey{r.Upstream, r.Method, r.Tool}
+	t, ok := a.tools[tk]
+	if !ok {
+		t = &repTool{Upstream: r.Upstream, Method: r.Method, Tool: r.Tool}
+		a.tools[tk] = t
+	}
+	t.add(r)
+	if r.Depth > 0 {
+		a.comp.InsideBranches += r.DeliveredTokens
+	}
+	if r.ResultTokens > 0 {
+		a.results = append(a.results, repResult{
+			Time: r.Time, Session: r.Session, Branch: r.Branch, Upstream: r.Upstream, Method: r.Method,
+			Tool: r.Tool, ResultTokens: r.ResultTokens, DeliveredTokens: r.DeliveredTokens, Outcome: r.Outcome,
+		})
+	}
+	for rule, n := range r.Redactions {
+		if n > 0 {
+			a.redactions[rule] += n
+		}
+	}
+}
+
+func (a *repAggregator) addEvent(r intercept.Record) {
+	if r.Branch == "" {
+		return // a refusal of a creation names no branch
+	}
+	b := a.branch(r)
+	switch r.Event {
+	case "created":
+		a.session(r.Session).Branches++
+		if b.Status == "" {
+			b.Status = "active"
+		}
+	case "returned", "forced", "failed":
+		b.Status = r.Status
+		if b.Status == "" {
+			b.Status = r.Event
+		}
+		b.Reason = r.Reason
+		if r.Event != "failed" {
+			b.ReturnedTokens += r.Tokens
+			a.comp.Returned += r.Tokens
+		}
+	}
+}
+
+// reportData sorts the groups into the report.
+func (a *repAggregator) reportData(files []string, st intercept.ReadStats) *reportData {
+	rep := &reportData{
+		Files:          files,
+		Session:        a.filter,
+		Records:        a.records,
+		SkippedLines:   st.Skipped,
+		Sessions:       []repSession{},
+		Branches:       []repBranch{},
+		Upstreams:      []repUpstream{},
+		Tools:          []repTool{},
+		LargestResults: []repResult{},
+		Redactions:     []repRedaction{},
+		Compression:    a.comp,
+	}
+	if a.comp.Returned > 0 {
+		ratio := float64(a.comp.InsideBranches) / float64(a.comp.Returned)
+		rep.Compression.Ratio = &ratio
+	}
+	byDelivered := func(x, y repSums) int { return cmp.Compare(y.DeliveredTokens, x.DeliveredTokens) }
+	for _, s := range a.sessions {
+		rep.Sessions = append(rep.Sessions, *s)
+	}
+	slices.SortFunc(rep.Sessions, func(x, y repSession) int {
+		return cmp.Or(byDelivered(x.repSums, y.repSums), cmp.Compare(x.Session, y.Session))
+	})
+	for _, b := range a.branches {
+		rep.Branches = append(rep.Branches, *b)
+	}
+	slices.SortFunc(rep.Branches, func(x, y repBranch) int {
+		return cmp.Or(cmp.Compare(x.Session, y.Session), x.first.Compare(y.first), cmp.Compare(x.Branch, y.Branch))
+	})
+	for _, u := range a.upstreams {
+		rep.Upstreams = append(rep.Upstreams, *u)
+	}
+	slices.SortFunc(rep.Upstreams, func(x, y repUpstream) int {
+		return cmp.Or(byDelivered(x.repSums, y.repSums), cmp.Compare(x.Upstream, y.Upstream))
+	})
+	for _, t := range a.tools {
+		rep.Tools = append(rep.Tools, *t)
+	}
+	slices.SortFunc(rep.Tools, func(x, y repTool) int {
+		return cmp.Or(byDelivered(x.repSums, y.repSums), cmp.Compare(x.Upstream, y.Upstream),
+			cmp.Compare(x.Method, y.Method), cmp.Compare(x.Tool, y.Tool))
+	})
+	slices.SortStableFunc(a.results, func(x, y repResult) int { return cmp.Compare(y.ResultTokens, x.ResultTokens) })
+	rep.LargestResults = append(rep.LargestResults, a.results[:min(len(a.results), reportLargest)]...)
+	for rule, n := range a.redactions {
+		rep.Redactions = append(rep.Redactions, repRedaction{rule, n})
+	}
+	slices.SortFunc(rep.Redactions, func(x, y repRedaction) int {
+		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Rule, y.Rule))
+	})
+	return rep
+}
+
+// cell makes a name safe for a table cell: control characters (tabs,
+// newlines, terminal escapes from a tampered log) become spaces.
+func repCell(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// repOrDash shows an empty name as "-".
+func repOrDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return repCell(s)
+}
+
+// repUpstreamName shows foldproxy's own tools, which have no upstream.
+func repUpstreamName(s string) string {
+	if s == "" {
+		return "(foldproxy)"
+	}
+	return repCell(s)
+}
+
+// writeText prints the report as tables.
+func (rep *reportData) writeText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
+	section := func(title string) { p("\n%s\n", title) }
+	sums := func(s repSums) string {
+		return fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d", s.Calls, s.ArgTokens, s.ResultTokens, s.DeliveredTokens, s.Cuts, s.Errors)
+	}
+	const sumsHead = "CALLS\tARG\tRESULT\tDELIVERED\tCUTS\tERRORS"
+
+	p("Audit log: %s", repCell(rep.Files[len(rep.Files)-1]))
+	if n := len(rep.Files) - 1; n > 0 {
+		p(" (+%d rotated)", n)
+	}
+	p("\nRecords: %d", rep.Records)
+	if rep.SkippedLines > 0 {
+		p(" (%d unreadable lines skipped)", rep.SkippedLines)
+	}
+	if rep.Session != "" {
+		p(" for session %s", repCell(rep.Session))
+	}
+	p("\n")
+
+	section("Tokens by session")
+	p("SESSION\t%s\tBRANCHES\n", sumsHead)
+	for _, s := range rep.Sessions {
+		p("%s\t%s\t%d\n", repOrDash(s.Session), sums(s.repSums), s.Branches)
+	}
+
+	section("Tokens by branch")
+	p("SESSION\tBRANCH\tPARENT\tDEPTH\tSTATUS\t%s\tRETURNED\n", sumsHead)
+	for _, b := range rep.Branches {
+		p("%s\t%s\t%s\t%d\t%s\t%s\t%d\n", repOrDash(b.Session), repOrDash(b.Branch), repOrDash(b.Parent), b.Depth,
+			repOrDash(b.Status), sums(b.repSums), b.ReturnedTokens)
+	}
+
+	section("Tokens by upstream")
+	p("UPSTREAM\t%s\n", sumsHead)
+	for _, u := range rep.Upstreams {
+		p("%s\t%s\n", repUpstreamName(u.Upstream), sums(u.repSums))
+	}
+
+	section("Tokens by tool")
+	p("UPSTREAM\tMETHOD\tTOOL\t%s\n", sumsHead)
+	for _, t := range rep.Tools {
+		p("%s\t%s\t%s\t%s\n", repUpstreamName(t.Upstream), repOrDash(t.Method), repOrDash(t.Tool), sums(t.repSums))
+	}
+
+	section("Compression")
+	ratio := "n/a (no branch returned)"
+	if r := rep.Compression.Ratio; r != nil {
+		ratio = strconv.FormatFloat(*r, 'f', 1, 64) + ":1"
+	}
+	p("tokens received inside branches\t%d\n", rep.Compression.InsideBranches)
+	p("tokens returned to parents\t%d\n", rep.Compression.Returned)
+	p("ratio\t%s\n", ratio)
+
+	section(fmt.Sprintf("Largest results (top %d)", reportLargest))
+	p("TIME\tUPSTREAM\tTOOL\tRESULT\tDELIVERED\tOUTCOME\tBRANCH\n")
+	for _, r := range rep.LargestResults {
+		p("%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Time.UTC().Format(time.RFC3339), repUpstreamName(r.Upstream), repOrDash(r.Tool),
+			r.ResultTokens, r.DeliveredTokens, repOrDash(r.Outcome), repOrDash(r.Branch))
+	}
+
+	section("Redactions by rule")
+	p("RULE\tCOUNT\n")
+	for _, r := range rep.Redactions {
+		p("%s\t%d\n", repOrDash(r.Rule), r.Count)
+	}
+	if len(rep.Redactions) == 0 {
+		p("(none)\n")
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/upstreams"
+)
+
+// serveCommand runs the proxy: MCP over stdio by default, streamable HTTP
+// with --listen.
+type serveCommand struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// fileConfig is the configuration file: a Claude Code mcpServers document
+// with foldproxy's own settings beside it.
+type fileConfig struct {
+	Servers  []upstreams.Entry
+	Settings policy.Settings
+	Dir      string // the folder of the file, for relative paths
+}
+
+// loadConfig reads and validates the configuration file. Errors name the
+// file and the entry or field at fault.
+func loadConfig(path string) (*fileConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	var top map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&top); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			line, col := position(data, se.Offset)
+			return nil, fmt.Errorf("config %s: malformed JSON at line %d, column %d: %v", path, line, col, err)
+		}
+		return nil, fmt.Errorf("config %s: %v (want an object with \"mcpServers\")", path, err)
+	}
+	servers, ok := top["mcpServers"]
+	if !ok {
+		return nil, fmt.Errorf("config %s: no \"mcpServers\" object (a Claude Code .mcp.json has one)", path)
+	}
+	entries, err := upstreams.ParseServers(servers, os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	settings, err := policy.Parse(top[policy.Key])
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	for k := range top {
+		if k != "mcpServers" && k != policy.Key {
+			return nil, fmt.Errorf("config %s: unknown top-level key %q (want \"mcpServers\" and optionally %q)", path, k, policy.Key)
+		}
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	return &fileConfig{Servers: entries, Settings: settings, Dir: filepath.Dir(abs)}, nil
+}
+
+func position(data []byte, off int64) (line, col int) {
+	line, col = 1, 1
+	for i := int64(0); i < off && i < int64(len(data)); i++ {
+		if data[i] == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return line, col
+}
+
+// Run implements command.
+func (c *serveCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	configPath := fs.String("config", "", "configuration file: a Claude Code mcpServers document (required)")
+	listen := fs.String("listen", "", "serve streamable HTTP on this address (path /mcp) instead of stdio")
+	stateDir := fs.String("state", "", "state folder (Badger store, audit log); default .foldproxy beside the config")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address (also on --listen)")
+	logLevel := fs.String("log-level", "info", "log level on stderr: debug, info, warn, error")
+	entry := fs.String("entry-name", "foldproxy", "foldproxy's own name in the agent's MCP config, for the tool name length check")
+	fs.Usage = func() {
+		fmt.Fprintln(c.stderr, "usage: foldproxy serve --config FILE [--listen ADDR] [--state DIR] [--metrics ADDR]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *configPath == "" {
+		fs.Usage()
+		return errors.New("--config is required")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	logger := slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg, err := loadConfig(*configPath)
+	if err != nil {
+		return err
+	}
+	st := cfg.Settings
+	if *listen == "" {
+		*listen = st.Listen
+	}
+	if *metricsAddr == "" {
+		*metricsAddr = st.Metrics.Listen
+	}
+	dir := *stateDir
+	if dir == "" {
+		dir = st.StateDir
+	}
+	if dir == "" {
+		dir = filepath.Join(cfg.Dir, ".foldproxy")
+	} else if !filepath.IsAbs(dir) && *stateDir == "" {
+		dir = filepath.Join(cfg.Dir, dir)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state folder: %w", err)
+	}
+	token := st.AuthToken
+	if token == "" {
+		token = os.Getenv("FOLDPROXY_TOKEN")
+	}
+	if *listen != "" && !proxy.IsLoopback(*listen) && token == "" {
+		return fmt.Errorf("--listen %s is not a loopback address: set foldproxy.authToken in the config or FOLDPROXY_TOKEN", *listen)
+	}
+	if st.Scrub.GitleaksConfig != "" && !filepath.IsAbs(st.Scrub.GitleaksConfig) {
+		st.Scrub.GitleaksConfig = filepath.Join(cfg.Dir, st.Scrub.GitleaksConfig)
+	}
+	auditPath := st.Audit.Path
+	switch {
+	case auditPath == "":
+		auditPath = filepath.Join(dir, "audit.jsonl")
+	case auditPath != "-" && !filepath.IsAbs(auditPath):
+		auditPath = filepath.Join(cfg.Dir, auditPath)
+	}
+
+	// The parts, in dependency order; each is closed in reverse on exit.
+	store, err := fold.OpenBadger(filepath.Join(dir, "badger"), logger)
+	if err != nil {
+		return fmt.Errorf("opening the state store in %s: %w", dir, err)
+	}
+	defer store.Close()
+	counter, err := intercept.NewCounter(st.Tokens)
+	if err != nil {
+		return err
+	}
+	scrubber, err := intercept.NewScrubber(st.Scrub, logger)
+	if err != nil {
+		return err
+	}
+	auditor, err := intercept.NewAuditor(st.Audit, auditPath, logger)
+	if err != nil {
+		return err
+	}
+	defer auditor.Close()
+	metrics := intercept.NewMetrics()
+	mgr, err := fold.NewManager(ctx, fold.Options{
+		Settings: st.Fold, Store: store, Scanner: scrubber, Counter: counter,
+		Events: sinks{auditor, metrics}, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer mgr.Close()
+	// HTTP sessions can come back after a restart with their session id;
+	// stdio sessions cannot: their orphaned branches are closed as failed.
+	resumable := func(string) bool { return false }
+	if *listen != "" {
+		resumable = func(id string) bool {
+			rec, err := mgr.ResumeSession(ctx, id)
+			return err == nil && rec.Transport == "http"
+		}
+	}
+	if err := mgr.Recover(ctx, resumable); err != nil {
+		return fmt.Errorf("recovering branches from the store: %w", err)
+	}
+
+	var srvp atomic.Pointer[proxy.Server]
+	set := upstreams.NewSet(cfg.Servers, upstreams.Options{
+		Logger:       logger,
+		ClientInfo:   json.RawMessage(fmt.Sprintf(`{"name":"foldproxy","version":%q}`, version)),
+		Capabilities: json.RawMessage(`{"sampling":{},"elicitation":{},"roots":{"listChanged":true}}`),
+		OnNotification: func(u *upstreams.Upstream, method string, params json.RawMessage) {
+			if srv := srvp.Load(); srv != nil {
+				srv.UpstreamNotification(u.Name(), method, params)
+			}
+		},
+		OnRequest: func(ctx context.Context, u *upstreams.Upstream, method string, params json.RawMessage) (json.RawMessage, error) {
+			srv := srvp.Load()
+			if srv == nil {
+				return nil, &upstreams.RPCError{Code: proxy.CodeInternalError, Message: "foldproxy is starting"}
+			}
+			return srv.UpstreamRequest(ctx, u.Name(), method, params)
+		},
+		OnState: func(u *upstreams.Upstream, s upstreams.State) {
+			metrics.UpstreamState(u.Name(), s == upstreams.StateUp)
+			if srv := srvp.Load(); srv != nil {
+				srv.UpstreamChanged(u.Name())
+			}
+		},
+	})
+	defer set.Close()
+	ups := make([]proxy.Upstream, 0, len(cfg.Servers))
+	for _, u := range set.All() {
+		ups = append(ups, u)
+	}
+	srv, err := proxy.New(proxy.Options{
+		Settings:  st,
+		Upstreams: ups,
+		Fold:      mgr,
+		Interceptors: []intercept.Interceptor{
+			intercept.Scrub(scrubber),
+			intercept.Tokens(counter),
+			intercept.Budget(mgr, counter, st.Fold.Thresholds),
+			intercept.Audit(auditor),
+			intercept.Observe(metrics),
+		},
+		ControlInterceptors: []intercept.Interceptor{intercept.Audit(auditor), intercept.Observe(metrics)},
+		Scrubber:            scrubber,
+		Logger:              logger,
+		Version:             version,
+	})
+	if err != nil {
+		return err
+	}
+	srvp.Store(srv)
+	defer srv.Close()
+	set.Start(ctx)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, u := range set.All() {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = u.WaitReady(wctx) }()
+		}
+		wg.Wait()
+		srv.WarnLongNames(*entry)
+	}()
+
+	if *metricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", metrics.Handler())
+		ms := &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics %s: %w", *metricsAddr, err)
+		}
+		logger.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+		go func() { _ = ms.Serve(ln) }()
+		defer ms.Close()
+	}
+
+	if *listen == "" {
+		logger.Info("foldproxy serving MCP on stdio", "upstreams", len(cfg.Servers), "state", dir)
+		err := proxy.ServeStdio(ctx, srv, c.stdin, c.stdout, proxy.StdioOptions{MaxMessageBytes: st.MaxMessageBytes, Logger: logger})
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	}
+
+	h, err := proxy.NewHTTPHandler(srv, proxy.HTTPOptions{
+		Path:            "/mcp",
+		Token:           token,
+		Loopback:        proxy.IsLoopback(*listen),
+		AllowedOrigins:  st.AllowedOrigins,
+		MaxMessageBytes: st.MaxMessageBytes,
+		Logger:          logger,
+		Resume:          srv.ResumeSession,
+	})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", h)
+	mux.Handle("/metrics", metrics.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", *listen, err)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	url := "http://" + ln.Addr().String() + "/mcp"
+	logger.Info("foldproxy serving MCP over streamable HTTP", "url", url, "upstreams", len(cfg.Servers), "state", dir)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	if c, ok := h.(interface{ Close() error }); ok {
+		_ = c.Close()
+	}
+	return nil
+}
+
+// sinks fans branch events out to several sinks.
+type sinks []fold.EventSink
+
+func (s sinks) BranchEvent(ctx context.Context, ev fold.Event) {
+	for _, x := range s {
+		x.BranchEvent(ctx, ev)
+	}
+}
+
+var _ = strings.TrimSpace

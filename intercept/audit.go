@@ -1,0 +1,655 @@
+package intercept
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+// Record kinds written by foldproxy.
+const (
+	KindCall   = "call"   // one forwarded request and its answer
+	KindBranch = "branch" // one branch lifecycle event
+)
+
+// Limits on the free text an audit record may carry. They keep a record
+// small enough to be written with one write call and read back with a
+// bounded buffer.
+const (
+	maxErrorLen = 256     // bytes of Record.Error
+	maxToolLen  = 512     // bytes of Record.Tool
+	maxLineLen  = 1 << 20 // a longer line is not a record of ours: the reader skips it
+)
+
+// Record is one line of the JSONL audit log. It holds names, counts and
+// sizes only: never a result, an argument or a message, so that no secret
+// can land in the log. Error is the short error text the agent was given,
+// which the proxy has already scrubbed.
+type Record struct {
+	Time     time.Time `json:"time"` // RFC 3339 with nanoseconds, UTC
+	Kind     string    `json:"kind"` // KindCall or KindBranch; other kinds for records the proxy writes itself
+	Session  string    `json:"session,omitempty"`
+	Branch   string    `json:"branch,omitempty"`
+	Parent   string    `json:"parent,omitempty"`
+	Depth    int       `json:"depth"`
+	Upstream string    `json:"upstream,omitempty"`
+	Method   string    `json:"method,omitempty"`
+	// Tool is the tool or prompt name, or the resource URI without its
+	// user information, query and fragment (they may hold credentials).
+	Tool string `json:"tool,omitempty"`
+
+	ArgTokens         int            `json:"arg_tokens,omitempty"`
+	ResultTokens      int            `json:"result_tokens,omitempty"`    // as the upstream sent it, before any cut
+	DeliveredTokens   int            `json:"delivered_tokens,omitempty"` // what the agent received, notices included
+	Redactions        map[string]int `json:"redactions,omitempty"`       // secrets removed, by rule id
+	BudgetUsed        int            `json:"budget_used,omitempty"`
+	BudgetTotal       int            `json:"budget_total,omitempty"`
+	Outcome           string         `json:"outcome,omitempty"` // one of the Outcome constants
+	Error             string         `json:"error,omitempty"`
+	CutHandle         string         `json:"cut_handle,omitempty"`
+	LatencyMS         float64        `json:"latency_ms,omitempty"`          // total, from the request's arrival
+	UpstreamLatencyMS float64        `json:"upstream_latency_ms,omitempty"` // the upstream's share
+
+	// Branch events only.
+	Event  string `json:"event,omitempty"` // created, returned, forced, failed, warning, cut, refused
+	Status string `json:"status,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Level  string `json:"level,omitempty"`
+	Tokens int    `json:"tokens,omitempty"` // message tokens of a return; remainder of a cut
+}
+
+// Auditor writes the JSONL audit log: one record per forwarded request and
+// per branch event, each with a single write so that concurrent records
+// never interleave. A crash can leave at most a torn last line, which
+// ReadAudit skips and the next NewAuditor terminates.
+//
+// The log rotates by size: past policy.Audit.MaxBytes the file becomes
+// <path>.1, older rotations shift up, and at most MaxFiles rotated files are
+// kept. Fsync follows policy.Audit.Fsync: "always" syncs before Write
+// returns, "interval" syncs from a background flusher at most FsyncInterval
+// after a write (and on Close), "never" leaves it to the system.
+//
+// An Auditor built with the path "" or "-" is a no-op that accepts every
+// record. All methods are safe for concurrent use; a nil *Auditor behaves as
+// the no-op one.
+type Auditor struct {
+	logger   *slog.Logger
+	path     string
+	maxBytes int64
+	maxFiles int
+	fsync    string
+
+	mu     sync.Mutex
+	f      *os.File // nil for the no-op auditor
+	size   int64
+	dirty  bool // written since the last sync
+	closed bool
+
+	stop chan struct{} // closed by Close to end the flusher
+	done chan struct{} // closed by the flusher when it ends
+}
+
+var _ fold.EventSink = (*Auditor)(nil)
+
+// NewAuditor opens (creating it and its folder if need be) the audit log at
+// path, already resolved by the caller. Zero fields of a take the defaults
+// of policy.Default. The path "" or "-" gives a no-op auditor. Close must be
+// called to flush and release the file.
+func NewAuditor(a policy.Audit, path string, logger *slog.Logger) (*Auditor, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if path == "" || path == "-" {
+		return &Auditor{logger: logger}, nil
+	}
+	def := policy.Default().Audit
+	if a.MaxBytes == 0 {
+		a.MaxBytes = def.MaxBytes
+	}
+	if a.MaxFiles == 0 {
+		a.MaxFiles = def.MaxFiles
+	}
+	if a.Fsync == "" {
+		a.Fsync = def.Fsync
+	}
+	if a.FsyncInterval == 0 {
+		a.FsyncInterval = def.FsyncInterval
+	}
+	switch {
+	case a.MaxBytes < 0:
+		return nil, fmt.Errorf("audit.maxBytes: %d must not be negative", a.MaxBytes)
+	case a.MaxFiles < 0:
+		return nil, fmt.Errorf("audit.maxFiles: %d must not be negative", a.MaxFiles)
+	case a.FsyncInterval < 0:
+		return nil, fmt.Errorf("audit.fsyncInterval: %s must not be negative", a.FsyncInterval.D())
+	}
+	switch a.Fsync {
+	case "always", "interval", "never":
+	default:
+		return nil, fmt.Errorf("audit.fsync: %q is not one of always, interval, never", a.Fsync)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("audit log folder: %w", err)
+	}
+	au := &Auditor{
+		logger:   logger,
+		path:     path,
+		maxBytes: a.MaxBytes,
+		maxFiles: a.MaxFiles,
+		fsync:    a.Fsync,
+	}
+	if err := au.open(); err != nil {
+		return nil, err
+	}
+	if a.Fsync == "interval" {
+		au.stop = make(chan struct{})
+		au.done = make(chan struct{})
+		go au.flusher(a.FsyncInterval.D())
+	}
+	return au, nil
+}
+
+// open opens the log for appending. When the file ends in a torn line (a
+// crash in the middle of a write), a newline is added first so that the
+// next record starts a line of its own.
+func (a *Auditor) open() error {
+	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("audit log: %w", err)
+	}
+	size := st.Size()
+	if size > 0 {
+		torn, err := endsTorn(a.path, size)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		if torn {
+			if _, err := f.Write([]byte{'\n'}); err != nil {
+				f.Close()
+				return fmt.Errorf("audit log %s: terminating a torn last line: %w", a.path, err)
+			}
+			size++
+		}
+	}
+	a.f, a.size = f, size
+	return nil
+}
+
+// endsTorn reports whether the file of the given size does not end with a
+// newline.
+func endsTorn(path string, size int64) (bool, error) {
+	r, err := os.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("audit log: %w", err)
+	}
+	defer r.Close()
+	var b [1]byte
+	if _, err := r.ReadAt(b[:], size-1); err != nil {
+		return false, fmt.Errorf("audit log %s: reading its last byte: %w", path, err)
+	}
+	return b[0] != '\n', nil
+}
+
+// flusher syncs the log at most every interval while records are written.
+func (a *Auditor) flusher(interval time.Duration) {
+	defer close(a.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-t.C:
+			a.mu.Lock()
+			f, dirty := a.f, a.dirty
+			a.dirty = false
+			a.mu.Unlock()
+			if !dirty || f == nil {
+				continue
+			}
+			// Sync outside the lock so that writers never wait for the
+			// disk. A rotation may close f meanwhile; it syncs f first.
+			if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+				a.logger.Error("audit: fsync failed", "path", a.path, "err", err)
+			}
+		}
+	}
+}
+
+// Write appends rec to the log as one line. A zero Time is set to now; the
+// time is stored in UTC, and Error and Tool are shortened. With fsync
+// "always" the record is on disk when Write returns.
+func (a *Auditor) Write(rec Record) error {
+	if rec.Kind == "" {
+		return errors.New("audit record: kind is empty")
+	}
+	if a == nil || a.path == "" {
+		return nil
+	}
+	if rec.Time.IsZero() {
+		rec.Time = time.Now()
+	}
+	rec.Time = rec.Time.UTC()
+	rec.Error = shorten(rec.Error, maxErrorLen)
+	rec.Tool = shorten(rec.Tool, maxToolLen)
+	line, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("audit record %s: %w", rec.Kind, err)
+	}
+	line = append(line, '\n')
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return fmt.Errorf("audit log %s: closed", a.path)
+	}
+	if a.f == nil {
+		// A failed rotation left no file open; try again.
+		if err := a.open(); err != nil {
+			return err
+		}
+	}
+	if a.size > 0 && a.size+int64(len(line)) > a.maxBytes {
+		if err := a.rotate(); err != nil {
+			return err
+		}
+	}
+	n, err := a.f.Write(line)
+	a.size += int64(n)
+	if err != nil {
+		return fmt.Errorf("audit log %s: %w", a.path, err)
+	}
+	switch a.fsync {
+	case "always":
+		if err := a.f.Sync(); err != nil {
+			return fmt.Errorf("audit log %s: fsync: %w", a.path, err)
+		}
+	case "interval":
+		a.dirty = true
+	}
+	return nil
+}
+
+// rotate shifts <path>.i to <path>.i+1, drops what falls past maxFiles,
+// moves the log to <path>.1 and opens a fresh one. a.mu is held.
+func (a *Auditor) rotate() error {
+	if a.fsync != "never" {
+		if err := a.f.Sync(); err != nil {
+			a.logger.Error("audit: fsync before rotation failed", "path", a.path, "err", err)
+		}
+	}
+	if err := a.f.Close(); err != nil {
+		a.logger.Error("audit: close before rotation failed", "path", a.path, "err", err)
+	}
+	a.f, a.size, a.dirty = nil, 0, false
+	if err := os.Remove(rotated(a.path, a.maxFiles)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("audit log %s: rotation: %w", a.path, err)
+	}
+	for i := a.maxFiles - 1; i >= 1; i-- {
+		if err := os.Rename(rotated(a.path, i), rotated(a.path, i+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("audit log %s: rotation: %w", a.path, err)
+		}
+	}
+	if err := os.Rename(a.path, rotated(a.path, 1)); err != nil {
+		return fmt.Errorf("audit log %s: rotation: %w", a.path, err)
+	}
+	return a.open()
+}
+
+func rotated(path string, i int) string { return path + "." + strconv.Itoa(i) }
+
+// Close flushes the log to disk, stops the flusher and closes the file.
+// Later writes fail. Close may be called more than once.
+func (a *Auditor) Close() error {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	f := a.f
+	a.f = nil
+	a.mu.Unlock()
+	if a.stop != nil {
+		close(a.stop)
+		<-a.done
+	}
+	if f == nil {
+		return nil
+	}
+	var errs []error
+	if a.fsync != "never" {
+		if err := f.Sync(); err != nil {
+			errs = append(errs, fmt.Errorf("audit log %s: fsync: %w", a.path, err))
+		}
+	}
+	if err := f.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("audit log %s: %w", a.path, err))
+	}
+	return errors.Join(errs...)
+}
+
+// Audit returns the interceptor that writes the record of every exchange.
+// The record is written synchronously after the inner handlers return, so
+// it is in the log (on disk, with fsync "always") before the response is
+// released. A failed write is logged and does not withhold the response.
+func Audit(a *Auditor) Interceptor {
+	return func(next Handler) Handler {
+		return func(ctx context.Context, ex *Exchange) error {
+			err := next(ctx, ex)
+			if a == nil || a.path == "" {
+				return err
+			}
+			rec := callRecord(ex, err, time.Now())
+			if werr := a.Write(rec); werr != nil {
+				a.logger.ErrorContext(ctx, "audit: record lost", "session", ex.Session,
+					"upstream", ex.Upstream, "method", ex.Method, "err", werr)
+			}
+			return err
+		}
+	}
+}
+
+// callRecord builds the record of an exchange that ended at now with the
+// handler error herr.
+func callRecord(ex *Exchange, herr error, now time.Time) Record {
+	rec := Record{
+		Time:              now,
+		Kind:              KindCall,
+		Session:           ex.Session,
+		Branch:            ex.Branch,
+		Parent:            ex.Parent,
+		Depth:             ex.Depth,
+		Upstream:          ex.Upstream,
+		Method:            ex.Method,
+		Tool:              ex.Name,
+		ArgTokens:         ex.ArgTokens,
+		ResultTokens:      ex.ResultTokens,
+		DeliveredTokens:   ex.DeliveredTokens,
+		BudgetUsed:        ex.BudgetUsed,
+		BudgetTotal:       ex.BudgetTotal,
+		Outcome:           ex.Outcome,
+		CutHandle:         ex.CutHandle,
+		UpstreamLatencyMS: millis(ex.UpstreamLatency),
+	}
+	if ex.Method == "resources/read" {
+		rec.Tool = safeURI(ex.Name)
+	}
+	if len(ex.Redactions) > 0 {
+		rec.Redactions = make(map[string]int, len(ex.Redactions))
+		for rule, n := range ex.Redactions {
+			rec.Redactions[rule] = n
+		}
+	}
+	if !ex.Start.IsZero() {
+		rec.LatencyMS = millis(now.Sub(ex.Start))
+	}
+	err := ex.Err
+	if err == nil {
+		err = ex.RPCError
+	}
+	if err == nil {
+		err = herr
+	}
+	if err != nil {
+		rec.Error = shorten(err.Error(), maxErrorLen)
+	}
+	if rec.Outcome == "" {
+		rec.Outcome = OutcomeOK
+		if err != nil {
+			rec.Outcome = OutcomeError
+		}
+	}
+	return rec
+}
+
+// BranchEvent writes the record of a branch event. It implements
+// fold.EventSink; a failed write is logged.
+func (a *Auditor) BranchEvent(ctx context.Context, ev fold.Event) {
+	if a == nil || a.path == "" {
+		return
+	}
+	rec := Record{
+		Time:        ev.Time,
+		Kind:        KindBranch,
+		Session:     ev.Session,
+		Branch:      ev.Branch,
+		Parent:      ev.Parent,
+		Depth:       ev.Depth,
+		Event:       ev.Kind,
+		Status:      string(ev.Status),
+		Reason:      ev.Reason,
+		Level:       ev.Level,
+		Tokens:      ev.Tokens,
+		BudgetUsed:  ev.Used,
+		BudgetTotal: ev.Budget,
+	}
+	if ev.Err != nil {
+		rec.Error = ev.Err.Error()
+	}
+	if err := a.Write(rec); err != nil {
+		a.logger.ErrorContext(ctx, "audit: branch event lost", "session", ev.Session,
+			"branch", ev.Branch, "event", ev.Kind, "err", err)
+	}
+}
+
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// shorten keeps s on one line and within max bytes, cut at a rune boundary.
+func shorten(s string, max int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+	if len(s) <= max {
+		return s
+	}
+	const ell = "…"
+	cut := max - len(ell)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ell
+}
+
+// safeURI drops the user information, query and fragment of a resource URI:
+// they are where credentials hide.
+func safeURI(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		if i := strings.IndexAny(s, "?#"); i >= 0 {
+			s = s[:i]
+		}
+		if i := strings.Index(s, "@"); i >= 0 {
+			s = s[i+1:]
+		}
+		return s
+	}
+	u.User = nil
+	u.RawQuery, u.ForceQuery = "", false
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}
+
+// AuditFiles lists the audit log at path and its rotated files, oldest
+// first (<path>.N … <path>.1, then path). It fails, naming path, when
+// neither the log nor any rotated file exists.
+func AuditFiles(path string) ([]string, error) {
+	matches, err := filepath.Glob(globEscape(path) + ".*")
+	if err != nil {
+		return nil, fmt.Errorf("audit log %s: %w", path, err)
+	}
+	type numbered struct {
+		path string
+		n    int
+	}
+	var rot []numbered
+	for _, m := range matches {
+		n, err := strconv.Atoi(strings.TrimPrefix(m, path+"."))
+		if err != nil || n < 1 {
+			continue
+		}
+		rot = append(rot, numbered{m, n})
+	}
+	sort.Slice(rot, func(i, j int) bool { return rot[i].n > rot[j].n })
+	files := make([]string, 0, len(rot)+1)
+	for _, r := range rot {
+		files = append(files, r.path)
+	}
+	if _, err := os.Stat(path); err == nil {
+		files = append(files, path)
+	} else if !errors.Is(err, os.ErrNotExist) || len(files) == 0 {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	return files, nil
+}
+
+// globEscape escapes the characters filepath.Match treats specially.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// ReadStats tells what ReadAuditStats read.
+type ReadStats struct {
+	Files   int // files read
+	Records int // records handed to fn
+	// Skipped counts lines that were not records: torn by a crash,
+	// garbled, or longer than any record foldproxy writes. Blank lines
+	// are not counted.
+	Skipped int
+	// FirstSkipped locates the first skipped line as "file:line".
+	FirstSkipped string
+}
+
+// ReadAudit calls fn with every record of the given files in order,
+// skipping lines that are not records. It stops at the first error of fn
+// or of reading a file, and returns it.
+func ReadAudit(paths []string, fn func(Record) error) error {
+	_, err := ReadAuditStats(paths, fn)
+	return err
+}
+
+// ReadAuditStats is ReadAudit that also reports how many records it read
+// and how many lines it skipped, so that the caller can warn about them.
+func ReadAuditStats(paths []string, fn func(Record) error) (ReadStats, error) {
+	var st ReadStats
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return st, fmt.Errorf("audit log: %w", err)
+		}
+		err = readRecords(f, p, &st, fn)
+		f.Close()
+		if err != nil {
+			return st, err
+		}
+		st.Files++
+	}
+	return st, nil
+}
+
+// readRecords reads the records of r, named name, into fn.
+func readRecords(r io.Reader, name string, st *ReadStats, fn func(Record) error) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var line []byte
+	for lineNo := 1; ; lineNo++ {
+		var tooLong bool
+		line = line[:0]
+		var readErr error
+		for {
+			chunk, err := br.ReadSlice('\n')
+			if !tooLong {
+				if len(line)+len(chunk) > maxLineLen {
+					tooLong, line = true, line[:0]
+				} else {
+					line = append(line, chunk...)
+				}
+			}
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			readErr = err
+			break
+		}
+		if readErr != nil && readErr != io.EOF {
+			return fmt.Errorf("audit log %s: line %d: %w", name, lineNo, readErr)
+		}
+		trimmed := bytes.TrimSpace(line)
+		switch {
+		case tooLong:
+			st.skip(name, lineNo)
+		case len(trimmed) == 0:
+		default:
+			rec, ok := parseRecord(trimmed)
+			if !ok {
+				st.skip(name, lineNo)
+				break
+			}
+			st.Records++
+			if err := fn(rec); err != nil {
+				return err
+			}
+		}
+		if readErr == io.EOF {
+			return nil
+		}
+	}
+}
+
+func (st *ReadStats) skip(name string, line int) {
+	if st.Skipped == 0 {
+		st.FirstSkipped = name + ":" + strconv.Itoa(line)
+	}
+	st.Skipped++
+}
+
+// parseRecord decodes one line. A line is a record when it is one JSON
+// object of the Record shape with a kind; unknown fields are allowed so that
+// logs of later versions still read.
+func parseRecord(line []byte) (Record, bool) {
+	var rec Record
+	if line[0] != '{' {
+		return rec, false
+	}
+	if err := json.Unmarshal(line, &rec); err != nil || rec.Kind == "" {
+		return Record{}, false
+	}
+	return rec, true
+}

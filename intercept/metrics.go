@@ -1,0 +1,363 @@
+package intercept
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/foldproxy/foldproxy/fold"
+)
+
+// ownUpstream is the upstream label of foldproxy's own tools (the fold
+// tools), whose exchanges carry no upstream name.
+const ownUpstream = "foldproxy"
+
+// otherLabel replaces a label value that is not one of a known, bounded set.
+const otherLabel = "other"
+
+// maxToolLabels bounds the distinct tool label values. Tool names come from
+// the catalogue, but an agent can call a name that is not in it; past this
+// many, further names are counted as "other".
+const maxToolLabels = 1000
+
+// Metrics holds foldproxy's Prometheus metrics in a registry of its own,
+// with the Go runtime and process collectors. Every metric is prefixed
+// foldproxy_. Labels have bounded values: upstream names (from the
+// configuration), methods, outcomes, event kinds, forced-return reasons,
+// scrub rule ids (from the rule set) and tool names (from the catalogue,
+// capped); never a session or branch id, and never content.
+//
+// All methods are safe for concurrent use; a nil *Metrics records nothing.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	calls            *prometheus.CounterVec   // upstream, method, outcome
+	toolCalls        *prometheus.CounterVec   // upstream, tool, outcome
+	tokens           *prometheus.CounterVec   // upstream, kind
+	callTokens       *prometheus.HistogramVec // upstream, kind
+	latency          *prometheus.HistogramVec // upstream, method
+	upstreamLatency  *prometheus.HistogramVec // upstream, method
+	scrubTime        prometheus.Histogram
+	redactions       *prometheus.CounterVec // rule
+	cuts             *prometheus.CounterVec // upstream
+	branchEvents     *prometheus.CounterVec // event
+	branchesActive   prometheus.Gauge
+	forced           *prometheus.CounterVec // reason
+	upstreamUp       *prometheus.GaugeVec   // upstream
+	upstreamRestarts *prometheus.CounterVec // upstream
+	sessionsActive   prometheus.Gauge
+	sessionsOpened   prometheus.Counter
+
+	mu     sync.Mutex
+	active int                 // active branches, never below zero
+	tools  map[string]struct{} // tool label values in use, "upstream\x00tool"
+}
+
+var _ fold.EventSink = (*Metrics)(nil)
+
+// Token kinds, the values of the kind label of the token metrics.
+const (
+	TokensArgument  = "argument"
+	TokensResult    = "result"
+	TokensDelivered = "delivered"
+)
+
+// NewMetrics builds the metrics and registers them, with the Go and
+// process collectors, in a new registry.
+func NewMetrics() *Metrics {
+	latencyBuckets := prometheus.ExponentialBuckets(0.005, 2, 14) // 5ms … 41s
+	tokenBuckets := prometheus.ExponentialBuckets(16, 4, 9)       // 16 … 1M tokens
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "foldproxy_calls_total",
+			Help: "Requests forwarded through foldproxy, by upstream, method and outcome.",
+		}, []string{"upstream", "method", "outcome"}),
+		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "foldproxy_tool_calls_total",
+			Help: "Tool calls and prompt gets, by upstream, tool or prompt name and outcome.",
+		}, []string{"upstream", "tool", "outcome"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "foldproxy_tokens_total",
+			Help: "Tokens of forwarded requests: arguments, results as the upstream sent them, and what the agent received.",
+		}, []string{"upstream", "kind"}),
+		callTokens: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "foldproxy_call_tokens",
+			Help:    "Tokens per forwarded request, by upstream and kind (argument, result, delivered).",
+			Buckets: tokenBuckets,
+		}, []string{"upstream", "kind"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "foldproxy_call_duration_seconds",
+			Help:    "Total time of a forwarded request, from its arrival to its release.",
+			Buckets: latencyBuckets,
+		}, []string{"upstream", "method"}),
+		upstreamLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "foldproxy_upstream_duration_seconds",
+			Help:    "Time the upstream took to answer a forwarded request.",
+			Buckets: latencyBuckets,
+		}, []string{"upstream", "method"}),
+		scrubTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "foldproxy_scrub_duration_seconds",
+			Help:    "Time spent scrubbing secrets from one result.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5ms … 16s
+		}),
+		redactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "foldproxy_redactions_total",
+			Help: "Secrets removed from results, by scrub rule id.",
+		}, []string{"rule"}),
+		cuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "foldproxy_cuts_total",
+			Help: "Results cut to fit their branch's budget, by upstream.",
+		}, []string{"upstream"}),
+		branchEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "foldproxy_branch_events_total",
+			Help: "Branch events by kind: created, returned, forced, failed, warning, cut, refused.",
+		}, []string{"event"}),
+		branchesActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "foldproxy_branches_active",
+			Help: "Branches currently active.",
+		}),
+		forced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "foldproxy_branch_forced_returns_total",
+			Help: "Branches force-returned, by reason (budget, deadline, parent returning, session end).",
+		}, []string{"reason"}),
+		upstreamUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "foldproxy_upstream_up",
+			Help: "1 when the upstream is connected, 0 when it is down.",
+		}, []string{"upstream"}),
+		upstreamRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "foldproxy_upstream_restarts_total",
+			Help: "Restarts of an upstream by its supervisor.",
+		}, []string{"upstream"}),
+		sessionsActive: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "foldproxy_sessions_active",
+			Help: "Downstream sessions currently open.",
+		}),
+		sessionsOpened: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "foldproxy_sessions_opened_total",
+			Help: "Downstream sessions opened.",
+		}),
+		tools: make(map[string]struct{}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.calls, m.toolCalls, m.tokens, m.callTokens, m.latency, m.upstreamLatency,
+		m.scrubTime, m.redactions, m.cuts, m.branchEvents, m.branchesActive,
+		m.forced, m.upstreamUp, m.upstreamRestarts, m.sessionsActive, m.sessionsOpened,
+	)
+	return m
+}
+
+// Registry returns the registry that holds the metrics, for tests and for
+// callers that add collectors of their own.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the metrics in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.InstrumentMetricHandler(m.reg,
+		promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+}
+
+// Observe returns the interceptor that records every exchange: the call,
+// its tokens, latencies, scrub time, redactions and cuts. It is the
+// outermost interceptor, so the total latency runs from ex.Start to the
+// release of the response.
+func Observe(m *Metrics) Interceptor {
+	return func(next Handler) Handler {
+		return func(ctx context.Context, ex *Exchange) error {
+			err := next(ctx, ex)
+			if m != nil {
+				m.observe(ex, err)
+			}
+			return err
+		}
+	}
+}
+
+func (m *Metrics) observe(ex *Exchange, herr error) {
+	upstream := ex.Upstream
+	if upstream == "" {
+		upstream = ownUpstream
+	}
+	method := methodLabel(ex.Method)
+	outcome := ex.Outcome
+	if outcome == "" {
+		outcome = OutcomeOK
+		if herr != nil || ex.Err != nil || ex.RPCError != nil {
+			outcome = OutcomeError
+		}
+	}
+	outcome = outcomeLabel(outcome)
+
+	m.calls.WithLabelValues(upstream, method, outcome).Inc()
+	if ex.Method == "tools/call" || ex.Method == "prompts/get" {
+		m.toolCalls.WithLabelValues(upstream, m.toolLabel(upstream, ex.Name), outcome).Inc()
+	}
+	for _, t := range []struct {
+		kind string
+		n    int
+	}{
+		{TokensArgument, ex.ArgTokens},
+		{TokensResult, ex.ResultTokens},
+		{TokensDelivered, ex.DeliveredTokens},
+	} {
+		if t.n <= 0 {
+			continue
+		}
+		m.tokens.WithLabelValues(upstream, t.kind).Add(float64(t.n))
+		m.callTokens.WithLabelValues(upstream, t.kind).Observe(float64(t.n))
+	}
+	if !ex.Start.IsZero() {
+		if d := time.Since(ex.Start); d >= 0 {
+			m.latency.WithLabelValues(upstream, method).Observe(d.Seconds())
+		}
+	}
+	if ex.UpstreamLatency > 0 {
+		m.upstreamLatency.WithLabelValues(upstream, method).Observe(ex.UpstreamLatency.Seconds())
+	}
+	if ex.ScrubTime > 0 {
+		m.scrubTime.Observe(ex.ScrubTime.Seconds())
+	}
+	for rule, n := range ex.Redactions {
+		if n > 0 {
+			m.redactions.WithLabelValues(rule).Add(float64(n))
+		}
+	}
+	if ex.Outcome == OutcomeCut {
+		m.cuts.WithLabelValues(upstream).Inc()
+	}
+}
+
+// toolLabel returns name as a label value while fewer than maxToolLabels
+// distinct names are in use, "other" past that.
+func (m *Metrics) toolLabel(upstream, name string) string {
+	key := upstream + "\x00" + name
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.tools[key]; ok {
+		return name
+	}
+	if len(m.tools) >= maxToolLabels {
+		return otherLabel
+	}
+	m.tools[key] = struct{}{}
+	return name
+}
+
+// BranchEvent counts a branch event and keeps the active-branch gauge. It
+// implements fold.EventSink.
+func (m *Metrics) BranchEvent(_ context.Context, ev fold.Event) {
+	if m == nil {
+		return
+	}
+	m.branchEvents.WithLabelValues(eventLabel(ev.Kind)).Inc()
+	switch ev.Kind {
+	case "created":
+		m.addActive(1)
+	case "returned", "forced", "failed":
+		m.addActive(-1)
+	}
+	if ev.Kind == "forced" {
+		m.forced.WithLabelValues(reasonLabel(ev.Reason)).Inc()
+	}
+}
+
+func (m *Metrics) addActive(d int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.active += d
+	if m.active < 0 {
+		// A branch recovered from the store and closed after a restart
+		// was never counted as created by this process.
+		m.active = 0
+	}
+	m.branchesActive.Set(float64(m.active))
+}
+
+// SetActiveBranches sets the number of active branches, for instance after
+// recovering them from the store at start-up.
+func (m *Metrics) SetActiveBranches(n int) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.active = max(n, 0)
+	m.branchesActive.Set(float64(m.active))
+}
+
+// UpstreamState records whether the named upstream is up.
+func (m *Metrics) UpstreamState(name string, up bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.upstreamUp.WithLabelValues(name).Set(v)
+}
+
+// UpstreamRestart counts a restart of the named upstream.
+func (m *Metrics) UpstreamRestart(name string) {
+	if m == nil {
+		return
+	}
+	m.upstreamRestarts.WithLabelValues(name).Inc()
+}
+
+// SessionOpened counts a downstream session that opened.
+func (m *Metrics) SessionOpened() {
+	if m == nil {
+		return
+	}
+	m.sessionsOpened.Inc()
+	m.sessionsActive.Inc()
+}
+
+// SessionClosed counts a downstream session that ended.
+func (m *Metrics) SessionClosed() {
+	if m == nil {
+		return
+	}
+	m.sessionsActive.Dec()
+}
+
+// methodLabel bounds the method label to the forwarded methods.
+func methodLabel(m string) string {
+	switch m {
+	case "tools/call", "resources/read", "prompts/get", "completion/complete":
+		return m
+	}
+	return otherLabel
+}
+
+func outcomeLabel(o string) string {
+	switch o {
+	case OutcomeOK, OutcomeError, OutcomeRefused, OutcomeCut, OutcomeWithheld:
+		return o
+	}
+	return otherLabel
+}
+
+func eventLabel(k string) string {
+	switch k {
+	case "created", "returned", "forced", "failed", "warning", "cut", "refused":
+		return k
+	}
+	return otherLabel
+}
+
+func reasonLabel(r string) string {
+	switch r {
+	case fold.ReasonBudget, fold.ReasonDeadline, fold.ReasonParent, fold.ReasonSessionEnd, fold.ReasonProxyRestarted:
+		return r
+	}
+	return otherLabel
+}

@@ -1,0 +1,803 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/upstreams"
+)
+
+// SupportedVersions are the protocol versions the fronts speak, newest first.
+var SupportedVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
+
+// Upstream is what the core needs of one upstream connection
+// (*upstreams.Upstream implements it).
+type Upstream interface {
+	Name() string
+	Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+	Notify(ctx context.Context, method string, params json.RawMessage) error
+	Catalog() upstreams.Catalog
+}
+
+// Folder is what the core needs of the fold engine (*fold.Manager).
+type Folder interface {
+	Tools() []json.RawMessage
+	CallTool(ctx context.Context, session, name string, args json.RawMessage) (json.RawMessage, error)
+	OpenSession(ctx context.Context, rec fold.SessionRecord) error
+	ResumeSession(ctx context.Context, id string) (*fold.SessionRecord, error)
+	TouchSession(ctx context.Context, id string)
+	EndSession(ctx context.Context, id string) error
+}
+
+// JSONScrubber scrubs secrets out of relayed notifications and
+// server-to-client requests (*intercept.Scrubber).
+type JSONScrubber interface {
+	ScrubJSON(ctx context.Context, raw json.RawMessage) (json.RawMessage, map[string]int, error)
+}
+
+// Options configure a Server. Upstreams, Fold and Logger are required.
+type Options struct {
+	Settings  policy.Settings
+	Upstreams []Upstream
+	Fold      Folder
+	// Interceptors run around every forwarded request, in the order a result
+	// meets them (see intercept.Chain): scrub, tokens, budget, audit, metrics.
+	Interceptors []intercept.Interceptor
+	// ControlInterceptors run around foldproxy's own control tools
+	// (branch_create, branch_return, branch_status): audit and metrics.
+	// branch_recall returns archived content and takes the full chain.
+	ControlInterceptors []intercept.Interceptor
+	// Scrubber cleans relayed notifications and requests; nil disables it.
+	Scrubber JSONScrubber
+	// ScrubFailed is told about each relayed message withheld because it
+	// could not be scanned (metrics); may be nil.
+	Logger  *slog.Logger
+	Name    string // serverInfo.name; default "foldproxy"
+	Version string
+	// PageSize bounds list results per page. Default 500.
+	PageSize int
+}
+
+// Server is the core: it implements Endpoint for the fronts.
+type Server struct {
+	opts      Options
+	log       *slog.Logger
+	sep       string
+	upstreams map[string]Upstream
+	names     []string // upstream names, sorted
+
+	forward Handler
+	control Handler
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+	cat      *catalog // nil: rebuild on next use
+	progress map[string]*progressRoute
+	calls    map[string][]*activeCall // in-flight forwarded calls by upstream
+	subs     map[string]map[*Session]bool
+}
+
+// Handler is the chain's entry point (an intercept.Handler).
+type Handler = intercept.Handler
+
+type progressRoute struct {
+	sess  *Session
+	token json.RawMessage
+	out   Outbound
+}
+
+type activeCall struct {
+	sess *Session
+	out  Outbound
+}
+
+var _ Endpoint = (*Server)(nil)
+
+// New builds a Server.
+func New(opts Options) (*Server, error) {
+	if opts.Fold == nil {
+		return nil, errors.New("proxy: Options.Fold is required")
+	}
+	if opts.Logger == nil {
+		return nil, errors.New("proxy: Options.Logger is required")
+	}
+	if opts.Name == "" {
+		opts.Name = "foldproxy"
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	if opts.PageSize <= 0 {
+		opts.PageSize = 500
+	}
+	if opts.Settings.Separator == "" {
+		d := policy.Default()
+		opts.Settings.Separator = d.Separator
+	}
+	s := &Server{
+		opts:      opts,
+		log:       opts.Logger,
+		sep:       opts.Settings.Separator,
+		upstreams: make(map[string]Upstream),
+		sessions:  make(map[string]*Session),
+		progress:  make(map[string]*progressRoute),
+		calls:     make(map[string][]*activeCall),
+		subs:      make(map[string]map[*Session]bool),
+	}
+	for _, u := range opts.Upstreams {
+		if _, dup := s.upstreams[u.Name()]; dup {
+			return nil, fmt.Errorf("proxy: duplicate upstream %q", u.Name())
+		}
+		s.upstreams[u.Name()] = u
+		s.names = append(s.names, u.Name())
+	}
+	sort.Strings(s.names)
+	s.forward = intercept.Chain(s.callUpstream, opts.Interceptors...)
+	s.control = intercept.Chain(s.callFold, opts.ControlInterceptors...)
+	return s, nil
+}
+
+// OpenSession implements Endpoint.
+func (s *Server) OpenSession(ctx context.Context, id, transport string, standalone Outbound) *Session {
+	if id == "" {
+		id = newID("s")
+	}
+	sess := newSession(id, transport, standalone)
+	s.mu.Lock()
+	s.sessions[id] = sess
+	s.mu.Unlock()
+	return sess
+}
+
+// ResumeSession restores an HTTP session persisted before a restart. It is
+// the HTTP front's Resume hook.
+func (s *Server) ResumeSession(ctx context.Context, id string) (*Session, bool) {
+	s.mu.Lock()
+	if sess, ok := s.sessions[id]; ok {
+		s.mu.Unlock()
+		return sess, true
+	}
+	s.mu.Unlock()
+	rec, err := s.opts.Fold.ResumeSession(ctx, id)
+	if err != nil || rec.Transport != "http" {
+		return nil, false
+	}
+	sess := newSession(id, "http", nil)
+	sess.protocolVersion = rec.ProtocolVersion
+	sess.clientInfo = rec.ClientInfo
+	sess.clientCaps = rec.ClientCaps
+	sess.initialized = true
+	s.mu.Lock()
+	if prev, ok := s.sessions[id]; ok {
+		s.mu.Unlock()
+		return prev, true
+	}
+	s.sessions[id] = sess
+	s.mu.Unlock()
+	s.log.Info("session resumed from the store", "session", id)
+	return sess, true
+}
+
+// CloseSession implements Endpoint.
+func (s *Server) CloseSession(sess *Session) {
+	sess.mu.Lock()
+	if sess.closed {
+		sess.mu.Unlock()
+		return
+	}
+	sess.closed = true
+	initialized := sess.initialized
+	pending := sess.pending
+	sess.pending = make(map[string]chan *Message)
+	sess.mu.Unlock()
+	sess.cancel()
+	for _, ch := range pending {
+		close(ch)
+	}
+	s.mu.Lock()
+	delete(s.sessions, sess.id)
+	for uri, set := range s.subs {
+		delete(set, sess)
+		if len(set) == 0 {
+			delete(s.subs, uri)
+		}
+	}
+	s.mu.Unlock()
+	if initialized {
+		grace := s.opts.Settings.Fold.SessionEndGrace.D()
+		if grace <= 0 {
+			grace = 30 * time.Second
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		if err := s.opts.Fold.EndSession(ctx, sess.id); err != nil {
+			s.log.Warn("ending session", "session", sess.id, "err", err)
+		}
+		cancel()
+	}
+	close(sess.done)
+}
+
+// Close ends every session.
+func (s *Server) Close() {
+	s.mu.Lock()
+	list := make([]*Session, 0, len(s.sessions))
+	for _, sess := range s.sessions {
+		list = append(list, sess)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, sess := range list {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.CloseSession(sess) }()
+	}
+	wg.Wait()
+}
+
+// Deliver implements Endpoint.
+func (s *Server) Deliver(ctx context.Context, sess *Session, msg *Message, out Outbound) {
+	switch {
+	case msg.IsResponse():
+		s.deliverResponse(sess, msg)
+	case msg.IsNotification():
+		s.handleNotification(ctx, sess, msg)
+	case msg.IsRequest():
+		res, rpcErr := s.serveRequest(ctx, sess, msg, out)
+		if !sess.send(out, Response(msg.ID, res, rpcErr)) {
+			s.log.Debug("response not delivered: stream closed", "session", sess.id, "method", msg.Method)
+		}
+	}
+}
+
+func (s *Server) serveRequest(ctx context.Context, sess *Session, msg *Message, out Outbound) (res json.RawMessage, rpcErr *Error) {
+	key := string(msg.ID)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(sess.ctx, cancel)
+	defer stop()
+	sess.mu.Lock()
+	sess.inflight[key] = cancel
+	sess.mu.Unlock()
+	defer func() {
+		sess.mu.Lock()
+		delete(sess.inflight, key)
+		sess.mu.Unlock()
+		if r := recover(); r != nil {
+			s.log.Error("panic serving request", "method", msg.Method, "panic", r, "stack", string(debug.Stack()))
+			res, rpcErr = nil, Errorf(CodeInternalError, "internal error serving %s", msg.Method)
+		}
+	}()
+	sess.touch()
+	return s.dispatch(ctx, sess, msg, out)
+}
+
+func (s *Server) dispatch(ctx context.Context, sess *Session, msg *Message, out Outbound) (json.RawMessage, *Error) {
+	params := msg.Params
+	if len(params) == 0 || string(params) == "null" {
+		params = json.RawMessage("{}")
+	}
+	if params[0] != '{' {
+		return nil, Errorf(CodeInvalidParams, "invalid params for %s: want an object", msg.Method)
+	}
+	switch msg.Method {
+	case "initialize":
+		return s.initialize(ctx, sess, params)
+	case "ping":
+		return json.RawMessage("{}"), nil
+	case "tools/list":
+		return s.list(params, "tools", func(c *catalog) []json.RawMessage { return c.tools })
+	case "prompts/list":
+		return s.list(params, "prompts", func(c *catalog) []json.RawMessage { return c.prompts })
+	case "resources/list":
+		return s.list(params, "resources", func(c *catalog) []json.RawMessage { return c.resources })
+	case "resources/templates/list":
+		return s.list(params, "resourceTemplates", func(c *catalog) []json.RawMessage { return c.templates })
+	case "tools/call":
+		return s.callTool(ctx, sess, params, out)
+	case "prompts/get":
+		return s.getPrompt(ctx, sess, params, out)
+	case "resources/read":
+		return s.readResource(ctx, sess, params, out)
+	case "resources/subscribe", "resources/unsubscribe":
+		return s.subscribe(ctx, sess, msg.Method, params)
+	case "completion/complete":
+		return s.complete(ctx, sess, params, out)
+	case "logging/setLevel":
+		return s.setLevel(ctx, sess, params)
+	default:
+		return nil, Errorf(CodeMethodNotFound, "method not found: %s", msg.Method)
+	}
+}
+
+func (s *Server) initialize(ctx context.Context, sess *Session, params json.RawMessage) (json.RawMessage, *Error) {
+	var p struct {
+		ProtocolVersion string          `json:"protocolVersion"`
+		Capabilities    json.RawMessage `json:"capabilities"`
+		ClientInfo      json.RawMessage `json:"clientInfo"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, Errorf(CodeInvalidParams, "invalid initialize params: %v", err)
+	}
+	version := SupportedVersions[0]
+	for _, v := range SupportedVersions {
+		if v == p.ProtocolVersion {
+			version = v
+		}
+	}
+	sess.mu.Lock()
+	sess.protocolVersion = version
+	sess.clientCaps = p.Capabilities
+	sess.clientInfo = p.ClientInfo
+	sess.initialized = true
+	sess.mu.Unlock()
+	now := time.Now()
+	if err := s.opts.Fold.OpenSession(ctx, fold.SessionRecord{
+		ID: sess.id, Transport: sess.transport, ProtocolVersion: version,
+		ClientInfo: p.ClientInfo, ClientCaps: p.Capabilities, Created: now, LastSeen: now,
+	}); err != nil {
+		return nil, Errorf(CodeInternalError, "could not open the session: %v", err)
+	}
+	result := map[string]any{
+		"protocolVersion": version,
+		"capabilities": map[string]any{
+			"tools":       map[string]any{"listChanged": true},
+			"prompts":     map[string]any{"listChanged": true},
+			"resources":   map[string]any{"subscribe": true, "listChanged": true},
+			"logging":     map[string]any{},
+			"completions": map[string]any{},
+		},
+		"serverInfo":   map[string]any{"name": s.opts.Name, "version": s.opts.Version},
+		"instructions": s.instructions(),
+	}
+	b, _ := json.Marshal(result)
+	return b, nil
+}
+
+func (s *Server) instructions() string {
+	var b strings.Builder
+	b.WriteString("foldproxy wraps these MCP servers; their tools and prompts are named <server>" + s.sep + "<name>: ")
+	b.WriteString(strings.Join(s.names, ", "))
+	b.WriteString(".\nUse branch_create before a sub-task whose tool output you will not need verbatim (exploring code, reading many files, test logs), do the work, then branch_return with a short summary: only the summary stays in your context. Every tool result is counted against the current branch's token budget.")
+	for _, name := range s.names {
+		if in := s.upstreams[name].Catalog().Instructions; in != "" {
+			fmt.Fprintf(&b, "\n\n[%s]\n%s", name, in)
+		}
+	}
+	return b.String()
+}
+
+// list serves one page of a merged list.
+func (s *Server) list(params json.RawMessage, key string, items func(*catalog) []json.RawMessage) (json.RawMessage, *Error) {
+	all := items(s.catalog())
+	start := 0
+	if cur := stringField(params, "cursor"); cur != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(cur, "fp:"))
+		if err != nil || !strings.HasPrefix(cur, "fp:") || n < 0 || n > len(all) {
+			return nil, Errorf(CodeInvalidParams, "invalid cursor %q", cur)
+		}
+		start = n
+	}
+	end := min(start+s.opts.PageSize, len(all))
+	var b []byte
+	b = append(b, `{"`...)
+	b = append(b, key...)
+	b = append(b, `":[`...)
+	for i, it := range all[start:end] {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, it...)
+	}
+	b = append(b, ']')
+	if end < len(all) {
+		b = append(b, `,"nextCursor":`...)
+		b = append(b, quote("fp:"+strconv.Itoa(end))...)
+	}
+	b = append(b, '}')
+	return b, nil
+}
+
+// callTool serves tools/call: a fold tool or a forwarded upstream tool.
+func (s *Server) callTool(ctx context.Context, sess *Session, params json.RawMessage, out Outbound) (json.RawMessage, *Error) {
+	name := stringField(params, "name")
+	if name == "" {
+		return nil, Errorf(CodeInvalidParams, "tools/call: params.name is required")
+	}
+	args, ok := getField(params, "arguments")
+	if !ok || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	if args[0] != '{' {
+		return nil, Errorf(CodeInvalidParams, "tools/call %s: arguments must be an object", name)
+	}
+	cat := s.catalog()
+	ex := &intercept.Exchange{
+		Session: sess.id, Method: "tools/call", Start: time.Now(), Args: args,
+	}
+	if cat.foldTools[name] {
+		ex.Name = name
+		ex.Params = params
+		h := s.control
+		if name == "branch_recall" {
+			h = s.forward
+		}
+		return s.finish(ctx, sess, ex, h, out)
+	}
+	r, ok := cat.toolRoutes[name]
+	if !ok {
+		return nil, Errorf(CodeInvalidParams, "unknown tool %q: it is not in tools/list (was its upstream removed or renamed?)", name)
+	}
+	ex.Upstream, ex.Name = r.upstream, r.name
+	if r.injected {
+		if v, ok := getField(args, branchIDArg); ok {
+			if len(v) > 0 && v[0] == '"' {
+				_ = json.Unmarshal(v, &ex.ExplicitBranch)
+			} else if string(v) != "null" {
+				return toolError(fmt.Sprintf("argument %s must be a string (a branch id from branch_create)", branchIDArg)), nil
+			}
+			stripped, err := deleteField(args, branchIDArg)
+			if err != nil {
+				return nil, Errorf(CodeInvalidParams, "tools/call %s: %v", name, err)
+			}
+			args = stripped
+			if params, err = setField(params, "arguments", args); err != nil {
+				return nil, Errorf(CodeInvalidParams, "tools/call %s: %v", name, err)
+			}
+		}
+	}
+	ex.Args = args
+	var err error
+	if params, err = setField(params, "name", quote(r.name)); err != nil {
+		return nil, Errorf(CodeInvalidParams, "tools/call %s: %v", name, err)
+	}
+	ex.Params = params
+	return s.finish(ctx, sess, ex, s.forward, out)
+}
+
+func (s *Server) getPrompt(ctx context.Context, sess *Session, params json.RawMessage, out Outbound) (json.RawMessage, *Error) {
+	name := stringField(params, "name")
+	r, ok := s.catalog().promptRoutes[name]
+	if !ok {
+		return nil, Errorf(CodeInvalidParams, "unknown prompt %q", name)
+	}
+	params, err := setField(params, "name", quote(r.name))
+	if err != nil {
+		return nil, Errorf(CodeInvalidParams, "prompts/get: %v", err)
+	}
+	ex := &intercept.Exchange{Session: sess.id, Upstream: r.upstream, Method: "prompts/get", Name: r.name, Params: params, Start: time.Now()}
+	ex.Args, _ = getField(params, "arguments")
+	return s.finish(ctx, sess, ex, s.forward, out)
+}
+
+func (s *Server) readResource(ctx context.Context, sess *Session, params json.RawMessage, out Outbound) (json.RawMessage, *Error) {
+	uri := stringField(params, "uri")
+	if uri == "" {
+		return nil, Errorf(CodeInvalidParams, "resources/read: params.uri is required")
+	}
+	up, ok := s.catalog().resourceUpstream(uri)
+	if !ok {
+		return nil, &Error{Code: CodeResourceNotFound, Message: fmt.Sprintf("resource not found: %s", uri), Data: mustJSON(map[string]string{"uri": uri})}
+	}
+	ex := &intercept.Exchange{Session: sess.id, Upstream: up, Method: "resources/read", Name: uri, Params: params, Start: time.Now()}
+	return s.finish(ctx, sess, ex, s.forward, out)
+}
+
+func (s *Server) complete(ctx context.Context, sess *Session, params json.RawMessage, out Outbound) (json.RawMessage, *Error) {
+	ref, _ := getField(params, "ref")
+	var up string
+	switch stringField(ref, "type") {
+	case "ref/prompt":
+		r, ok := s.catalog().promptRoutes[stringField(ref, "name")]
+		if !ok {
+			return nil, Errorf(CodeInvalidParams, "completion/complete: unknown prompt %q", stringField(ref, "name"))
+		}
+		ref2, err := setField(ref, "name", quote(r.name))
+		if err == nil {
+			params, err = setField(params, "ref", ref2)
+		}
+		if err != nil {
+			return nil, Errorf(CodeInvalidParams, "completion/complete: %v", err)
+		}
+		up = r.upstream
+	case "ref/resource":
+		uri := stringField(ref, "uri")
+		u, ok := s.catalog().resourceUpstream(uri)
+		if !ok {
+			return nil, Errorf(CodeInvalidParams, "completion/complete: unknown resource %q", uri)
+		}
+		up = u
+	default:
+		return nil, Errorf(CodeInvalidParams, "completion/complete: ref.type must be ref/prompt or ref/resource")
+	}
+	ex := &intercept.Exchange{Session: sess.id, Upstream: up, Method: "completion/complete", Params: params, Start: time.Now()}
+	return s.finish(ctx, sess, ex, s.forward, out)
+}
+
+// finish runs an exchange through its chain and turns the outcome into the
+// JSON-RPC answer.
+func (s *Server) finish(ctx context.Context, sess *Session, ex *intercept.Exchange, h Handler, out Outbound) (json.RawMessage, *Error) {
+	var restore func()
+	if ex.Upstream != "" {
+		var err error
+		if ex.Params, restore, err = s.routeProgress(sess, ex.Params, out); err != nil {
+			return nil, Errorf(CodeInvalidParams, "%s: %v", ex.Method, err)
+		}
+		defer restore()
+		defer s.trackCall(ex.Upstream, sess, out)()
+	}
+	herr := h(ctx, ex)
+	if ex.Err == nil && herr != nil {
+		ex.Err = herr
+	}
+	if ex.Err != nil {
+		if ex.Method == "tools/call" {
+			return toolError(ex.Err.Error()), nil
+		}
+		code := CodeInternalError
+		if errors.Is(ex.Err, upstreams.ErrUnavailable) {
+			code = CodeUpstreamUnavailable
+		}
+		return nil, &Error{Code: code, Message: ex.Err.Error()}
+	}
+	if ex.RPCError != nil {
+		return nil, rpcErrorOf(ex.RPCError)
+	}
+	if ex.Result == nil {
+		return nil, Errorf(CodeInternalError, "%s: no result", ex.Method)
+	}
+	return ex.Result, nil
+}
+
+// rpcErrorOf turns an upstream's JSON-RPC error (possibly rewritten by the
+// scrubber) into the error sent downstream, code and data kept.
+func rpcErrorOf(err error) *Error {
+	var re *upstreams.RPCError
+	if errors.As(err, &re) {
+		return &Error{Code: re.Code, Message: re.Message, Data: re.Data}
+	}
+	var coded interface {
+		RPCCode() int
+		RPCMessage() string
+		RPCData() json.RawMessage
+	}
+	if errors.As(err, &coded) {
+		return &Error{Code: coded.RPCCode(), Message: coded.RPCMessage(), Data: coded.RPCData()}
+	}
+	return &Error{Code: CodeInternalError, Message: err.Error()}
+}
+
+// callUpstream is the innermost handler of the forwarding chain.
+func (s *Server) callUpstream(ctx context.Context, ex *intercept.Exchange) error {
+	u, ok := s.upstreams[ex.Upstream]
+	if !ok {
+		ex.Err = fmt.Errorf("unknown upstream %q", ex.Upstream)
+		return ex.Err
+	}
+	t0 := time.Now()
+	res, err := u.Call(ctx, ex.Method, ex.Params)
+	ex.UpstreamLatency = time.Since(t0)
+	if err != nil {
+		var re *upstreams.RPCError
+		if errors.As(err, &re) {
+			ex.RPCError = re
+			ex.Outcome = intercept.OutcomeError
+			return nil
+		}
+		ex.Outcome = intercept.OutcomeError
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%s on %s cancelled: %w", ex.Method, ex.Upstream, ctx.Err())
+		}
+		ex.Err = err
+		return err
+	}
+	ex.Result = res
+	return nil
+}
+
+// callFold is the innermost handler for foldproxy's own tools.
+func (s *Server) callFold(ctx context.Context, ex *intercept.Exchange) error {
+	res, err := s.opts.Fold.CallTool(ctx, ex.Session, ex.Name, ex.Args)
+	if err != nil {
+		ex.Err = err
+		ex.Outcome = intercept.OutcomeError
+		return err
+	}
+	ex.Result = res
+	if ex.Outcome == "" {
+		ex.Outcome = intercept.OutcomeOK
+	}
+	return nil
+}
+
+func (s *Server) setLevel(ctx context.Context, sess *Session, params json.RawMessage) (json.RawMessage, *Error) {
+	level := stringField(params, "level")
+	idx := levelIndex(level)
+	if idx < 0 {
+		return nil, Errorf(CodeInvalidParams, "logging/setLevel: level %q is not one of %s", level, strings.Join(logLevels[:], ", "))
+	}
+	sess.mu.Lock()
+	sess.logLevel = idx
+	sess.mu.Unlock()
+	// Upstreams are shared by every session: ask each for the most verbose
+	// level any session wants, and filter per session on the way back.
+	lowest := idx
+	s.mu.Lock()
+	for _, o := range s.sessions {
+		o.mu.Lock()
+		if o.logLevel >= 0 && o.logLevel < lowest {
+			lowest = o.logLevel
+		}
+		o.mu.Unlock()
+	}
+	s.mu.Unlock()
+	p := mustJSON(map[string]string{"level": logLevels[lowest]})
+	for _, name := range s.names {
+		u := s.upstreams[name]
+		if !hasCap(u.Catalog().ServerCapabilities, "logging") {
+			continue
+		}
+		if _, err := u.Call(ctx, "logging/setLevel", p); err != nil {
+			s.log.Debug("logging/setLevel upstream", "upstream", name, "err", err)
+		}
+	}
+	return json.RawMessage("{}"), nil
+}
+
+func (s *Server) subscribe(ctx context.Context, sess *Session, method string, params json.RawMessage) (json.RawMessage, *Error) {
+	uri := stringField(params, "uri")
+	up, ok := s.catalog().resourceUpstream(uri)
+	if !ok {
+		return nil, &Error{Code: CodeResourceNotFound, Message: fmt.Sprintf("resource not found: %s", uri)}
+	}
+	s.mu.Lock()
+	set := s.subs[uri]
+	first := len(set) == 0
+	if method == "resources/subscribe" {
+		if set == nil {
+			set = make(map[*Session]bool)
+			s.subs[uri] = set
+		}
+		set[sess] = true
+	} else {
+		delete(set, sess)
+	}
+	last := len(set) == 0
+	s.mu.Unlock()
+	// Upstreams are shared: subscribe on the first subscriber, unsubscribe
+	// after the last.
+	if (method == "resources/subscribe" && first) || (method == "resources/unsubscribe" && last) {
+		if _, err := s.upstreams[up].Call(ctx, method, params); err != nil {
+			var re *upstreams.RPCError
+			if errors.As(err, &re) {
+				return nil, &Error{Code: re.Code, Message: re.Message, Data: re.Data}
+			}
+			return nil, &Error{Code: CodeUpstreamUnavailable, Message: err.Error()}
+		}
+	}
+	return json.RawMessage("{}"), nil
+}
+
+func (s *Server) handleNotification(ctx context.Context, sess *Session, msg *Message) {
+	switch msg.Method {
+	case "notifications/initialized":
+		sess.mu.Lock()
+		sess.initialized = true
+		sess.mu.Unlock()
+	case "notifications/cancelled":
+		var p struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(msg.Params, &p) == nil && len(p.RequestID) > 0 {
+			sess.mu.Lock()
+			cancel := sess.inflight[string(p.RequestID)]
+			sess.mu.Unlock()
+			if cancel != nil {
+				cancel()
+			}
+		}
+	case "notifications/roots/list_changed":
+		for _, name := range s.names {
+			if err := s.upstreams[name].Notify(ctx, msg.Method, msg.Params); err != nil {
+				s.log.Debug("relaying roots/list_changed", "upstream", name, "err", err)
+			}
+		}
+	}
+	s.opts.Fold.TouchSession(ctx, sess.id)
+}
+
+func (s *Server) deliverResponse(sess *Session, msg *Message) {
+	var id string
+	if json.Unmarshal(msg.ID, &id) != nil {
+		id = string(msg.ID)
+	}
+	sess.mu.Lock()
+	ch := sess.pending[id]
+	delete(sess.pending, id)
+	sess.mu.Unlock()
+	if ch != nil {
+		ch <- msg
+	}
+}
+
+// request sends a server-to-client request to the agent and waits for its answer.
+func (s *Server) request(ctx context.Context, sess *Session, out Outbound, method string, params json.RawMessage) (json.RawMessage, error) {
+	id := newID("fp")
+	ch := make(chan *Message, 1)
+	sess.mu.Lock()
+	if sess.closed {
+		sess.mu.Unlock()
+		return nil, errors.New("the agent's session has ended")
+	}
+	sess.pending[id] = ch
+	sess.mu.Unlock()
+	defer func() {
+		sess.mu.Lock()
+		delete(sess.pending, id)
+		sess.mu.Unlock()
+	}()
+	b, _ := json.Marshal(Message{JSONRPC: "2.0", ID: quote(id), Method: method, Params: params})
+	if !sess.send(out, b) {
+		return nil, fmt.Errorf("cannot reach the agent to ask %s: no open stream", method)
+	}
+	select {
+	case m, ok := <-ch:
+		if !ok {
+			return nil, errors.New("the agent's session has ended")
+		}
+		if m.Error != nil {
+			return nil, &upstreams.RPCError{Code: m.Error.Code, Message: m.Error.Message, Data: m.Error.Data}
+		}
+		return m.Result, nil
+	case <-ctx.Done():
+		cancelled, _ := json.Marshal(map[string]any{"requestId": id, "reason": "cancelled by the upstream server"})
+		sess.send(out, Notification("notifications/cancelled", cancelled))
+		return nil, ctx.Err()
+	}
+}
+
+func toolError(text string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{
+		"content": []map[string]string{{"type": "text", "text": text}},
+		"isError": true,
+	})
+	return b
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only called with values that always marshal
+	}
+	return b
+}
+
+func hasCap(caps json.RawMessage, name string) bool {
+	if len(caps) == 0 {
+		return false
+	}
+	_, ok := getField(caps, name)
+	return ok
+}
+
+// newID returns a unique id: random, so that ids do not repeat across
+// restarts (session ids are persisted).
+func newID(prefix string) string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
