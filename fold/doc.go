@@ -23,3 +23,19 @@ package fold
 //	(*Manager).Tools() []json.RawMessage
 //	(*Manager).CallTool(ctx, session, name string, args json.RawMessage) (json.RawMessage, error)
 //	(*Manager).Close() error
+//
+// Budgets of parents and children: a child's budget is not reserved out of
+// its parent's; it must only not exceed what the parent has left when the
+// child is created. The child's tool results are charged to the child
+// alone. When it returns, the parent is charged what it receives, the
+// return message and return value (counted by the Counter), and that
+// exchange is archived in the parent. A forced return charges the parent
+// nothing at once: its automatic summary is handed to the parent's next
+// Charge (Budget.Summaries), whose tokens the parent pays. The fold tools'
+// own answers (branch_create, branch_status, branch_recall) are not charged
+// by fold; branch_return's message is, by Return itself, so the proxy must
+// not charge it again.
+//
+// Other exported helpers: OpenBadger and OpenBadgerReadOnly (the durable
+// store), NewMemStore (tests), the optional Batcher extension of Store,
+// ToolNames and IsTool, and (*Manager).Prune.

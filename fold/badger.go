@@ -1,0 +1,640 @@
+package fold
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+)
+
+// BadgerStore is the durable Store, kept in an embedded Badger database.
+//
+// Every write is a Badger transaction committed with SyncWrites, so a write
+// that returned nil has been fsynced and survives kill -9.
+//
+// Key layout (ids are path-escaped, so they never contain a '/'):
+//
+//	b/<id>                      branch record (JSON)
+//	s/<session>/<id>            index of a session's branches (empty value)
+//	c/<branch>/<seq, 20 digits> archived call (JSON)
+//	x/<handle>                  remainder of a cut result (raw bytes)
+//	sess/<id>                   session record (JSON)
+//	t/<unix ns, 20 digits>/<key> archive index by time; the value is the
+//	                            archived value's size, for pruning
+type BadgerStore struct {
+	db       *badger.DB
+	readOnly bool
+
+	mu  sync.Mutex
+	seq map[string]int // last sequence number by branch, loaded lazily
+}
+
+var (
+	_ Store   = (*BadgerStore)(nil)
+	_ Batcher = (*BadgerStore)(nil)
+)
+
+// OpenBadger opens (creating if needed) the store in dir for reading and
+// writing. Only one process may hold it open this way. Badger's own
+// warnings and errors go to logger; nil discards them.
+//
+// The options keep Badger's memory small (two 8 MiB memtables, small block
+// and index caches, 64 MiB value log files, no compression) because the
+// store holds little besides archived tool results, which are read rarely.
+// A single value (one archived result) must stay under 64 MiB.
+func OpenBadger(dir string, logger *slog.Logger) (*BadgerStore, error) {
+	return openBadger(dir, logger, false)
+}
+
+// OpenBadgerReadOnly opens the store in dir for reading only, as
+// `foldproxy report` does. It fails while a proxy holds the store open, and
+// after a crash until a proxy has opened it once again (Badger must replay
+// its log first).
+func OpenBadgerReadOnly(dir string, logger *slog.Logger) (*BadgerStore, error) {
+	return openBadger(dir, logger, true)
+}
+
+func openBadger(dir string, logger *slog.Logger, readOnly bool) (*BadgerStore, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: fold: the store directory is empty; set stateDir or --state", ErrInvalidArgument)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	opts := badger.DefaultOptions(dir).
+		WithLogger(badgerLogger{logger.With("component", "badger")}).
+		WithReadOnly(readOnly).
+		WithSyncWrites(true).
+		WithMemTableSize(8 << 20).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(2).
+		WithNumLevelZeroTablesStall(8).
+		WithBlockCacheSize(4 << 20).
+		WithIndexCacheSize(4 << 20).
+		WithValueLogFileSize(64 << 20).
+		WithValueThreshold(64 << 10).
+		WithCompression(options.None).
+		WithNumCompactors(2).
+		WithNumGoroutines(2).
+		WithMetricsEnabled(false).
+		WithDetectConflicts(false)
+	db, err := badger.Open(opts)
+	if err != nil {
+		if readOnly {
+			return nil, fmt.Errorf("fold: open store %s read-only: %w (is a foldproxy running on it, or did one crash? start and stop the proxy once, then retry)", dir, err)
+		}
+		return nil, fmt.Errorf("fold: open store %s: %w (is another foldproxy using this state directory?)", dir, err)
+	}
+	return &BadgerStore{db: db, readOnly: readOnly, seq: make(map[string]int)}, nil
+}
+
+// badgerLogger adapts slog to Badger's logger at warn level: Badger's info
+// and debug chatter is dropped.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, v ...any) {
+	b.l.Error(strings.TrimSpace(fmt.Sprintf(f, v...)))
+}
+
+func (b badgerLogger) Warningf(f string, v ...any) {
+	b.l.Warn(strings.TrimSpace(fmt.Sprintf(f, v...)))
+}
+func (badgerLogger) Infof(string, ...any)  {}
+func (badgerLogger) Debugf(string, ...any) {}
+
+func esc(s string) string { return url.PathEscape(s) }
+
+func branchKey(id string) []byte { return []byte("b/" + esc(id)) }
+func sessionIndexKey(session, id string) []byte {
+	return []byte("s/" + esc(session) + "/" + esc(id))
+}
+func callPrefix(branch string) []byte       { return []byte("c/" + esc(branch) + "/") }
+func callKey(branch string, seq int) []byte { return fmt.Appendf(callPrefix(branch), "%020d", seq) }
+func cutKey(handle string) []byte           { return []byte("x/" + esc(handle)) }
+func sessionKey(id string) []byte           { return []byte("sess/" + esc(id)) }
+func timeKey(t time.Time, key []byte) []byte {
+	return append(fmt.Appendf(nil, "t/%020d/", max(t.UnixNano(), 0)), key...)
+}
+
+func (s *BadgerStore) update(ctx context.Context, what string, fn func(txn *badger.Txn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.readOnly {
+		return fmt.Errorf("fold: %s: the store was opened read-only", what)
+	}
+	if err := s.db.Update(fn); err != nil {
+		if errors.Is(err, badger.ErrDBClosed) {
+			return fmt.Errorf("fold: %s: %w", what, ErrStoreClosed)
+		}
+		return fmt.Errorf("fold: %s: %w", what, err)
+	}
+	return nil
+}
+
+func (s *BadgerStore) view(ctx context.Context, fn func(txn *badger.Txn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.db.View(fn)
+	if errors.Is(err, badger.ErrDBClosed) {
+		return ErrStoreClosed
+	}
+	return err
+}
+
+// PutBranch stores b, replacing any earlier version, and indexes it under
+// its session.
+func (s *BadgerStore) PutBranch(ctx context.Context, b *Branch) error {
+	if b == nil || b.ID == "" {
+		return fmt.Errorf("%w: fold: PutBranch needs a branch with an id", ErrInvalidArgument)
+	}
+	data, err := json.Marshal(b)
+	if err != nil {
+		return fmt.Errorf("fold: encode branch %s: %w", b.ID, err)
+	}
+	return s.update(ctx, "put branch "+b.ID, func(txn *badger.Txn) error {
+		if err := txn.Set(branchKey(b.ID), data); err != nil {
+			return err
+		}
+		return txn.Set(sessionIndexKey(b.Session, b.ID), nil)
+	})
+}
+
+// GetBranch returns the branch id, or an error wrapping ErrBranchNotFound.
+func (s *BadgerStore) GetBranch(ctx context.Context, id string) (*Branch, error) {
+	var b *Branch
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		var err error
+		b, err = getBranch(txn, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func getBranch(txn *badger.Txn, id string) (*Branch, error) {
+	item, err := txn.Get(branchKey(id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: branch %q is not in the store", ErrBranchNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fold: read branch %s: %w", id, err)
+	}
+	var b *Branch
+	err = item.Value(func(v []byte) error {
+		var err error
+		b, err = decodeBranch(v)
+		return err
+	})
+	return b, err
+}
+
+// Branches lists the branches of session, or of every session when session
+// is "", in creation order.
+func (s *BadgerStore) Branches(ctx context.Context, session string) ([]*Branch, error) {
+	var out []*Branch
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		if session == "" {
+			return scan(txn, []byte("b/"), true, func(_ []byte, v []byte) error {
+				b, err := decodeBranch(v)
+				if err != nil {
+					return err
+				}
+				out = append(out, b)
+				return nil
+			})
+		}
+		prefix := []byte("s/" + esc(session) + "/")
+		var ids []string
+		err := scan(txn, prefix, false, func(k, _ []byte) error {
+			id, err := url.PathUnescape(string(k[len(prefix):]))
+			if err != nil {
+				return fmt.Errorf("fold: bad index key %q: %w", k, err)
+			}
+			ids = append(ids, id)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			b, err := getBranch(txn, id)
+			if errors.Is(err, ErrBranchNotFound) {
+				continue // pruned after the index was read
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, b)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sortBranches(out)
+	return out, nil
+}
+
+// scan calls fn for each key under prefix, in key order, with its value
+// when values is set.
+func scan(txn *badger.Txn, prefix []byte, values bool, fn func(k, v []byte) error) error {
+	o := badger.DefaultIteratorOptions
+	o.Prefix = prefix
+	o.PrefetchValues = values
+	o.PrefetchSize = 16
+	it := txn.NewIterator(o)
+	defer it.Close()
+	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+		item := it.Item()
+		k := item.KeyCopy(nil)
+		var v []byte
+		if values {
+			var err error
+			if v, err = item.ValueCopy(nil); err != nil {
+				return err
+			}
+		}
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nextSeq reserves the next call sequence number of branch.
+func (s *BadgerStore) nextSeq(ctx context.Context, branch string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last, ok := s.seq[branch]
+	if !ok {
+		err := s.view(ctx, func(txn *badger.Txn) error {
+			o := badger.DefaultIteratorOptions
+			o.Reverse = true
+			o.PrefetchValues = false
+			prefix := callPrefix(branch)
+			o.Prefix = prefix
+			it := txn.NewIterator(o)
+			defer it.Close()
+			it.Seek(append(bytes.Clone(prefix), 0xff))
+			if !it.ValidForPrefix(prefix) {
+				return nil
+			}
+			k := it.Item().Key()
+			n, err := strconv.Atoi(string(k[len(prefix):]))
+			if err != nil {
+				return fmt.Errorf("fold: bad call key %q: %w", k, err)
+			}
+			last = n
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	s.seq[branch] = last + 1
+	return last + 1, nil
+}
+
+// AppendCall archives rec as the next call of branch and returns its
+// sequence number, starting at 1.
+func (s *BadgerStore) AppendCall(ctx context.Context, branch string, rec *CallRecord) (int, error) {
+	if rec == nil {
+		return 0, fmt.Errorf("%w: fold: AppendCall needs a record", ErrInvalidArgument)
+	}
+	seq, err := s.nextSeq(ctx, branch)
+	if err != nil {
+		return 0, err
+	}
+	c := *rec
+	c.Seq = seq
+	if c.Time.IsZero() {
+		c.Time = time.Now()
+	}
+	data, err := json.Marshal(&c)
+	if err != nil {
+		return 0, fmt.Errorf("fold: encode call %d of %s: %w", seq, branch, err)
+	}
+	key := callKey(branch, seq)
+	err = s.update(ctx, fmt.Sprintf("archive call %d of %s", seq, branch), func(txn *badger.Txn) error {
+		if err := txn.Set(key, data); err != nil {
+			return err
+		}
+		return txn.Set(timeKey(c.Time, key), strconv.AppendInt(nil, int64(len(data)), 10))
+	})
+	if err != nil {
+		return 0, err
+	}
+	return seq, nil
+}
+
+// Batch applies the writes of one operation in one transaction: one
+// fsync for all of them.
+func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
+	if err := b.validate(); err != nil {
+		return err
+	}
+	type kv struct{ k, v []byte }
+	var sets []kv
+	now := time.Now()
+	for _, c := range b.Cuts {
+		key := cutKey(c.Handle)
+		sets = append(sets, kv{key, bytes.Clone(c.Rest)}, kv{timeKey(now, key), strconv.AppendInt(nil, int64(len(c.Rest)), 10)})
+	}
+	seqs := make([]int, len(b.Calls))
+	for i, c := range b.Calls {
+		seq, err := s.nextSeq(ctx, c.Branch)
+		if err != nil {
+			return err
+		}
+		seqs[i] = seq
+		rec := *c.Rec
+		rec.Seq = seq
+		if rec.Time.IsZero() {
+			rec.Time = now
+		}
+		data, err := json.Marshal(&rec)
+		if err != nil {
+			return fmt.Errorf("fold: encode call %d of %s: %w", seq, c.Branch, err)
+		}
+		key := callKey(c.Branch, seq)
+		sets = append(sets, kv{key, data}, kv{timeKey(rec.Time, key), strconv.AppendInt(nil, int64(len(data)), 10)})
+	}
+	for _, br := range b.Branches {
+		data, err := json.Marshal(br)
+		if err != nil {
+			return fmt.Errorf("fold: encode branch %s: %w", br.ID, err)
+		}
+		sets = append(sets, kv{branchKey(br.ID), data}, kv{sessionIndexKey(br.Session, br.ID), nil})
+	}
+	err := s.update(ctx, "write batch", func(txn *badger.Txn) error {
+		for _, e := range sets {
+			if err := txn.Set(e.k, e.v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, c := range b.Calls {
+		c.Rec.Seq = seqs[i]
+	}
+	return nil
+}
+
+// Calls returns up to limit calls of branch from sequence number fromSeq
+// on; a limit of zero or less means all of them.
+func (s *BadgerStore) Calls(ctx context.Context, branch string, fromSeq, limit int) ([]*CallRecord, error) {
+	var out []*CallRecord
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		prefix := callPrefix(branch)
+		o := badger.DefaultIteratorOptions
+		o.Prefix = prefix
+		o.PrefetchSize = 8
+		it := txn.NewIterator(o)
+		defer it.Close()
+		for it.Seek(callKey(branch, max(fromSeq, 0))); it.ValidForPrefix(prefix); it.Next() {
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+			var c CallRecord
+			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &c) }); err != nil {
+				return fmt.Errorf("fold: decode call %q: %w", it.Item().Key(), err)
+			}
+			out = append(out, &c)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// PutCut stores the remainder of a cut result under handle.
+func (s *BadgerStore) PutCut(ctx context.Context, handle string, rest []byte) error {
+	if handle == "" {
+		return fmt.Errorf("%w: fold: PutCut needs a handle", ErrInvalidArgument)
+	}
+	key := cutKey(handle)
+	return s.update(ctx, "store cut "+handle, func(txn *badger.Txn) error {
+		if err := txn.Set(key, bytes.Clone(rest)); err != nil {
+			return err
+		}
+		return txn.Set(timeKey(time.Now(), key), strconv.AppendInt(nil, int64(len(rest)), 10))
+	})
+}
+
+// GetCut returns the remainder stored under handle, or an error wrapping
+// ErrCutNotFound.
+func (s *BadgerStore) GetCut(ctx context.Context, handle string) ([]byte, error) {
+	var out []byte
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		item, err := txn.Get(cutKey(handle))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return fmt.Errorf("%w: handle %q is unknown or was pruned", ErrCutNotFound, handle)
+		}
+		if err != nil {
+			return err
+		}
+		out, err = item.ValueCopy(nil)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []byte{}
+	}
+	return out, nil
+}
+
+// PutSession stores a session record.
+func (s *BadgerStore) PutSession(ctx context.Context, rec *SessionRecord) error {
+	if rec == nil || rec.ID == "" {
+		return fmt.Errorf("%w: fold: PutSession needs a record with an id", ErrInvalidArgument)
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("fold: encode session %s: %w", rec.ID, err)
+	}
+	return s.update(ctx, "put session "+rec.ID, func(txn *badger.Txn) error {
+		return txn.Set(sessionKey(rec.ID), data)
+	})
+}
+
+// GetSession returns a session record, or an error wrapping
+// ErrSessionNotFound.
+func (s *BadgerStore) GetSession(ctx context.Context, id string) (*SessionRecord, error) {
+	var rec *SessionRecord
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		item, err := txn.Get(sessionKey(id))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return fmt.Errorf("%w: session %q is not in the store", ErrSessionNotFound, id)
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			rec, err = decodeSession(v)
+			return err
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// Sessions lists every session record, ordered by id.
+func (s *BadgerStore) Sessions(ctx context.Context) ([]*SessionRecord, error) {
+	var out []*SessionRecord
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		return scan(txn, []byte("sess/"), true, func(_ []byte, v []byte) error {
+			rec, err := decodeSession(v)
+			if err != nil {
+				return err
+			}
+			out = append(out, rec)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// DeleteSession removes a session record; removing an absent one is not an
+// error.
+func (s *BadgerStore) DeleteSession(ctx context.Context, id string) error {
+	return s.update(ctx, "delete session "+id, func(txn *badger.Txn) error {
+		return txn.Delete(sessionKey(id))
+	})
+}
+
+// Prune removes archived calls and cut remainders older than maxAge, closed
+// branch records closed before then, and then the oldest archives until
+// their total size is at most maxBytes. A maxAge or maxBytes of zero or less
+// disables that rule. Active branches are never removed. Space is given back
+// to the file system by Badger's value log garbage collection afterwards.
+func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes int64) error {
+	if s.readOnly {
+		return fmt.Errorf("fold: prune: the store was opened read-only")
+	}
+	type entry struct {
+		tkey, key []byte
+		t         int64
+		size      int64
+	}
+	var all []entry
+	var total int64
+	var oldBranches []*Branch
+	cutoff := time.Now().Add(-maxAge)
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		err := scan(txn, []byte("t/"), true, func(k, v []byte) error {
+			// t/<20 digits>/<key>
+			if len(k) < 2+20+1 {
+				return fmt.Errorf("fold: bad archive index key %q", k)
+			}
+			ns, err := strconv.ParseInt(string(k[2:22]), 10, 64)
+			if err != nil {
+				return fmt.Errorf("fold: bad archive index key %q: %w", k, err)
+			}
+			size, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil {
+				return fmt.Errorf("fold: bad archive index value for %q: %w", k, err)
+			}
+			all = append(all, entry{tkey: k, key: k[23:], t: ns, size: size})
+			total += size
+			return nil
+		})
+		if err != nil || maxAge <= 0 {
+			return err
+		}
+		return scan(txn, []byte("b/"), true, func(_ []byte, v []byte) error {
+			b, err := decodeBranch(v)
+			if err != nil {
+				return err
+			}
+			if b.Status != StatusActive && !b.Closed.IsZero() && b.Closed.Before(cutoff) {
+				oldBranches = append(oldBranches, b)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("fold: prune: %w", err)
+	}
+	var drop []entry
+	i := 0
+	if maxAge > 0 {
+		for ; i < len(all) && all[i].t < cutoff.UnixNano(); i++ {
+			drop = append(drop, all[i])
+			total -= all[i].size
+		}
+	}
+	if maxBytes > 0 {
+		for ; i < len(all) && total > maxBytes; i++ {
+			drop = append(drop, all[i])
+			total -= all[i].size
+		}
+	}
+	if len(drop) == 0 && len(oldBranches) == 0 {
+		return nil
+	}
+	wb := s.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, e := range drop {
+		if err := wb.Delete(e.tkey); err != nil {
+			return fmt.Errorf("fold: prune: %w", err)
+		}
+		if err := wb.Delete(e.key); err != nil {
+			return fmt.Errorf("fold: prune: %w", err)
+		}
+	}
+	s.mu.Lock()
+	for _, b := range oldBranches {
+		delete(s.seq, b.ID)
+		if err := wb.Delete(branchKey(b.ID)); err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("fold: prune: %w", err)
+		}
+		if err := wb.Delete(sessionIndexKey(b.Session, b.ID)); err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("fold: prune: %w", err)
+		}
+	}
+	s.mu.Unlock()
+	if err := wb.Flush(); err != nil {
+		return fmt.Errorf("fold: prune: %w", err)
+	}
+	for ctx.Err() == nil {
+		if err := s.db.RunValueLogGC(0.5); err != nil {
+			break // ErrNoRewrite: nothing more worth collecting
+		}
+	}
+	return nil
+}
+
+// Close closes the database. Writes acknowledged before are already on disk.
+func (s *BadgerStore) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("fold: close store: %w", err)
+	}
+	return nil
+}

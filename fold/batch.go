@@ -1,0 +1,79 @@
+package fold
+
+import (
+	"context"
+	"fmt"
+)
+
+// Batcher is an optional extension of Store: Batch applies the writes of
+// one operation in a single durable commit, all or nothing. The Manager
+// uses it when its store has it (both stores of this package do), so that
+// a charge or a creation costs one fsync, and otherwise makes the writes
+// one by one in the order cuts, calls, branches.
+type Batcher interface {
+	Batch(ctx context.Context, b *Batch) error
+}
+
+// Batch holds the writes of one operation.
+type Batch struct {
+	Cuts     []BatchCut
+	Calls    []BatchCall // each record's Seq is set once written
+	Branches []*Branch
+}
+
+// BatchCut is a cut remainder to store.
+type BatchCut struct {
+	Handle string
+	Rest   []byte
+}
+
+// BatchCall is a call to archive in a branch.
+type BatchCall struct {
+	Branch string
+	Rec    *CallRecord
+}
+
+// commit writes b through the store's Batcher, or one write at a time.
+func (m *Manager) commit(ctx context.Context, b *Batch) error {
+	if bs, ok := m.store.(Batcher); ok {
+		return bs.Batch(ctx, b)
+	}
+	for _, c := range b.Cuts {
+		if err := m.store.PutCut(ctx, c.Handle, c.Rest); err != nil {
+			return err
+		}
+	}
+	for _, c := range b.Calls {
+		seq, err := m.store.AppendCall(ctx, c.Branch, c.Rec)
+		if err != nil {
+			return err
+		}
+		c.Rec.Seq = seq
+	}
+	for _, br := range b.Branches {
+		if err := m.store.PutBranch(ctx, br); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validate refuses a batch with missing parts.
+func (b *Batch) validate() error {
+	for _, c := range b.Cuts {
+		if c.Handle == "" {
+			return fmt.Errorf("%w: fold: a batch holds a cut without a handle", ErrInvalidArgument)
+		}
+	}
+	for _, c := range b.Calls {
+		if c.Rec == nil {
+			return fmt.Errorf("%w: fold: a batch holds a call without a record", ErrInvalidArgument)
+		}
+	}
+	for _, br := range b.Branches {
+		if br == nil || br.ID == "" {
+			return fmt.Errorf("%w: fold: a batch holds a branch without an id", ErrInvalidArgument)
+		}
+	}
+	return nil
+}

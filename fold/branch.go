@@ -1,0 +1,587 @@
+package fold
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+// Budget accounting between a parent and its children. A child's budget is
+// not reserved out of its parent's: it must only be no larger than what the
+// parent has left when the child is created. While the child works, its
+// tool results are charged to the child alone; when it returns, the parent
+// is charged the tokens of what it receives, the return message and return
+// value as the parent sees them. A forced return charges the parent nothing
+// at once: its automatic summary is appended to the parent's next result,
+// whose tokens the parent pays.
+
+// createArgs are branch_create's arguments.
+type createArgs struct {
+	Description    string
+	Prompt         string
+	Budget         *int
+	TimeoutSeconds *float64
+	ParentBranchID string
+	DependsOn      []string
+}
+
+// createAnswer is branch_create's answer.
+type createAnswer struct {
+	BranchID              string       `json:"branch_id"`
+	ParentBranchID        string       `json:"parent_branch_id"`
+	Depth                 int          `json:"depth"`
+	BudgetAllocated       int          `json:"budget_allocated"`
+	ParentBudgetRemaining int          `json:"parent_budget_remaining"` // -1: unlimited
+	Deadline              string       `json:"deadline"`
+	TimeoutSeconds        float64      `json:"timeout_seconds"`
+	InjectedContext       string       `json:"injected_context"`
+	Dependencies          []dependency `json:"dependencies"`
+	Instructions          string       `json:"instructions"`
+}
+
+// dependency is what a new branch learns of a branch it depended on.
+type dependency struct {
+	BranchID    string `json:"branch_id"`
+	Description string `json:"description,omitempty"`
+	Status      Status `json:"status"`
+	Reason      string `json:"reason,omitempty"`
+	Message     string `json:"message,omitempty"`
+	ReturnValue string `json:"return_value,omitempty"`
+	Summary     string `json:"summary,omitempty"`
+}
+
+// returnArgs are branch_return's arguments.
+type returnArgs struct {
+	BranchID    string
+	Message     string
+	ReturnValue string
+}
+
+// returnAnswer is branch_return's answer.
+type returnAnswer struct {
+	Success               bool     `json:"success"`
+	BranchID              string   `json:"branch_id"`
+	ParentBranchID        string   `json:"parent_branch_id"`
+	TokensUsed            int      `json:"tokens_used"`
+	MessageTokens         int      `json:"message_tokens"`
+	Message               string   `json:"message"`
+	ReturnValue           string   `json:"return_value,omitempty"`
+	ChildrenForceReturned []string `json:"children_force_returned"`
+	ParentBudgetRemaining int      `json:"parent_budget_remaining"` // -1: unlimited
+}
+
+func remaining(b *Branch) int {
+	if b.Budget <= 0 {
+		return -1
+	}
+	return max(b.Budget-b.Used, 0)
+}
+
+// create is branch_create.
+func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*createAnswer, error) {
+	s, err := m.sessionOf(sess)
+	if err != nil {
+		return nil, err
+	}
+	desc, err := cleanText("description", a.Description, MaxDescription)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(desc) == "" {
+		return nil, fmt.Errorf("%w: description is required: say in a few words what the branch is for", ErrInvalidArgument)
+	}
+	prompt, err := cleanText("prompt", a.Prompt, MaxPrompt)
+	if err != nil {
+		return nil, err
+	}
+	budget := m.set.DefaultBudget
+	if a.Budget != nil {
+		if *a.Budget < 1 {
+			return nil, fmt.Errorf("%w: budget %d must be at least 1 token (omit it for the default of %d)", ErrInvalidArgument, *a.Budget, m.set.DefaultBudget)
+		}
+		budget = *a.Budget
+	}
+	if budget > m.set.MaxBudget {
+		return nil, fmt.Errorf("%w: budget %d is above the maximum of %d tokens; ask for %d or less", ErrBudgetExceeded, budget, m.set.MaxBudget, m.set.MaxBudget)
+	}
+	timeout := m.set.DefaultTimeout.D()
+	if a.TimeoutSeconds != nil {
+		v := *a.TimeoutSeconds
+		if !(v > 0) || v > 1e9 {
+			return nil, fmt.Errorf("%w: timeout_seconds %v must be a positive number of seconds (omit it for the default of %v)", ErrInvalidArgument, v, m.set.DefaultTimeout.D().Seconds())
+		}
+		timeout = time.Duration(v * float64(time.Second))
+		if timeout > m.set.MaxTimeout.D() {
+			return nil, fmt.Errorf("%w: timeout_seconds %v is above the maximum of %v seconds; ask for %v or less", ErrInvalidArgument, v, m.set.MaxTimeout.D().Seconds(), m.set.MaxTimeout.D().Seconds())
+		}
+	}
+
+	parent, err := m.parentFor(s, a.ParentBranchID)
+	if err != nil {
+		return nil, err
+	}
+	if depth := parent.depth + 1; depth > m.set.MaxDepth {
+		return nil, fmt.Errorf("%w: a branch under %s would be at depth %d, beyond the maximum depth of %d; do this work in the current branch, or create the branch from a shallower one", ErrMaxDepthExceeded, parent.id, depth, m.set.MaxDepth)
+	}
+	if err := m.checkParentBudget(parent.cur.Load(), budget); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	err = m.checkCreateLocked(s, m.now(), false)
+	m.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	deps, err := m.dependencies(s, parent, a.DependsOn)
+	if err != nil {
+		return nil, err
+	}
+	if desc, err = m.scanText(ctx, "description", desc); err != nil {
+		return nil, err
+	}
+	if prompt, err = m.scanText(ctx, "prompt", prompt); err != nil {
+		return nil, err
+	}
+	if err := m.waitDependencies(ctx, deps); err != nil {
+		return nil, err
+	}
+
+	if err := parent.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer parent.unlock()
+	pb := parent.cur.Load()
+	if pb.Status != StatusActive {
+		return nil, closedErr(pb)
+	}
+	if err := m.checkParentBudget(pb, budget); err != nil {
+		return nil, err
+	}
+	now := m.now()
+	m.mu.Lock()
+	err = m.checkCreateLocked(s, now, true)
+	m.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	registered := false
+	defer func() { m.release(s, registered) }()
+
+	b := &Branch{
+		ID: newID("b-", 8), Session: s.id, Parent: parent.id, Depth: parent.depth + 1,
+		Description: desc, Prompt: prompt, Status: StatusActive, Budget: budget,
+		Level: policy.Normal.String(), Created: now, Deadline: now.Add(timeout),
+	}
+	for _, d := range deps {
+		b.DependsOn = append(b.DependsOn, d.id)
+	}
+	// Once decided, the writes complete even if the caller goes away, so
+	// that the store never holds half a creation.
+	wctx := context.WithoutCancel(ctx)
+	npb := pb.clone()
+	npb.Children = append(npb.Children, b.ID)
+	if err := m.commit(wctx, &Batch{Branches: []*Branch{b, npb}}); err != nil {
+		return nil, fmt.Errorf("fold: create branch: %w", err)
+	}
+	parent.cur.Store(npb)
+	n := m.newNode(b)
+	m.mu.Lock()
+	m.nodes[b.ID] = n
+	s.nodes[b.ID] = n
+	s.active[b.ID] = n
+	m.mu.Unlock()
+	registered = true
+	if err := n.lock(ctx); err == nil { // uncontended: nobody else knows n yet
+		m.armLocked(n)
+		n.unlock()
+	}
+	m.emit(ctx, branchEvent("created", b))
+
+	ans := &createAnswer{
+		BranchID: b.ID, ParentBranchID: parent.id, Depth: b.Depth,
+		BudgetAllocated: budget, ParentBudgetRemaining: remaining(npb),
+		Deadline: b.Deadline.UTC().Format(time.RFC3339), TimeoutSeconds: timeout.Seconds(),
+		Dependencies: []dependency{},
+	}
+	for _, d := range deps {
+		db := d.cur.Load()
+		ans.Dependencies = append(ans.Dependencies, dependency{
+			BranchID: db.ID, Description: db.Description, Status: db.Status, Reason: db.Reason,
+			Message: db.Message, ReturnValue: db.ReturnValue, Summary: db.Summary,
+		})
+	}
+	ans.Instructions = fmt.Sprintf("You are working in branch %s (depth %d) with a budget of %d tokens until %s (%s). "+
+		"Every tool result you receive is charged to it. If you run in parallel with other sub-agents, pass branch_id %q in every tool call. "+
+		"When the task is done, call branch_return with branch_id %q and a concise message holding only the findings the parent needs. "+
+		"At the budget or the deadline the branch is force-returned with an automatic summary.",
+		b.ID, b.Depth, budget, ans.Deadline, timeout.Round(time.Second), b.ID, b.ID)
+	return ans, nil
+}
+
+// checkParentBudget refuses a child budget above what a limited parent has
+// left.
+func (m *Manager) checkParentBudget(pb *Branch, budget int) error {
+	rem := remaining(pb)
+	if rem < 0 || budget <= rem {
+		return nil
+	}
+	return fmt.Errorf("%w: budget %d is above the %d tokens left in parent %s (used %d of %d); ask for %d or less, or return the parent and work from a branch with more budget left", ErrBudgetExceeded, budget, rem, pb.ID, pb.Used, pb.Budget, rem)
+}
+
+// parentFor resolves the parent of a new branch: the explicit id, else the
+// innermost active branch, else the root.
+func (m *Manager) parentFor(s *session, explicit string) (*node, error) {
+	if explicit == "" {
+		m.mu.Lock()
+		n := innermostLocked(s)
+		m.mu.Unlock()
+		if n == nil {
+			n = s.root
+		}
+		if !n.active() {
+			return nil, closedErr(n.cur.Load())
+		}
+		return n, nil
+	}
+	_, n, err := m.branchField(s.id, "parent_branch_id", explicit)
+	if err != nil {
+		return nil, err
+	}
+	if b := n.cur.Load(); b.Status != StatusActive {
+		return nil, closedErr(b)
+	}
+	return n, nil
+}
+
+// dependencies resolves depends_on: branches of the same session that are
+// not ancestors of the new branch (an ancestor cannot close before it).
+func (m *Manager) dependencies(s *session, parent *node, ids []string) ([]*node, error) {
+	if len(ids) > maxDependsOn {
+		return nil, fmt.Errorf("%w: depends_on lists %d branches; the maximum is %d", ErrInvalidArgument, len(ids), maxDependsOn)
+	}
+	ancestors := map[string]bool{}
+	for p := parent; p != nil; p = m.lookup(p.parent) {
+		ancestors[p.id] = true
+		if p.parent == "" {
+			break
+		}
+	}
+	var out []*node
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		_, n, err := m.branchField(s.id, "depends_on", id)
+		if err != nil {
+			return nil, err
+		}
+		if ancestors[id] {
+			return nil, fmt.Errorf("%w: depends_on: %s is an ancestor of the new branch and cannot return before it; drop it from depends_on", ErrInvalidArgument, id)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// waitDependencies waits until every dependency is closed, for at most
+// Settings.DependsOnWait.
+func (m *Manager) waitDependencies(ctx context.Context, deps []*node) error {
+	if len(deps) == 0 {
+		return nil
+	}
+	wait := m.set.DependsOnWait.D()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for _, d := range deps {
+		select {
+		case <-d.done:
+		case <-t.C:
+			return fmt.Errorf("%w: depends_on: branch %s is still active after %s; check it with branch_status and retry, or drop it from depends_on", ErrDependencyFailed, d.id, wait)
+		case <-ctx.Done():
+			return fmt.Errorf("%w: depends_on: the request was cancelled while waiting for branch %s: %v", ErrDependencyFailed, d.id, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// ret is branch_return.
+func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAnswer, error) {
+	s, err := m.sessionOf(sess)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := cleanText("message", a.Message, MaxMessage)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(msg) == "" {
+		return nil, fmt.Errorf("%w: message is required: give the parent a concise account of the findings", ErrInvalidArgument)
+	}
+	rv, err := cleanText("return_value", a.ReturnValue, MaxMessage)
+	if err != nil {
+		return nil, err
+	}
+	var n *node
+	switch a.BranchID {
+	case "":
+		m.mu.Lock()
+		n = innermostLocked(s)
+		m.mu.Unlock()
+		if n == nil {
+			return nil, fmt.Errorf("%w: there is no active branch to return in this session; the main thread cannot be returned", ErrBranchNotFound)
+		}
+	case s.root.id:
+		return nil, fmt.Errorf("%w: %s is the main thread of the session and cannot be returned; return a branch created with branch_create", ErrInvalidArgument, a.BranchID)
+	default:
+		if _, n, err = m.branchField(sess, "branch_id", a.BranchID); err != nil {
+			return nil, err
+		}
+	}
+	if b := n.cur.Load(); b.Status != StatusActive {
+		return nil, closedErr(b)
+	}
+	if msg, err = m.scanText(ctx, "message", msg); err != nil {
+		return nil, err
+	}
+	if rv, err = m.scanText(ctx, "return_value", rv); err != nil {
+		return nil, err
+	}
+	tokens := m.count.CountText(msg)
+	if rv != "" {
+		tokens += m.count.CountText(rv)
+	}
+
+	parent := m.lookup(n.parent)
+	if parent == nil {
+		return nil, fmt.Errorf("fold: branch %s has no parent %s in memory", n.id, n.parent)
+	}
+	if err := parent.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer parent.unlock()
+	if err := n.lock(ctx); err != nil {
+		return nil, err
+	}
+	nUnlocked := false
+	defer func() {
+		if !nUnlocked {
+			n.unlock()
+		}
+	}()
+	if b := n.cur.Load(); b.Status != StatusActive {
+		return nil, closedErr(b)
+	}
+	pb := parent.cur.Load()
+	if rem := remaining(pb); rem >= 0 && tokens > rem {
+		return nil, fmt.Errorf("%w: the return message is %d tokens but parent %s has %d left; shorten the message to the essentials and return again", ErrBudgetExceeded, tokens, pb.ID, rem)
+	}
+
+	wctx := context.WithoutCancel(ctx)
+	closed, err := m.closeLocked(wctx, n, StatusReturned, "", func(b *Branch) {
+		b.Message, b.ReturnValue = msg, rv
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fold: return branch %s: %w", n.id, err)
+	}
+	n.unlock()
+	nUnlocked = true
+	b := n.cur.Load()
+	ans := &returnAnswer{
+		Success: true, BranchID: b.ID, ParentBranchID: parent.id, TokensUsed: b.Used,
+		MessageTokens: tokens, Message: msg, ReturnValue: rv,
+		ChildrenForceReturned: slices.DeleteFunc(closed, func(id string) bool { return id == n.id }),
+	}
+	if ans.ChildrenForceReturned == nil {
+		ans.ChildrenForceReturned = []string{}
+	}
+
+	// Charge the parent what it receives, and archive it there: nothing a
+	// branch received is lost.
+	npb := pb.clone()
+	npb.Used += tokens
+	npb.Calls++
+	addUsage(npb, "foldproxy", ToolReturn, tokens)
+	npb.Level = policy.LevelOf(npb.Used, npb.Budget, m.set.Thresholds).String()
+	ans.ParentBudgetRemaining = remaining(npb)
+	result, err := json.Marshal(ans)
+	if err != nil {
+		return nil, fmt.Errorf("fold: encode return answer: %w", err)
+	}
+	args, _ := json.Marshal(map[string]string{"branch_id": n.id})
+	batch := &Batch{Calls: []BatchCall{{Branch: parent.id, Rec: &CallRecord{
+		Time: m.now(), Upstream: "foldproxy", Method: "tools/call", Name: ToolReturn,
+		Args: string(args), Result: string(result), Tokens: tokens,
+	}}}}
+	forceParent := parent.depth > 0 && npb.Budget > 0 && npb.Used >= npb.Budget
+	if !forceParent {
+		batch.Branches = []*Branch{npb}
+	}
+	if err := m.commit(wctx, batch); err != nil {
+		return nil, fmt.Errorf("fold: charge parent %s for the return of %s: %w", parent.id, n.id, err)
+	}
+	if forceParent {
+		if _, err := m.closeLocked(wctx, parent, StatusForced, ReasonBudget, func(b *Branch) { *b = *npb }); err != nil {
+			return nil, fmt.Errorf("fold: force-return parent %s: %w", parent.id, err)
+		}
+	} else {
+		parent.cur.Store(npb)
+	}
+	ev := branchEvent("returned", b)
+	ev.Tokens = tokens
+	m.emit(ctx, ev)
+	m.levelEvent(ctx, pb, npb)
+	return ans, nil
+}
+
+// addUsage adds tokens to a branch's usage by tool and upstream.
+func addUsage(b *Branch, upstream, name string, tokens int) {
+	if b.ByTool == nil {
+		b.ByTool = make(map[string]int)
+	}
+	if b.ByUpstream == nil {
+		b.ByUpstream = make(map[string]int)
+	}
+	b.ByTool[upstream+"/"+name] += tokens
+	b.ByUpstream[upstream] += tokens
+}
+
+// levelRank orders warning level names; -1 for an unknown name.
+func levelRank(name string) int {
+	for l := policy.Normal; l <= policy.Critical; l++ {
+		if l.String() == name {
+			return int(l)
+		}
+	}
+	return -1
+}
+
+// levelEvent emits a warning event when a branch's level rose.
+func (m *Manager) levelEvent(ctx context.Context, before, after *Branch) {
+	if levelRank(after.Level) > levelRank(before.Level) {
+		m.emit(ctx, branchEvent("warning", after))
+	}
+}
+
+// closeLocked closes n with status st and reason, after closing its active
+// descendants deepest first (forced, "parent returning"; or, at session end
+// and restart, with the same status and reason as n). apply, when not nil,
+// amends n's record before it is written. The caller holds n's lock. It
+// returns the ids of the branches it closed, in closing order, n last.
+func (m *Manager) closeLocked(ctx context.Context, n *node, st Status, reason string, apply func(*Branch)) ([]string, error) {
+	b := n.cur.Load()
+	if b.Status != StatusActive {
+		return nil, nil
+	}
+	cst, creason := StatusForced, ReasonParent
+	if reason == ReasonSessionEnd || reason == ReasonProxyRestarted {
+		cst, creason = st, reason
+	}
+	var closed []string
+	for i := len(b.Children) - 1; i >= 0; i-- {
+		c := m.lookup(b.Children[i])
+		if c == nil || !c.active() {
+			continue
+		}
+		if err := c.lock(ctx); err != nil {
+			return closed, err
+		}
+		sub, err := m.closeLocked(ctx, c, cst, creason, nil)
+		c.unlock()
+		closed = append(closed, sub...)
+		if err != nil {
+			return closed, err
+		}
+	}
+	nb := b.clone()
+	if apply != nil {
+		apply(nb)
+	}
+	nb.Status, nb.Reason, nb.Closed = st, reason, m.now()
+	if st != StatusReturned && nb.Depth > 0 {
+		nb.Summary = m.summarize(nb, closed)
+	}
+	if err := m.put(ctx, n, nb); err != nil {
+		return closed, err
+	}
+	if n.timer != nil {
+		n.timer.Stop()
+		n.timer = nil
+	}
+	close(n.done)
+	m.mu.Lock()
+	if s := m.sessions[n.session]; s != nil {
+		if _, ok := s.active[n.id]; ok {
+			delete(s.active, n.id)
+			m.active--
+		}
+	}
+	if nb.Summary != "" {
+		if p := m.nodes[n.parent]; p != nil && p.active() {
+			p.pending = append(p.pending, n.id)
+		}
+	}
+	m.mu.Unlock()
+	kind := "forced"
+	switch st {
+	case StatusReturned:
+		kind = "returned"
+	case StatusFailed:
+		kind = "failed"
+	}
+	if kind != "returned" { // the caller of a return emits it, with the message tokens
+		m.emit(ctx, branchEvent(kind, nb))
+	}
+	return append(closed, n.id), nil
+}
+
+// summarize writes the automatic summary of a forced or failed branch.
+func (m *Manager) summarize(b *Branch, closed []string) string {
+	var sb strings.Builder
+	verb := "force-returned"
+	if b.Status == StatusFailed {
+		verb = "closed as failed"
+	}
+	fmt.Fprintf(&sb, "Branch %s (%q) was %s: %s.", b.ID, b.Description, verb, b.Reason)
+	if b.Budget > 0 {
+		fmt.Fprintf(&sb, " Calls made: %d; tokens used: %d of %d.", b.Calls, b.Used, b.Budget)
+	} else {
+		fmt.Fprintf(&sb, " Calls made: %d; tokens used: %d.", b.Calls, b.Used)
+	}
+	if len(b.ByTool) > 0 {
+		tools := slices.SortedFunc(maps.Keys(b.ByTool), func(x, y string) int {
+			return cmp.Or(cmp.Compare(b.ByTool[y], b.ByTool[x]), cmp.Compare(x, y))
+		})
+		parts := make([]string, 0, len(tools))
+		for i, t := range tools {
+			if i == 8 {
+				parts = append(parts, fmt.Sprintf("and %d more", len(tools)-i))
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s %d", t, b.ByTool[t]))
+		}
+		fmt.Fprintf(&sb, " By tool: %s.", strings.Join(parts, ", "))
+	}
+	if len(b.Cuts) > 0 {
+		fmt.Fprintf(&sb, " Cut results, whose rest branch_recall reads by handle: %s.", strings.Join(b.Cuts, ", "))
+	}
+	var kids []string
+	for _, id := range closed {
+		if id != b.ID {
+			kids = append(kids, id)
+		}
+	}
+	if len(kids) > 0 {
+		fmt.Fprintf(&sb, " Sub-branches force-returned with it: %s.", strings.Join(kids, ", "))
+	}
+	fmt.Fprintf(&sb, " Everything it received is archived: branch_recall with branch_id %s.", b.ID)
+	return sb.String()
+}

@@ -1,0 +1,150 @@
+package fold
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+// Charge is the atomic budget seam between the budget interceptor and the
+// branch manager. Under the branch's lock it builds the branch's Budget,
+// calls fit, checks that the charge fits the remaining budget, and persists
+// everything before returning: the branch's usage and level, the archived
+// call (the full scrubbed result), the cut remainder under Budget.Handle,
+// the delivery of the children's summaries handed to fit, and, when the
+// result was cut or the budget is spent, the forced return of the branch
+// (ReasonBudget). The root is counted and may be cut, but never
+// force-returned.
+//
+// Charges to one branch serialize; charges to different branches run in
+// parallel. fit runs under the lock and must be quick. When fit fails, or
+// its charge does not fit, nothing is charged and the summaries stay
+// pending.
+func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(Budget) (Charge, error)) (*ChargeResult, error) {
+	if fit == nil {
+		return nil, fmt.Errorf("%w: fold: Charge needs a fit function", ErrInvalidArgument)
+	}
+	_, n, err := m.branchOf(session, branch)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer n.unlock()
+	b := n.cur.Load()
+	if b.Status != StatusActive {
+		return nil, closedErr(b)
+	}
+
+	// Forced summaries of children not yet delivered. Closed children only
+	// change under this (their parent's) lock, which is held.
+	m.mu.Lock()
+	pendingIDs := slices.Clone(n.pending)
+	m.mu.Unlock()
+	var kids []*node
+	var summaries []string
+	for _, id := range pendingIDs {
+		c := m.lookup(id)
+		if c == nil {
+			continue
+		}
+		if cb := c.cur.Load(); !cb.SummaryDelivered && cb.Summary != "" {
+			kids = append(kids, c)
+			summaries = append(summaries, cb.Summary)
+		}
+	}
+	rem := remaining(b)
+	bud := Budget{
+		Branch: b.ID, Used: b.Used, Total: b.Budget, Remaining: rem, Level: b.Level,
+		Handle: newID(b.ID+"~", 6), Summaries: summaries,
+	}
+	ch, err := fit(bud)
+	if err != nil {
+		return nil, err
+	}
+	if ch.Tokens < 0 || ch.ArgTokens < 0 {
+		return nil, fmt.Errorf("%w: fold: charge of %d tokens (%d for arguments) to branch %s is negative", ErrInvalidArgument, ch.Tokens, ch.ArgTokens, b.ID)
+	}
+	if rem >= 0 && ch.Tokens > rem {
+		return nil, fmt.Errorf("%w: a charge of %d tokens exceeds the %d left in branch %s; the result must be cut to fit", ErrBudgetExceeded, ch.Tokens, rem, b.ID)
+	}
+
+	// Decided: write it all, even if the caller goes away meanwhile.
+	wctx := context.WithoutCancel(ctx)
+	rec := &CallRecord{
+		Time: m.now(), Upstream: ch.Upstream, Method: ch.Method, Name: ch.Name,
+		Args: ch.Args, Result: string(ch.Result), Tokens: ch.Tokens,
+	}
+	batch := &Batch{Calls: []BatchCall{{Branch: b.ID, Rec: rec}}}
+	if ch.Cut {
+		rec.Handle = bud.Handle
+		batch.Cuts = []BatchCut{{Handle: bud.Handle, Rest: ch.Rest}}
+	}
+	delivered := make([]*Branch, len(kids))
+	for i, c := range kids {
+		delivered[i] = c.cur.Load().clone()
+		delivered[i].SummaryDelivered = true
+		batch.Branches = append(batch.Branches, delivered[i])
+	}
+	nb := b.clone()
+	nb.Used += ch.Tokens
+	nb.Calls++
+	addUsage(nb, ch.Upstream, ch.Name, ch.Tokens)
+	nb.Level = ch.Level
+	if levelRank(nb.Level) < 0 {
+		nb.Level = policy.LevelOf(nb.Used, nb.Budget, m.set.Thresholds).String()
+	}
+	if ch.Cut {
+		nb.Cuts = append(nb.Cuts, bud.Handle)
+	}
+	forced := b.Depth > 0 && (ch.Cut || (nb.Budget > 0 && nb.Used >= nb.Budget))
+	if !forced {
+		batch.Branches = append(batch.Branches, nb)
+	}
+	if err := m.commit(wctx, batch); err != nil {
+		return nil, fmt.Errorf("fold: charge %s: %w", b.ID, err)
+	}
+	if len(kids) > 0 {
+		done := make(map[string]bool, len(kids))
+		for i, c := range kids {
+			c.cur.Store(delivered[i])
+			done[c.id] = true
+		}
+		m.mu.Lock()
+		n.pending = slices.DeleteFunc(n.pending, func(id string) bool { return done[id] })
+		m.mu.Unlock()
+	}
+	if forced {
+		// The branch's record is written once, closed.
+		if _, err := m.closeLocked(wctx, n, StatusForced, ReasonBudget, func(x *Branch) { *x = *nb }); err != nil {
+			return nil, fmt.Errorf("fold: force-return %s: %w", b.ID, err)
+		}
+	} else {
+		n.cur.Store(nb)
+	}
+
+	m.levelEvent(ctx, b, nb)
+	if ch.Cut {
+		ev := branchEvent("cut", nb)
+		ev.Tokens = m.estimateTokens(ch.Rest)
+		m.emit(ctx, ev)
+	}
+	res := &ChargeResult{Used: nb.Used, Total: nb.Budget, Level: nb.Level, Forced: forced}
+	if ch.Cut {
+		res.Handle = bud.Handle
+	}
+	return res, nil
+}
+
+// estimateTokens counts the tokens of a cut remainder for its event; past
+// 256 KiB it estimates four bytes a token rather than hold the branch's
+// lock while counting megabytes.
+func (m *Manager) estimateTokens(rest []byte) int {
+	if len(rest) > 256<<10 {
+		return len(rest) / 4
+	}
+	return m.count.CountText(string(rest))
+}

@@ -1,0 +1,743 @@
+package fold
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+// ErrScanFailed is wrapped when a text could not be scanned for secrets at
+// fold time; the operation is refused (fail closed).
+var ErrScanFailed = errors.New("ErrScanFailed")
+
+// Options configure a Manager. Store and Counter are required; every other
+// nil or zero field takes its default.
+type Options struct {
+	// Settings are the numbers of the fold contract; zero fields take
+	// policy.Default's values.
+	Settings policy.Fold
+	// Store keeps the durable state. The Manager never closes it.
+	Store Store
+	// Scanner scrubs descriptions, prompts, return messages and return
+	// values before they are stored. nil stores them as given: use it only
+	// when scrubbing is disabled.
+	Scanner Scanner
+	// Counter counts the tokens of return messages and recall pages.
+	Counter Counter
+	// Events receives branch lifecycle events; nil drops them.
+	Events EventSink
+	// Logger receives the Manager's own warnings; nil discards them.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now. Deadline timers always run on
+	// the runtime's clock.
+	Now func() time.Time
+	// PruneInterval is how often the archive is pruned in the background
+	// (by Settings.ArchiveMaxAge and ArchiveMaxBytes), starting at once.
+	// Zero means hourly; a negative value disables background pruning, in
+	// which case the owner calls Prune.
+	PruneInterval time.Duration
+}
+
+// Manager owns the branches of every session of one foldproxy instance.
+// Its methods are safe for concurrent use.
+//
+// Locking. Each branch has a lock, held while its record changes; calls
+// charged to one branch serialize on it, calls to different branches run in
+// parallel. Locks are always taken from ancestor to descendant (a parent
+// before its child), never the other way round, which rules out deadlock.
+// A closed branch's record only changes under its parent's lock (to mark
+// its summary delivered). Manager.mu is a leaf lock: it guards the maps and
+// counters and is never held while waiting for a branch lock or the store.
+type Manager struct {
+	set    policy.Fold
+	store  Store
+	scan   Scanner
+	count  Counter
+	events EventSink
+	log    *slog.Logger
+	now    func() time.Time
+	tools  []json.RawMessage
+
+	bg   context.Context // cancelled by Close; used by timers and pruning
+	stop context.CancelFunc
+	wg   sync.WaitGroup // timer callbacks and the pruner in flight
+
+	loadMu sync.Mutex // serializes loading sessions from the store
+	seq    atomic.Uint64
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[string]*session
+	nodes    map[string]*node
+	active   int // active (or being created) non-root branches of the instance
+}
+
+// node is the in-memory handle of one branch.
+type node struct {
+	id, session, parent string
+	depth               int
+	seq                 uint64 // creation order, for "most recently created"
+
+	sem  chan struct{}          // the branch's lock
+	done chan struct{}          // closed once the branch is closed
+	cur  atomic.Pointer[Branch] // the last persisted record; never mutated once published
+
+	timer *time.Timer // deadline timer; guarded by sem
+
+	pending []string // children whose forced summary is undelivered; guarded by Manager.mu
+}
+
+// lock takes the branch's lock, or gives up when ctx is done.
+func (n *node) lock(ctx context.Context) error {
+	select {
+	case n.sem <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case n.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("fold: waiting for branch %s: %w", n.id, ctx.Err())
+	}
+}
+
+func (n *node) unlock() { <-n.sem }
+
+func (n *node) active() bool { return n.cur.Load().Status == StatusActive }
+
+// session is the in-memory state of one open session.
+type session struct {
+	id   string
+	root *node
+
+	// Guarded by Manager.mu.
+	rec      SessionRecord
+	nodes    map[string]*node // every branch of the session, the root included
+	active   map[string]*node // active non-root branches
+	reserved int              // creations between their limit check and registration
+	creates  []time.Time      // creation times within the last minute
+	touched  time.Time        // when LastSeen was last written
+	ending   bool
+}
+
+// touchEvery bounds how often TouchSession writes LastSeen.
+const touchEvery = 30 * time.Second
+
+// NewManager validates opts and returns a Manager. ctx bounds the
+// Manager's background work (pruning and deadline timers) together with
+// Close. Call Recover before serving sessions after a restart.
+func NewManager(ctx context.Context, opts Options) (*Manager, error) {
+	if opts.Store == nil {
+		return nil, fmt.Errorf("%w: fold: Options.Store is nil; pass the Badger store (OpenBadger) or NewMemStore()", ErrInvalidArgument)
+	}
+	if opts.Counter == nil {
+		return nil, fmt.Errorf("%w: fold: Options.Counter is nil; pass the session's token counter", ErrInvalidArgument)
+	}
+	set, err := fillFold(opts.Settings)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		set:      set,
+		store:    opts.Store,
+		scan:     opts.Scanner,
+		count:    opts.Counter,
+		events:   opts.Events,
+		log:      opts.Logger,
+		now:      opts.Now,
+		sessions: make(map[string]*session),
+		nodes:    make(map[string]*node),
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	m.tools, err = buildTools(set)
+	if err != nil {
+		return nil, err
+	}
+	m.bg, m.stop = context.WithCancel(ctx)
+	if every := opts.PruneInterval; every >= 0 {
+		if every == 0 {
+			every = time.Hour
+		}
+		m.wg.Go(func() { m.pruneLoop(every) })
+	}
+	return m, nil
+}
+
+// fillFold gives zero fields their defaults and validates the result.
+func fillFold(f policy.Fold) (policy.Fold, error) {
+	d := policy.Default().Fold
+	num := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	dur := func(v *policy.Duration, def policy.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	num(&f.DefaultBudget, d.DefaultBudget)
+	num(&f.MaxBudget, d.MaxBudget)
+	num(&f.MaxDepth, d.MaxDepth)
+	dur(&f.DefaultTimeout, d.DefaultTimeout)
+	dur(&f.MaxTimeout, d.MaxTimeout)
+	num(&f.MaxActivePerSess, d.MaxActivePerSess)
+	num(&f.MaxActiveInstance, d.MaxActiveInstance)
+	num(&f.CreatesPerMinute, d.CreatesPerMinute)
+	dur(&f.SessionEndGrace, d.SessionEndGrace)
+	dur(&f.ArchiveMaxAge, d.ArchiveMaxAge)
+	if f.ArchiveMaxBytes == 0 {
+		f.ArchiveMaxBytes = d.ArchiveMaxBytes
+	}
+	dur(&f.DependsOnWait, d.DependsOnWait)
+	num(&f.RecallPageTokens, d.RecallPageTokens)
+	if len(f.Thresholds) == 0 {
+		f.Thresholds = d.Thresholds
+	}
+	f.Thresholds = slices.Clone(f.Thresholds)
+	s := policy.Default()
+	s.Fold = f
+	if err := s.Validate(); err != nil {
+		return policy.Fold{}, fmt.Errorf("fold: settings: %w", err)
+	}
+	return f, nil
+}
+
+// Close stops the deadline timers and background pruning and waits for
+// those in flight. It does not close the Store, which belongs to the caller.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	nodes := slices.Collect(maps.Values(m.nodes))
+	m.mu.Unlock()
+	m.stop()
+	m.wg.Wait()
+	for _, n := range nodes {
+		if err := n.lock(context.Background()); err != nil {
+			continue
+		}
+		if n.timer != nil {
+			n.timer.Stop()
+			n.timer = nil
+		}
+		n.unlock()
+	}
+	return nil
+}
+
+// enter registers background work (a timer callback); it returns false
+// once Close has begun, and the work must then not run.
+func (m *Manager) enter() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.wg.Add(1)
+	return true
+}
+
+func (m *Manager) pruneLoop(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := m.Prune(m.bg); err != nil && m.bg.Err() == nil {
+			m.log.Warn("fold: pruning the archive failed; will retry", "err", err, "retry", every)
+		}
+		select {
+		case <-m.bg.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Prune removes archives older than Settings.ArchiveMaxAge, then the
+// oldest until the archive is under Settings.ArchiveMaxBytes.
+func (m *Manager) Prune(ctx context.Context) error {
+	return m.store.Prune(ctx, m.set.ArchiveMaxAge.D(), m.set.ArchiveMaxBytes)
+}
+
+// newID returns a random id with the given prefix.
+func newID(prefix string, nbytes int) string {
+	b := make([]byte, nbytes)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return prefix + hex.EncodeToString(b)
+}
+
+// newNode builds the in-memory handle of a stored branch.
+func (m *Manager) newNode(b *Branch) *node {
+	n := &node{
+		id: b.ID, session: b.Session, parent: b.Parent, depth: b.Depth,
+		seq:  m.seq.Add(1),
+		sem:  make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+	if b.Status != StatusActive {
+		close(n.done)
+	}
+	n.cur.Store(b)
+	return n
+}
+
+// put persists b as n's new record and publishes it. The caller holds n's
+// lock (or, for a closed n, its parent's).
+func (m *Manager) put(ctx context.Context, n *node, b *Branch) error {
+	if err := m.store.PutBranch(ctx, b); err != nil {
+		return err
+	}
+	n.cur.Store(b)
+	return nil
+}
+
+// clone returns a deep copy of b.
+func (b *Branch) clone() *Branch {
+	c := *b
+	c.Children = slices.Clone(b.Children)
+	c.DependsOn = slices.Clone(b.DependsOn)
+	c.Cuts = slices.Clone(b.Cuts)
+	c.ByTool = maps.Clone(b.ByTool)
+	c.ByUpstream = maps.Clone(b.ByUpstream)
+	return &c
+}
+
+func (m *Manager) emit(ctx context.Context, ev Event) {
+	if m.events == nil {
+		return
+	}
+	if ev.Time.IsZero() {
+		ev.Time = m.now()
+	}
+	m.events.BranchEvent(ctx, ev)
+}
+
+func branchEvent(kind string, b *Branch) Event {
+	return Event{
+		Kind: kind, Session: b.Session, Branch: b.ID, Parent: b.Parent, Depth: b.Depth,
+		Status: b.Status, Reason: b.Reason, Level: b.Level, Used: b.Used, Budget: b.Budget,
+	}
+}
+
+// loaded returns the open session id, or nil.
+func (m *Manager) loaded(id string) *session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sessions[id]
+}
+
+// sessionOf returns the open session id or an error wrapping
+// ErrSessionNotFound.
+func (m *Manager) sessionOf(id string) (*session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.sessions[id]
+	if s == nil || s.ending {
+		return nil, fmt.Errorf("%w: session %q is not open in this proxy; reconnect to start a new session", ErrSessionNotFound, id)
+	}
+	return s, nil
+}
+
+// branchOf returns the branch id of the open session sess. A branch of
+// another session is reported as not found: sessions cannot see each
+// other's branches.
+func (m *Manager) branchOf(sess, id string) (*session, *node, error) {
+	return m.branchField(sess, "branch", id)
+}
+
+// branchField is branchOf with the name of the argument that named the
+// branch, for the refusal's message.
+func (m *Manager) branchField(sess, field, id string) (*session, *node, error) {
+	s, err := m.sessionOf(sess)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.mu.Lock()
+	n := s.nodes[id]
+	m.mu.Unlock()
+	if n == nil {
+		return nil, nil, fmt.Errorf("%w: %s %q is not a branch of this session; call branch_status without arguments to list them", ErrBranchNotFound, field, id)
+	}
+	return s, n, nil
+}
+
+// lookup returns the cached node id, or nil.
+func (m *Manager) lookup(id string) *node {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.nodes[id]
+}
+
+// innermostLocked returns the session's deepest, most recently created
+// active non-root branch, or nil. The caller holds m.mu.
+func innermostLocked(s *session) *node {
+	var best *node
+	for _, n := range s.active {
+		if !n.active() {
+			continue
+		}
+		if best == nil || n.depth > best.depth || (n.depth == best.depth && n.seq > best.seq) {
+			best = n
+		}
+	}
+	return best
+}
+
+// OpenSession stores a new session's record and creates its root branch
+// (depth 0, budget Settings.RootBudget) unless it exists. Opening a session
+// whose root was closed reopens the root, keeping its history.
+func (m *Manager) OpenSession(ctx context.Context, rec SessionRecord) error {
+	if rec.ID == "" {
+		return fmt.Errorf("%w: fold: OpenSession needs a session id", ErrInvalidArgument)
+	}
+	now := m.now()
+	if rec.Created.IsZero() {
+		rec.Created = now
+	}
+	rec.LastSeen = now
+	if err := m.store.PutSession(ctx, &rec); err != nil {
+		return fmt.Errorf("fold: open session %s: %w", rec.ID, err)
+	}
+	s, err := m.loadSession(ctx, &rec)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	s.rec = rec
+	s.touched = now
+	m.mu.Unlock()
+	return nil
+}
+
+// ResumeSession returns the stored record of session id (an HTTP session
+// resuming after a restart, say) and loads its branches, re-arming their
+// deadlines. It returns an error wrapping ErrSessionNotFound when there is
+// no such session.
+func (m *Manager) ResumeSession(ctx context.Context, id string) (*SessionRecord, error) {
+	if s := m.loaded(id); s != nil {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if s.ending {
+			return nil, fmt.Errorf("%w: session %q is ending", ErrSessionNotFound, id)
+		}
+		rec := s.rec
+		return &rec, nil
+	}
+	rec, err := m.store.GetSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	s, err := m.loadSession(ctx, rec)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := s.rec
+	return &out, nil
+}
+
+// TouchSession records that the session was seen now. It is cheap: the
+// record is written at most every 30 seconds, and a failed write is only
+// logged.
+func (m *Manager) TouchSession(ctx context.Context, id string) {
+	now := m.now()
+	m.mu.Lock()
+	s := m.sessions[id]
+	if s == nil {
+		m.mu.Unlock()
+		return
+	}
+	s.rec.LastSeen = now
+	if now.Sub(s.touched) < touchEvery {
+		m.mu.Unlock()
+		return
+	}
+	s.touched = now
+	rec := s.rec
+	m.mu.Unlock()
+	if err := m.store.PutSession(ctx, &rec); err != nil {
+		m.log.Warn("fold: recording session activity failed", "session", id, "err", err)
+	}
+}
+
+// loadSession loads the branches of a session from the store into memory,
+// making sure it has an active root, and arms the deadlines of its active
+// branches (a deadline already past fires at once).
+func (m *Manager) loadSession(ctx context.Context, rec *SessionRecord) (*session, error) {
+	m.loadMu.Lock()
+	defer m.loadMu.Unlock()
+	if s := m.loaded(rec.ID); s != nil {
+		return s, nil
+	}
+	bs, err := m.store.Branches(ctx, rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("fold: load session %s: %w", rec.ID, err)
+	}
+	rootID := RootID(rec.ID)
+	var root *Branch
+	for _, b := range bs {
+		if b.ID == rootID {
+			root = b
+		}
+	}
+	switch {
+	case root == nil:
+		root = &Branch{
+			ID: rootID, Session: rec.ID, Status: StatusActive, Budget: m.set.RootBudget,
+			Level: policy.Normal.String(), Created: m.now(),
+		}
+		bs = append([]*Branch{root}, bs...)
+	case root.Status != StatusActive:
+		root.Status, root.Reason, root.Closed = StatusActive, "", time.Time{}
+		root.Summary, root.SummaryDelivered = "", false
+		root.Budget = m.set.RootBudget
+	default:
+		root = nil // nothing to write
+	}
+	if root != nil {
+		if err := m.store.PutBranch(ctx, root); err != nil {
+			return nil, fmt.Errorf("fold: create the root of session %s: %w", rec.ID, err)
+		}
+	}
+
+	s := &session{
+		id: rec.ID, rec: *rec,
+		nodes:  make(map[string]*node, len(bs)),
+		active: make(map[string]*node),
+	}
+	for _, b := range bs {
+		s.nodes[b.ID] = m.newNode(b)
+	}
+	s.root = s.nodes[rootID]
+	// A crash between writing a new branch and its parent leaves the
+	// parent without the child in its list: repair it from the child.
+	for _, b := range bs {
+		p := s.nodes[b.Parent]
+		if p == nil || slices.Contains(p.cur.Load().Children, b.ID) {
+			continue
+		}
+		nb := p.cur.Load().clone()
+		nb.Children = append(nb.Children, b.ID)
+		if err := m.put(ctx, p, nb); err != nil {
+			return nil, fmt.Errorf("fold: repair branch %s: %w", p.id, err)
+		}
+	}
+	for _, b := range bs {
+		p := s.nodes[b.Parent]
+		if p != nil && p.active() && b.Status != StatusActive && b.Status != StatusReturned &&
+			b.Summary != "" && !b.SummaryDelivered {
+			p.pending = append(p.pending, b.ID)
+		}
+	}
+
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("fold: load session %s: the manager is closed", rec.ID)
+	}
+	m.sessions[rec.ID] = s
+	var arm []*node
+	for id, n := range s.nodes {
+		m.nodes[id] = n
+		if n.active() && n != s.root {
+			s.active[id] = n
+			m.active++
+			arm = append(arm, n)
+		}
+	}
+	m.mu.Unlock()
+	for _, n := range arm {
+		if err := n.lock(ctx); err != nil {
+			return nil, err
+		}
+		m.armLocked(n)
+		n.unlock()
+	}
+	return s, nil
+}
+
+// EndSession force-returns the session's active branches, deepest first,
+// with ReasonSessionEnd, closes its root and deletes the session record.
+// Branches and archives stay in the store for reports and recall. It takes
+// at most Settings.SessionEndGrace; branches it could not close in time
+// close at their deadlines or are failed at the next Recover.
+func (m *Manager) EndSession(ctx context.Context, id string) error {
+	s := m.loaded(id)
+	if s == nil {
+		rec, err := m.store.GetSession(ctx, id)
+		if err != nil {
+			return err
+		}
+		if s, err = m.loadSession(ctx, rec); err != nil {
+			return err
+		}
+	}
+	m.mu.Lock()
+	s.ending = true
+	m.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, m.set.SessionEndGrace.D())
+	defer cancel()
+	if err := s.root.lock(ctx); err != nil {
+		return fmt.Errorf("fold: end session %s within %s: %w", id, m.set.SessionEndGrace.D(), err)
+	}
+	_, err := m.closeLocked(ctx, s.root, StatusForced, ReasonSessionEnd, nil)
+	s.root.unlock()
+	if err != nil {
+		return fmt.Errorf("fold: end session %s: %w; branches left open close at their deadlines or at the next start", id, err)
+	}
+	if err := m.store.DeleteSession(ctx, id); err != nil {
+		return fmt.Errorf("fold: end session %s: %w", id, err)
+	}
+	m.mu.Lock()
+	delete(m.sessions, id)
+	for bid := range s.nodes {
+		delete(m.nodes, bid)
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// Recover prepares the Manager after a start. For every stored session
+// with active branches: when resumable reports that the session can resume
+// (an HTTP session whose record is stored), its branches are loaded and
+// their deadlines re-armed, a deadline already past firing at once;
+// otherwise (a stdio session: its process is gone) its active branches are
+// closed as StatusFailed with ReasonProxyRestarted, deepest first, and its
+// record is deleted. A nil resumable resumes nothing.
+func (m *Manager) Recover(ctx context.Context, resumable func(session string) bool) error {
+	recs, err := m.store.Sessions(ctx)
+	if err != nil {
+		return fmt.Errorf("fold: recover: %w", err)
+	}
+	all, err := m.store.Branches(ctx, "")
+	if err != nil {
+		return fmt.Errorf("fold: recover: %w", err)
+	}
+	bySession := make(map[string][]*Branch)
+	for _, b := range all {
+		if b.Status == StatusActive {
+			bySession[b.Session] = append(bySession[b.Session], b)
+		}
+	}
+	records := make(map[string]*SessionRecord, len(recs))
+	for _, r := range recs {
+		records[r.ID] = r
+		if _, ok := bySession[r.ID]; !ok {
+			bySession[r.ID] = nil
+		}
+	}
+	ids := slices.Sorted(maps.Keys(bySession))
+	var errs []error
+	for _, id := range ids {
+		if m.loaded(id) != nil {
+			continue
+		}
+		if rec := records[id]; rec != nil && resumable != nil && resumable(id) {
+			if _, err := m.loadSession(ctx, rec); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if err := m.failSession(ctx, id, bySession[id], records[id] != nil); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// failSession closes the active branches of a session that cannot resume
+// as failed, deepest first, and deletes its record.
+func (m *Manager) failSession(ctx context.Context, id string, active []*Branch, hasRecord bool) error {
+	sort.SliceStable(active, func(i, j int) bool { return active[i].Depth > active[j].Depth })
+	now := m.now()
+	for _, b := range active {
+		nb := b.clone()
+		nb.Status, nb.Reason, nb.Closed = StatusFailed, ReasonProxyRestarted, now
+		if nb.Depth > 0 {
+			nb.Summary = m.summarize(nb, nil)
+		}
+		if err := m.store.PutBranch(ctx, nb); err != nil {
+			return fmt.Errorf("fold: recover session %s: %w", id, err)
+		}
+		m.emit(ctx, branchEvent("failed", nb))
+	}
+	if hasRecord {
+		if err := m.store.DeleteSession(ctx, id); err != nil {
+			return fmt.Errorf("fold: recover session %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// Attribute returns the branch a forwarded call of session is charged to:
+// the explicit branch_id when given, else the session's innermost active
+// branch, else its root. An explicit id must be a branch of the session
+// (else ErrBranchNotFound) and active (else ErrBranchClosed, with a message
+// that tells the agent what to do). The returned Branch is a copy.
+func (m *Manager) Attribute(ctx context.Context, session, explicit string) (*Branch, error) {
+	if explicit == "" {
+		s, err := m.sessionOf(session)
+		if err != nil {
+			return nil, err
+		}
+		m.mu.Lock()
+		n := innermostLocked(s)
+		m.mu.Unlock()
+		if n == nil {
+			n = s.root
+		}
+		b := n.cur.Load()
+		if b.Status != StatusActive {
+			return nil, closedErr(b)
+		}
+		return b.clone(), nil
+	}
+	_, n, err := m.branchOf(session, explicit)
+	if err != nil {
+		return nil, err
+	}
+	b := n.cur.Load()
+	if b.Status != StatusActive {
+		return nil, closedErr(b)
+	}
+	return b.clone(), nil
+}
+
+// closedErr is the refusal for a call to a closed branch.
+func closedErr(b *Branch) error {
+	state := string(b.Status)
+	if b.Reason != "" {
+		state += ": " + b.Reason
+	}
+	what := "its summary is in branch_status"
+	if b.Status == StatusReturned {
+		what = "its return message is in branch_status"
+	}
+	if b.Depth == 0 {
+		return fmt.Errorf("%w: the main thread of this session is closed (%s); the session has ended, reconnect to start a new one", ErrBranchClosed, state)
+	}
+	return fmt.Errorf("%w: branch %s is closed (%s); %s; continue in the parent branch or create a new branch with branch_create", ErrBranchClosed, b.ID, state, what)
+}

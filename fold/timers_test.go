@@ -1,0 +1,251 @@
+package fold
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+func TestDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, nil)
+		outer := e.create(t, map[string]any{"timeout_seconds": 10})
+		inner := e.create(t, map[string]any{"timeout_seconds": 100})
+		other := e.create(t, map[string]any{"parent_branch_id": RootID("s1")}) // default 300 s
+
+		time.Sleep(9 * time.Second)
+		synctest.Wait()
+		st := e.mustCall(t, "s1", ToolStatus, map[string]any{"branch_id": outer})
+		if st["status"] != "active" || st["timeout_remaining_seconds"] != float64(1) {
+			t.Fatalf("at 9 s: got %v, %v", st["status"], st["timeout_remaining_seconds"])
+		}
+
+		time.Sleep(time.Second)
+		synctest.Wait()
+		tests := []struct {
+			id     string
+			status Status
+			reason string
+		}{
+			{outer, StatusForced, ReasonDeadline},
+			{inner, StatusForced, ReasonParent},
+			{other, StatusActive, ""},
+		}
+		for _, tt := range tests {
+			got := e.branch(t, tt.id)
+			if got.Status != tt.status || got.Reason != tt.reason {
+				t.Errorf("%s: got %s %q, want %s %q", tt.id, got.Status, got.Reason, tt.status, tt.reason)
+			}
+		}
+		if s := e.branch(t, outer).Summary; !strings.Contains(s, "deadline passed") || !strings.Contains(s, inner) {
+			t.Errorf("summary: %q", s)
+		}
+		if _, err := e.m.Attribute(t.Context(), "s1", outer); !errors.Is(err, ErrBranchClosed) {
+			t.Errorf("attribute: got %v", err)
+		}
+
+		time.Sleep(290 * time.Second)
+		synctest.Wait()
+		if got := e.branch(t, other); got.Status != StatusForced || got.Reason != ReasonDeadline {
+			t.Errorf("default timeout: got %s %q", got.Status, got.Reason)
+		}
+	})
+}
+
+func TestRecoverNotResumable(t *testing.T) {
+	store := NewMemStore()
+	e := newEnvStore(t, store, nil)
+	a := e.create(t, map[string]any{})
+	a1 := e.create(t, map[string]any{})
+	done := e.create(t, map[string]any{"parent_branch_id": RootID("s1")})
+	e.mustCall(t, "s1", ToolReturn, map[string]any{"branch_id": done, "message": "ok"})
+	e.m.Close() // the proxy stops; the store stays
+
+	ev := &events{}
+	m, err := NewManager(t.Context(), Options{Store: store, Counter: wordCounter{}, Events: ev, PruneInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Recover(t.Context(), func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		id     string
+		status Status
+		reason string
+	}{
+		{a, StatusFailed, ReasonProxyRestarted},
+		{a1, StatusFailed, ReasonProxyRestarted},
+		{RootID("s1"), StatusFailed, ReasonProxyRestarted},
+		{done, StatusReturned, ""},
+	}
+	for _, tt := range tests {
+		got, err := store.GetBranch(t.Context(), tt.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != tt.status || got.Reason != tt.reason {
+			t.Errorf("%s: got %s %q, want %s %q", tt.id, got.Status, got.Reason, tt.status, tt.reason)
+		}
+	}
+	var order []string
+	for _, e := range ev.of("failed") {
+		order = append(order, e.Branch)
+	}
+	if want := []string{a1, a, RootID("s1")}; strings.Join(order, ",") != strings.Join(want, ",") {
+		t.Errorf("failed events: got %v, want deepest first %v", order, want)
+	}
+	if _, err := store.GetSession(t.Context(), "s1"); !errors.Is(err, ErrSessionNotFound) {
+		t.Errorf("session record: got %v, want deleted", err)
+	}
+	if _, err := m.ResumeSession(t.Context(), "s1"); !errors.Is(err, ErrSessionNotFound) {
+		t.Errorf("resume: got %v", err)
+	}
+	// A new session with the same id (stdio) starts afresh.
+	if err := m.OpenSession(t.Context(), SessionRecord{ID: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := m.Attribute(t.Context(), "s1", ""); err != nil || b.ID != RootID("s1") {
+		t.Errorf("after reopen: %v, %v", b, err)
+	}
+}
+
+func TestRecoverResumable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := NewMemStore()
+		e := newEnvStore(t, store, nil)
+		late := e.create(t, map[string]any{"timeout_seconds": 60})
+		past := e.create(t, map[string]any{"timeout_seconds": 5, "parent_branch_id": RootID("s1")})
+		e.m.Close()
+		// The proxy is down for 10 s: past's deadline passes meanwhile.
+		time.Sleep(10 * time.Second)
+
+		m, err := NewManager(t.Context(), Options{Store: store, Counter: wordCounter{}, PruneInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if err := m.Recover(t.Context(), func(s string) bool { return s == "s1" }); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if got, _ := store.GetBranch(t.Context(), past); got.Status != StatusForced || got.Reason != ReasonDeadline {
+			t.Errorf("past deadline: got %s %q, want forced at once", got.Status, got.Reason)
+		}
+		if got, err := m.Attribute(t.Context(), "s1", ""); err != nil || got.ID != late {
+			t.Fatalf("attribute after recover: %v, %v", got, err)
+		}
+		if rec, err := m.ResumeSession(t.Context(), "s1"); err != nil || rec.ID != "s1" {
+			t.Fatalf("resume: %v, %v", rec, err)
+		}
+		time.Sleep(49 * time.Second)
+		synctest.Wait()
+		if got, _ := store.GetBranch(t.Context(), late); got.Status != StatusActive {
+			t.Fatalf("at 59 s: got %s", got.Status)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got, _ := store.GetBranch(t.Context(), late); got.Status != StatusForced || got.Reason != ReasonDeadline {
+			t.Errorf("re-armed deadline: got %s %q", got.Status, got.Reason)
+		}
+	})
+}
+
+func TestDependsOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, nil)
+		a := e.create(t, map[string]any{"description": "a", "parent_branch_id": RootID("s1")})
+		b := e.create(t, map[string]any{"description": "b", "budget": 10, "parent_branch_id": RootID("s1")})
+
+		got := make(chan json.RawMessage, 1)
+		go func() {
+			// Not e.call: t.Fatal must stay on the test's goroutine.
+			out, err := e.m.CallTool(context.Background(), "s1", ToolCreate,
+				json.RawMessage(`{"description":"c","parent_branch_id":"`+RootID("s1")+`","depends_on":["`+a+`","`+b+`"]}`))
+			if err != nil {
+				t.Errorf("create: %v", err)
+			}
+			got <- out
+		}()
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		select {
+		case out := <-got:
+			t.Fatalf("created before its dependencies closed: %s", out)
+		default:
+		}
+		e.mustCall(t, "s1", ToolReturn, map[string]any{"branch_id": a, "message": "a found x", "return_value": `{"x":1}`})
+		if _, _, err := e.charge(t, "s1", b, 50); err != nil { // cut: b is force-returned
+			t.Fatal(err)
+		}
+		var r struct {
+			IsError           bool           `json:"isError"`
+			StructuredContent map[string]any `json:"structuredContent"`
+		}
+		if out := <-got; json.Unmarshal(out, &r) != nil || r.IsError {
+			t.Fatalf("create: %s", out)
+		}
+		deps := r.StructuredContent["dependencies"].([]any)
+		if len(deps) != 2 {
+			t.Fatalf("dependencies: %v", deps)
+		}
+		da, db := deps[0].(map[string]any), deps[1].(map[string]any)
+		if da["branch_id"] != a || da["status"] != "returned" || da["message"] != "a found x" || da["return_value"] != `{"x":1}` {
+			t.Errorf("dependency a: %v", da)
+		}
+		if db["branch_id"] != b || db["status"] != "forced" || db["reason"] != ReasonBudget || !strings.Contains(db["summary"].(string), "budget exhausted") {
+			t.Errorf("dependency b: %v", db)
+		}
+
+		// A dependency that does not finish in time.
+		slow := e.create(t, map[string]any{"description": "slow", "parent_branch_id": RootID("s1")})
+		start := time.Now()
+		_, text, ok := e.call(t, "s1", ToolCreate, map[string]any{"description": "d", "parent_branch_id": RootID("s1"), "depends_on": []string{slow}})
+		if ok || !strings.HasPrefix(text, "ErrDependencyFailed: depends_on: branch "+slow+" is still active after 2m0s") {
+			t.Fatalf("waiting too long: got %s", text)
+		}
+		if waited := time.Since(start); waited != 120*time.Second {
+			t.Errorf("waited %s, want the configured 2m0s", waited)
+		}
+	})
+}
+
+func TestEndSessionGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, func(f *policy.Fold) { f.SessionEndGrace = policy.Duration(5 * time.Second) })
+		a := e.create(t, map[string]any{})
+		// A charge to the root holds its lock until released.
+		release := make(chan struct{})
+		held := make(chan struct{})
+		go func() {
+			_, err := e.m.Charge(context.Background(), "s1", RootID("s1"), func(Budget) (Charge, error) {
+				close(held)
+				<-release
+				return Charge{Tokens: 1}, nil
+			})
+			if err != nil {
+				t.Errorf("charge: %v", err)
+			}
+		}()
+		<-held
+		err := e.m.EndSession(t.Context(), "s1")
+		if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("EndSession with the root held: got %v, want the grace to run out", err)
+		}
+		close(release)
+		synctest.Wait()
+		if err := e.m.EndSession(t.Context(), "s1"); err != nil {
+			t.Fatalf("EndSession again: %v", err)
+		}
+		if got := e.branch(t, a); got.Status != StatusForced || got.Reason != ReasonSessionEnd {
+			t.Errorf("branch: got %s %q", got.Status, got.Reason)
+		}
+	})
+}

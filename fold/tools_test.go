@@ -1,0 +1,214 @@
+package fold
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestTools(t *testing.T) {
+	e := newEnv(t, nil)
+	tools := e.m.Tools()
+	var names []string
+	for _, raw := range tools {
+		var def struct {
+			Name        string         `json:"name"`
+			Description string         `json:"description"`
+			InputSchema map[string]any `json:"inputSchema"`
+			Annotations map[string]any `json:"annotations"`
+			Meta        map[string]any `json:"_meta"`
+		}
+		dec := json.NewDecoder(strings.NewReader(string(raw)))
+		if err := dec.Decode(&def); err != nil {
+			t.Fatalf("tool %s: %v", raw, err)
+		}
+		names = append(names, def.Name)
+		if n := len(def.Description); n > 2048 || n < 200 {
+			t.Errorf("%s: description of %d bytes, want 200..2048", def.Name, n)
+		}
+		if def.InputSchema["type"] != "object" || def.InputSchema["additionalProperties"] != false {
+			t.Errorf("%s: schema %v", def.Name, def.InputSchema)
+		}
+		if def.Meta["anthropic/alwaysLoad"] != true {
+			t.Errorf("%s: _meta %v", def.Name, def.Meta)
+		}
+		if _, ok := def.Annotations["readOnlyHint"]; !ok {
+			t.Errorf("%s: annotations %v", def.Name, def.Annotations)
+		}
+	}
+	if !slices.Equal(names, ToolNames()) {
+		t.Errorf("tools: got %v, want %v", names, ToolNames())
+	}
+	create := string(tools[0])
+	for _, want := range []string{"exploring a codebase", "reading many files", "branch_return", "branch_id", "8192", "force-returned", "deadline"} {
+		if !strings.Contains(create, want) {
+			t.Errorf("branch_create's description does not mention %q", want)
+		}
+	}
+	for _, name := range ToolNames() {
+		if !IsTool(name) {
+			t.Errorf("IsTool(%s) = false", name)
+		}
+	}
+	if IsTool("read_file") {
+		t.Errorf("IsTool(read_file) = true")
+	}
+}
+
+func TestCallToolArguments(t *testing.T) {
+	e := newEnv(t, nil)
+	tests := []struct {
+		tool string
+		args string
+		want string
+	}{
+		{ToolCreate, `[]`, "ErrInvalidArgument: branch_create: the arguments must be a JSON object, got an array"},
+		{ToolCreate, `{"description":`, "ErrInvalidArgument: branch_create: the arguments are not valid JSON"},
+		{ToolCreate, `{}`, `ErrInvalidArgument: branch_create: field "description" is required`},
+		{ToolCreate, `{"description":"x","bugdet":5}`, `ErrInvalidArgument: branch_create: unknown field "bugdet"; the fields are description, prompt, budget, timeout_seconds, parent_branch_id, depends_on`},
+		{ToolCreate, `{"description":5}`, `ErrInvalidArgument: branch_create: field "description": want a string, got a number`},
+		{ToolCreate, `{"description":"x","budget":"100"}`, `field "budget": want an integer, got a string`},
+		{ToolCreate, `{"description":"x","budget":1.5}`, `field "budget": want an integer, got 1.5`},
+		{ToolCreate, `{"description":"x","budget":1e12}`, `field "budget": 1e12 is out of range`},
+		{ToolCreate, `{"description":"x","timeout_seconds":true}`, `field "timeout_seconds": want a number, got a boolean`},
+		{ToolCreate, `{"description":"x","depends_on":"b-1"}`, `field "depends_on": want an array of branch ids, got a string`},
+		{ToolCreate, `{"description":"x","depends_on":[1]}`, `field "depends_on": item 0: want a string, got a number`},
+		{ToolCreate, `{"description":"x","parent_branch_id":{}}`, `field "parent_branch_id": want a string, got an object`},
+		{ToolCreate, `{"description":"x","parent_branch_id":"` + strings.Repeat("b", 300) + `"}`, `field "parent_branch_id": 300 bytes is too long for an id`},
+		{ToolReturn, `{"msg":"x"}`, `unknown field "msg"`},
+		{ToolReturn, `{"message":["x"]}`, `field "message": want a string, got an array`},
+		{ToolReturn, `{"message":"x","return_value":{"a":1}}`, `field "return_value": want a string, got an object`},
+		{ToolStatus, `{"detailed":"yes"}`, `field "detailed": want a boolean, got a string`},
+		{ToolStatus, `"x"`, "the arguments must be a JSON object, got a string"},
+		{ToolRecall, `{"handle":"h","offset":"0"}`, `field "offset": want an integer, got a string`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.tool+" "+tt.args, func(t *testing.T) {
+			out, err := e.m.CallTool(t.Context(), "s1", tt.tool, json.RawMessage(tt.args))
+			if err != nil {
+				t.Fatalf("Go error: %v", err)
+			}
+			var res struct {
+				IsError bool `json:"isError"`
+				Content []struct{ Text string }
+			}
+			if err := json.Unmarshal(out, &res); err != nil {
+				t.Fatal(err)
+			}
+			if !res.IsError || !strings.Contains(res.Content[0].Text, tt.want) {
+				t.Fatalf("got %s, want a tool error containing %q", out, tt.want)
+			}
+		})
+	}
+
+	// Nulls are absent fields, and null arguments an empty object.
+	if _, text, ok := e.call(t, "s1", ToolCreate, map[string]any{"description": "x", "budget": nil, "prompt": nil}); !ok {
+		t.Errorf("nulls: %s", text)
+	}
+	if out, err := e.m.CallTool(t.Context(), "s1", ToolStatus, nil); err != nil || strings.Contains(string(out), "isError") {
+		t.Errorf("status without arguments: %s, %v", out, err)
+	}
+	// An unknown tool is the caller's mistake: a Go error.
+	if _, err := e.m.CallTool(t.Context(), "s1", "branch_delete", nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("unknown tool: got %v", err)
+	}
+}
+
+func TestCallToolResultShape(t *testing.T) {
+	e := newEnv(t, nil)
+	out, err := e.m.CallTool(t.Context(), "s1", ToolCreate, json.RawMessage(`{"description":"<a & b>"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+		StructuredContent map[string]any `json:"structuredContent"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatal(err)
+	}
+	var fromText map[string]any
+	if err := json.Unmarshal([]byte(res.Content[0].Text), &fromText); err != nil {
+		t.Fatalf("text is not JSON: %v", err)
+	}
+	if !strings.Contains(res.Content[0].Text, "\n  \"branch_id\"") {
+		t.Errorf("text is not indented: %s", res.Content[0].Text)
+	}
+	want := []string{"branch_id", "depth", "budget_allocated", "parent_budget_remaining", "deadline", "injected_context", "dependencies", "instructions"}
+	for _, k := range want {
+		if _, ok := res.StructuredContent[k]; !ok {
+			t.Errorf("structuredContent lacks %s", k)
+		}
+		if _, ok := fromText[k]; !ok {
+			t.Errorf("text lacks %s", k)
+		}
+	}
+	if res.StructuredContent["parent_budget_remaining"] != float64(-1) {
+		t.Errorf("parent_budget_remaining: got %v, want -1 for the unlimited root", res.StructuredContent["parent_budget_remaining"])
+	}
+}
+
+// FuzzCallToolArgs feeds arbitrary arguments to every fold tool: CallTool
+// never panics nor fails with a Go error, always answers with a well-formed
+// CallToolResult, and an unknown field is refused by name.
+func FuzzCallToolArgs(f *testing.F) {
+	seeds := []string{
+		`{}`, `null`, `[]`, `"x"`, `1`, `{"description":"x"}`, `{"description":"x","budget":100,"timeout_seconds":5}`,
+		`{"description":"x","depends_on":["a","b"]}`, `{"message":"done","return_value":"v"}`, `{"branch_id":"root-s1","detailed":true}`,
+		`{"handle":"b-1~00","offset":3,"max_tokens":2}`, `{"branch_id":"b-1","offset":1}`, `{"description":"\u0000\u001b"}`,
+		`{"description":"x","budget":-1e308}`, `{"description":"x","timeout_seconds":1e400}`, `{"zzz":1}`, `{"description":"x","description":5}`,
+	}
+	for i, s := range seeds {
+		f.Add(uint8(i), []byte(s))
+	}
+	e := newEnv(f, nil)
+	f.Fuzz(func(t *testing.T, which uint8, args []byte) {
+		tool := ToolNames()[int(which)%len(ToolNames())]
+		out, err := e.m.CallTool(t.Context(), "s1", tool, args)
+		if err != nil {
+			t.Fatalf("%s(%q): Go error %v", tool, args, err)
+		}
+		var res struct {
+			IsError    bool            `json:"isError"`
+			Content    []textContent   `json:"content"`
+			Structured json.RawMessage `json:"structuredContent"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil || len(res.Content) != 1 {
+			t.Fatalf("%s(%q): malformed result %s (%v)", tool, args, out, err)
+		}
+		if res.IsError {
+			if !strings.HasPrefix(res.Content[0].Text, "Err") {
+				t.Fatalf("%s(%q): refusal without a sentinel: %s", tool, args, res.Content[0].Text)
+			}
+		} else if len(res.Structured) == 0 {
+			t.Fatalf("%s(%q): success without structuredContent: %s", tool, args, out)
+		}
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(args, &obj) == nil {
+			allowed := map[string][]string{
+				ToolCreate: {"description", "prompt", "budget", "timeout_seconds", "parent_branch_id", "depends_on"},
+				ToolReturn: {"branch_id", "message", "return_value"},
+				ToolStatus: {"branch_id", "detailed"},
+				ToolRecall: {"handle", "branch_id", "offset", "max_tokens"},
+			}[tool]
+			for k := range obj {
+				if !slices.Contains(allowed, k) {
+					if !res.IsError || !strings.Contains(res.Content[0].Text, "unknown field") {
+						t.Fatalf("%s(%q): unknown field %q not refused: %s", tool, args, k, out)
+					}
+				}
+			}
+		}
+		// Keep the session usable: return whatever the fuzzer created.
+		for range 3 {
+			if _, err := e.m.CallTool(t.Context(), "s1", ToolReturn, json.RawMessage(`{"message":"done"}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
