@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -308,6 +307,11 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("--listen %s: %w", *listen, err)
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Open event streams would hold Shutdown for its whole timeout: the
+	// handler's Close ends every session and stream first.
+	if c, ok := h.(interface{ Close() error }); ok {
+		hs.RegisterOnShutdown(func() { _ = c.Close() })
+	}
 	url := "http://" + ln.Addr().String() + "/mcp"
 	logger.Info("foldproxy serving MCP over streamable HTTP", "url", url, "upstreams", len(cfg.Servers), "state", dir)
 	errc := make(chan error, 1)
@@ -322,9 +326,6 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
-	if c, ok := h.(interface{ Close() error }); ok {
-		_ = c.Close()
-	}
 	return nil
 }
 
@@ -336,5 +337,3 @@ func (s sinks) BranchEvent(ctx context.Context, ev fold.Event) {
 		x.BranchEvent(ctx, ev)
 	}
 }
-
-var _ = strings.TrimSpace

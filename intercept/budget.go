@@ -1,0 +1,539 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+// Brancher is the branch manager as the budget interceptor uses it;
+// *fold.Manager satisfies it.
+type Brancher interface {
+	// Attribute returns the branch a call of the session is charged to: the
+	// explicit branch id when not empty, else the session's innermost
+	// active branch, else its root. It fails with fold.ErrBranchClosed or
+	// fold.ErrBranchNotFound.
+	Attribute(ctx context.Context, session, explicit string) (*fold.Branch, error)
+	// Charge runs fit under the branch's charge lock with the branch's
+	// budget as it is now, then records the charge it returns (archive,
+	// usage, cut remainder, forced return) before returning. Calls on one
+	// branch are serialized; fit must not call back into the Brancher.
+	Charge(ctx context.Context, session, branch string, fit func(fold.Budget) (fold.Charge, error)) (*fold.ChargeResult, error)
+}
+
+// ErrOverBudget is wrapped by the refusal of a result that is over its
+// branch's remaining budget and cannot be cut (completion/complete, or a
+// result of a shape its method does not define).
+var ErrOverBudget = errors.New("ErrOverBudget")
+
+// Budget returns the interceptor that charges each result to its branch.
+//
+// On the way in it attributes the call (refusing it, without calling the
+// upstream, when the branch is closed or unknown) and sets Branch, Parent,
+// Depth and Remaining. On the way out it charges the result under the
+// branch's charge lock: a result that fits is delivered whole; one that
+// does not is cut to fit exactly, at a clean boundary, and its remainder is
+// kept under a recall handle named in a cut notice, after which fold
+// force-returns the branch. The result that makes the branch's warning level
+// rise carries a one-line notice, and forced-return summaries of children not
+// yet seen are appended once. Notices are extra content blocks (tools/call),
+// extra contents (resources/read) or extra user messages (prompts/get);
+// other methods carry none and are never cut: over the budget they are
+// refused.
+//
+// It expects Tokens to run inside it (see the chain order): it reuses
+// ResultTokens and Over and counts the result itself only when they are
+// unset. thresholds are the three warning fractions; nil or malformed means
+// the policy default. A nil Brancher or Counter makes every call fail with
+// an error that says so.
+func Budget(b Brancher, c *Counter, thresholds []float64) Interceptor {
+	if len(thresholds) != 3 {
+		thresholds = policy.Default().Fold.Thresholds
+	}
+	bi := &budgeter{b: b, c: c, thresholds: thresholds}
+	return func(next Handler) Handler {
+		return func(ctx context.Context, ex *Exchange) error {
+			return bi.handle(ctx, ex, next)
+		}
+	}
+}
+
+// budgeter holds the budget interceptor's configuration; it is read-only.
+type budgeter struct {
+	b          Brancher
+	c          *Counter
+	thresholds []float64
+}
+
+// delivery is what the fit function decided.
+type delivery struct {
+	result json.RawMessage
+	tokens int
+	cut    bool
+	refuse error
+}
+
+func (bi *budgeter) handle(ctx context.Context, ex *Exchange, next Handler) error {
+	if bi.b == nil || bi.c == nil {
+		ex.Outcome = OutcomeRefused
+		ex.Err = errors.New("foldproxy is misconfigured: the budget interceptor has no branch manager or token counter")
+		return ex.Err
+	}
+	br, err := bi.b.Attribute(ctx, ex.Session, ex.ExplicitBranch)
+	if err != nil {
+		ex.Outcome = OutcomeRefused
+		ex.Err = refusal(ex.ExplicitBranch, err)
+		return ex.Err
+	}
+	ex.Branch, ex.Parent, ex.Depth = br.ID, br.Parent, br.Depth
+	ex.Remaining = -1
+	if br.Budget > 0 {
+		ex.Remaining = max(br.Budget-br.Used, 0)
+	}
+	ex.BudgetUsed, ex.BudgetTotal = br.Used, br.Budget
+
+	err = next(ctx, ex)
+	if ex.Result == nil {
+		return err
+	}
+	var d delivery
+	res, cerr := bi.b.Charge(ctx, ex.Session, br.ID, func(bud fold.Budget) (fold.Charge, error) {
+		var ch fold.Charge
+		d, ch = bi.fit(ex, bud)
+		return ch, nil
+	})
+	if cerr != nil {
+		ex.Outcome = OutcomeRefused
+		ex.Result = nil
+		ex.Err = fmt.Errorf("foldproxy could not charge the result to branch %s, so it was not delivered: %w. Call branch_status to see the branch, then continue in an active branch", br.ID, cerr)
+		return ex.Err
+	}
+	ex.BudgetUsed, ex.BudgetTotal = res.Used, res.Total
+	if d.refuse != nil {
+		ex.Outcome = OutcomeRefused
+		ex.Result = nil
+		ex.Err = d.refuse
+		return ex.Err
+	}
+	ex.Result = d.result
+	ex.DeliveredTokens = d.tokens
+	if d.cut {
+		ex.CutHandle = res.Handle
+	}
+	switch {
+	case isErrorResult(d.result):
+		// An error result stays an error in the record even when cut (a
+		// cut keeps isError, and checking the delivered result spares a
+		// scan of a large original); CutHandle still tells that it was.
+		ex.Outcome = OutcomeError
+	case d.cut:
+		ex.Outcome = OutcomeCut
+	default:
+		ex.Outcome = OutcomeOK
+	}
+	return err
+}
+
+// refusal explains to the agent why a call could not be attributed.
+func refusal(explicit string, err error) error {
+	switch {
+	case errors.Is(err, fold.ErrBranchClosed):
+		return fmt.Errorf("foldproxy refused the call: %w. A closed branch takes no more calls: continue in its parent (pass the parent's branch_id, or none for the main thread); branch_status shows the tree", err)
+	case errors.Is(err, fold.ErrBranchNotFound):
+		return fmt.Errorf("foldproxy refused the call: branch_id %q is not a branch of this session (%w). Pass a branch_id returned by branch_create, or none for the current branch; branch_status lists them", explicit, err)
+	}
+	return fmt.Errorf("foldproxy refused the call: it could not find the branch to charge: %w. Retry, or call branch_status", err)
+}
+
+// fit decides, under the charge lock, what the agent receives and what it
+// costs. Charge.Tokens is the exact count of what is delivered, notices
+// included, and never exceeds bud.Remaining when that is not -1.
+func (bi *budgeter) fit(ex *Exchange, bud fold.Budget) (delivery, fold.Charge) {
+	c := bi.c
+	ch := fold.Charge{
+		Upstream:  ex.Upstream,
+		Method:    ex.Method,
+		Name:      ex.Name,
+		Args:      string(ex.Args),
+		Result:    ex.Result,
+		ArgTokens: ex.ArgTokens,
+		Level:     levelOf(bud.Level).String(),
+	}
+	if ch.ArgTokens == 0 && len(ex.Args) > 0 {
+		ch.ArgTokens = c.CountArgs(ex.Args)
+	}
+	lim := bud.Remaining
+	rt, over := ex.ResultTokens, ex.Over
+	if (rt == 0 && !over) || (over && (lim < 0 || lim > ex.Remaining && ex.Remaining >= 0)) {
+		// Tokens did not count this result, or counted it against a
+		// smaller limit than the branch now has.
+		var err error
+		if rt, over, err = c.CountResult(ex.Method, ex.Result, lim); err != nil {
+			rt, over = c.CountUpTo(string(ex.Result), lim)
+		}
+	}
+	if lim >= 0 && !over && rt > lim {
+		over = true
+	}
+	notify := canNotify(ex.Method, ex.Result)
+	var summaries []string
+	sumTokens := 0
+	if notify {
+		for _, s := range bud.Summaries {
+			s = strings.TrimSpace(s)
+			if s == "" {
+				continue
+			}
+			if !strings.HasPrefix(s, "[foldproxy]") {
+				s = "[foldproxy] " + s
+			}
+			summaries = append(summaries, s)
+			sumTokens += c.CountText(s)
+		}
+	}
+
+	if lim < 0 || (!over && rt+sumTokens <= lim) {
+		// Deliver the whole result, with the notices that fit.
+		notices := summaries
+		total := rt + sumTokens
+		old := levelOf(bud.Level)
+		if notify && policy.LevelOf(bud.Used+total, bud.Total, bi.thresholds) > old {
+			w, wt := bi.warning(ex, bud, total)
+			// A warning that would push the result over the budget is left
+			// out rather than cutting a result that fits; the next result
+			// is cut anyway.
+			if lim < 0 || total+wt <= lim {
+				notices = append(notices, w)
+				total += wt
+			}
+		}
+		out, created, err := appendNotices(ex.Method, ex.Result, notices)
+		switch {
+		case err != nil:
+			out, total = ex.Result, rt
+		case created:
+			// The result had no notice array, so it was counted as raw
+			// JSON; with one it is counted by its items: recount.
+			n, _, err := c.CountResult(ex.Method, out, -1)
+			if err != nil || (lim >= 0 && n > lim) {
+				out, total = ex.Result, rt
+			} else {
+				total = n
+			}
+		}
+		ch.Tokens = total
+		ch.Level = bi.level(bud, total).String()
+		return delivery{result: out, tokens: total}, ch
+	}
+
+	if !notify {
+		ch.Tokens = 0
+		return delivery{refuse: fmt.Errorf("foldproxy refused the result: %w: the %s result has more than %s tokens and branch %s has %s left; %s results cannot be cut. Narrow the request, or make it in a branch with a larger budget",
+			ErrOverBudget, ex.Method, commas(rt), bud.Branch, commas(lim), ex.Method)}, ch
+	}
+	d, rest, ok := bi.cut(ex, bud, rt, over, summaries)
+	if !ok {
+		ch.Tokens = 0
+		return delivery{refuse: fmt.Errorf("foldproxy refused the result: %w: it has more than %s tokens, branch %s has %s left, and it could not be cut. Narrow the request",
+			ErrOverBudget, commas(rt), bud.Branch, commas(lim))}, ch
+	}
+	ch.Tokens = d.tokens
+	ch.Cut = true
+	ch.Rest = rest
+	ch.Level = bi.level(bud, d.tokens).String()
+	return d, ch
+}
+
+// cut cuts the result to fit bud.Remaining with its notices: the summaries
+// and the cut notice. When no content fits beside the notices, the notices
+// are delivered alone (the cut notice alone when the summaries do not fit,
+// or the shortest form of it); when not even that fits, the result is
+// delivered with no content at all and costs nothing, and the agent learns
+// of the cut from the forced return. ok is false when the result cannot be
+// cut.
+func (bi *budgeter) cut(ex *Exchange, bud fold.Budget, rt int, over bool, summaries []string) (delivery, []byte, bool) {
+	c := bi.c
+	lim := bud.Remaining
+	root := ex.Depth == 0 || ex.Parent == ""
+	sumTokens := 0
+	for _, s := range summaries {
+		sumTokens += c.CountText(s)
+	}
+	// Provisional notice: its numbers have at most the digits of the final ones.
+	estTotal := max(rt, len(ex.Result)/firstBytesPerToken)
+	provisional := cutNotice(bud.Branch, bud.Handle, root, lim, estTotal, over)
+	room := lim - sumTokens - c.CountText(provisional)
+
+	var rest []byte
+	try := func(room int, notices func(kept, restLen, cutLen int) []string) (delivery, bool) {
+		cutRes, r, kept, err := c.CutResult(ex.Method, ex.Result, room)
+		if err != nil {
+			return delivery{}, false
+		}
+		if r == nil {
+			// Within room after all (counted against a larger limit
+			// before); still a cut by contract, with nothing left over.
+			r = []byte{}
+		}
+		out, _, err := appendNotices(ex.Method, cutRes, notices(kept, len(r), len(cutRes)))
+		if err != nil {
+			return delivery{}, false
+		}
+		n, _, err := c.CountResult(ex.Method, out, -1)
+		if err != nil || n > lim {
+			return delivery{tokens: n}, false
+		}
+		rest = r
+		return delivery{result: out, tokens: n, cut: true}, true
+	}
+	full := func(kept, restLen, cutLen int) []string {
+		// The whole is known when the result was counted to its end;
+		// otherwise it is estimated from the bytes per token of what is
+		// kept.
+		total := rt
+		if over {
+			total = max(rt, kept+restLen/firstBytesPerToken)
+			if kept > 0 && cutLen > 0 {
+				total = max(rt, kept+int(float64(restLen)*float64(kept)/float64(cutLen)))
+			}
+		}
+		return append(append([]string(nil), summaries...), cutNotice(bud.Branch, bud.Handle, root, kept, total, over))
+	}
+	for i := 0; i < 4 && room > 0; i++ {
+		d, ok := try(room, full)
+		if ok {
+			return d, rest, true
+		}
+		if d.tokens == 0 {
+			return delivery{}, nil, false
+		}
+		room -= d.tokens - lim
+	}
+	// No content fits beside the notices.
+	fallbacks := []func(int, int, int) []string{
+		func(k, r, l int) []string { return full(0, r, l) },
+		func(k, r, l int) []string { return full(0, r, l)[len(summaries):] },
+		func(int, int, int) []string { return []string{shortCutNotice(bud.Handle)} },
+		func(int, int, int) []string { return nil },
+	}
+	for _, f := range fallbacks {
+		if d, ok := try(0, f); ok {
+			return d, rest, true
+		}
+	}
+	return delivery{}, nil, false
+}
+
+// cutNotice tells the agent that a result was cut and where the rest is.
+func cutNotice(branch, handle string, root bool, kept, total int, estimated bool) string {
+	of := commas(total)
+	if estimated {
+		of = "about " + of
+	}
+	if root {
+		return fmt.Sprintf("[foldproxy] result cut at %s of %s tokens to fit the main thread's budget. The rest is kept: call branch_recall with handle %q to read it.",
+			commas(kept), of, handle)
+	}
+	return fmt.Sprintf("[foldproxy] result cut at %s of %s tokens to fit branch %s's budget. The rest is kept: call branch_recall with handle %q to read it. This branch has been force-returned; continue in the parent.",
+		commas(kept), of, branch, handle)
+}
+
+// shortCutNotice is the shortest cut notice, for a branch with almost no
+// budget left.
+func shortCutNotice(handle string) string {
+	return fmt.Sprintf("[foldproxy] cut; rest: branch_recall %q", handle)
+}
+
+// warning returns the notice of a rising warning level for a result of
+// tokens tokens (notices before it included), and the notice's own tokens.
+// The figures it prints include the notice itself.
+func (bi *budgeter) warning(ex *Exchange, bud fold.Budget, tokens int) (string, int) {
+	root := ex.Depth == 0 || ex.Parent == ""
+	var text string
+	t := 0
+	for range 4 {
+		used := bud.Used + tokens + t
+		lvl := policy.LevelOf(used, bud.Total, bi.thresholds)
+		text = warningText(bud.Branch, root, used, bud.Total, lvl)
+		n := bi.c.CountText(text)
+		if n == t {
+			break
+		}
+		t = n
+	}
+	return text, t
+}
+
+// warningText is the one-line notice of a warning level.
+func warningText(branch string, root bool, used, total int, lvl policy.Level) string {
+	pct := 0
+	if total > 0 {
+		pct = int(int64(used) * 100 / int64(total))
+	}
+	who := "branch " + branch
+	var advice string
+	switch {
+	case root:
+		who = "main thread"
+		advice = "Keep tool output small: do large reads inside a branch (branch_create)."
+	case lvl >= policy.Critical:
+		advice = "Call branch_return now: the next large result will be cut and the branch force-returned."
+	case lvl >= policy.Warning:
+		advice = "Wrap up and call branch_return with what you have."
+	default:
+		advice = "Finish the sub-task and call branch_return soon."
+	}
+	return fmt.Sprintf("[foldproxy] %s budget: %s/%s tokens used (%d%%, %s). %s", who, commas(used), commas(total), pct, lvl, advice)
+}
+
+// level returns the branch's warning level after tokens more tokens; it
+// never goes below the level already reached.
+func (bi *budgeter) level(bud fold.Budget, tokens int) policy.Level {
+	return max(policy.LevelOf(bud.Used+tokens, bud.Total, bi.thresholds), levelOf(bud.Level))
+}
+
+// levelOf parses a level name; unknown or empty names are Normal.
+func levelOf(name string) policy.Level {
+	for l := policy.Normal; l <= policy.Critical; l++ {
+		if l.String() == name {
+			return l
+		}
+	}
+	return policy.Normal
+}
+
+// commas formats n with thousands separators.
+func commas(n int) string {
+	s := strconv.Itoa(n)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// noticeArray names the array notices are appended to in a result of
+// method, "" when its results carry no notices.
+func noticeArray(method string) string {
+	switch method {
+	case "tools/call":
+		return "content"
+	case "resources/read":
+		return "contents"
+	case "prompts/get":
+		return "messages"
+	}
+	return ""
+}
+
+// canNotify reports whether notices can be appended to a result of method:
+// the method has a notice array and the result is an object.
+func canNotify(method string, result []byte) bool {
+	r := trimWS(result)
+	return noticeArray(method) != "" && len(r) > 0 && r[0] == '{'
+}
+
+// noticeJSON returns one notice as an element of method's notice array.
+func noticeJSON(method, text string) []byte {
+	q := appendQuoted(nil, text)
+	var b []byte
+	switch method {
+	case "resources/read":
+		b = append(b, `{"uri":"foldproxy://notice","mimeType":"text/plain","text":`...)
+		b = append(b, q...)
+		b = append(b, '}')
+	case "prompts/get":
+		b = append(b, `{"role":"user","content":{"type":"text","text":`...)
+		b = append(b, q...)
+		b = append(b, `}}`...)
+	default:
+		b = append(b, `{"type":"text","text":`...)
+		b = append(b, q...)
+		b = append(b, '}')
+	}
+	return b
+}
+
+// appendNotices appends the notices to the result's notice array (creating
+// the array when the result has none, which created reports), leaving every
+// other byte as it was.
+func appendNotices(method string, result json.RawMessage, notices []string) (out json.RawMessage, created bool, err error) {
+	if len(notices) == 0 {
+		return result, false, nil
+	}
+	key := noticeArray(method)
+	if key == "" {
+		return nil, false, fmt.Errorf("%s results carry no notices", method)
+	}
+	raw := trimWS(result)
+	members, err := parseObject(raw, nil)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s result: %w", method, err)
+	}
+	var add []byte
+	for i, n := range notices {
+		if i > 0 {
+			add = append(add, ',')
+		}
+		add = append(add, noticeJSON(method, n)...)
+	}
+	for _, m := range members {
+		if m.key != key {
+			continue
+		}
+		v := raw[m.vStart:m.vEnd]
+		if !isArray(v) {
+			return nil, false, fmt.Errorf("%s result: %s is not an array", method, key)
+		}
+		out = make([]byte, 0, len(raw)+len(add)+1)
+		out = append(out, raw[:m.vEnd-1]...)
+		if len(trimWS(v[1:len(v)-1])) > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, add...)
+		out = append(out, raw[m.vEnd-1:]...)
+		return out, false, nil
+	}
+	out = make([]byte, 0, len(raw)+len(add)+len(key)+8)
+	out = append(out, raw[:len(raw)-1]...)
+	if len(members) > 0 {
+		out = append(out, ',')
+	}
+	out = append(out, '"')
+	out = append(out, key...)
+	out = append(out, `":[`...)
+	out = append(out, add...)
+	out = append(out, "]}"...)
+	return out, true, nil
+}
+
+// isErrorResult reports whether a result has "isError": true.
+func isErrorResult(result []byte) bool {
+	ms, err := parseObject(trimWS(result), nil)
+	if err != nil {
+		return false
+	}
+	raw := trimWS(result)
+	for _, m := range ms {
+		if m.key == "isError" {
+			return string(raw[m.vStart:m.vEnd]) == "true"
+		}
+	}
+	return false
+}

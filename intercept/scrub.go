@@ -1,0 +1,741 @@
+package intercept
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+// Scrubbing defaults, used where policy.Scrub leaves a field zero.
+const (
+	DefaultScrubTimeout = 10 * time.Second
+	DefaultChunkBytes   = 64 << 10
+	DefaultOverlapBytes = 4 << 10
+	// MinOverlapBytes is the smallest chunk overlap foldproxy uses: a PEM
+	// private key (about 3.3 KB for RSA-4096) must fit in it whole, or a
+	// key straddling a chunk border would be found in neither chunk.
+	MinOverlapBytes = 4 << 10
+)
+
+// unescapeDepth is how many levels of JSON escaping below the content are
+// scanned (JSON in a string in JSON, ...).
+const unescapeDepth = 2
+
+// unescapePad is how far around each decoded escape the deeper views are
+// scanned.
+const unescapePad = 1 << 10
+
+// ErrWithheld is wrapped by the error an agent gets instead of a result
+// that could not be scanned for secrets.
+var ErrWithheld = errors.New("foldproxy withheld this result")
+
+// ScanError reports why a text could not be scanned. Its message never
+// holds any of the text.
+type ScanError struct {
+	// Reason says what went wrong, e.g. "scan timed out after 10s".
+	Reason string
+	// Err is the underlying cause when there is one (a context error).
+	Err error
+}
+
+func (e *ScanError) Error() string { return e.Reason }
+
+// Unwrap returns the underlying cause.
+func (e *ScanError) Unwrap() error { return e.Err }
+
+// Scrubber removes secrets from text and JSON with gitleaks' rules (its
+// defaults plus the user's .gitleaks.toml). Every secret found becomes
+// [REDACTED:<rule-id>].
+//
+// A Scrubber is built once and is safe for concurrent use.
+type Scrubber struct {
+	disabled bool
+	timeout  time.Duration
+	chunk    int
+	overlap  int
+	logger   *slog.Logger
+	eng      *engine
+	// find locates secrets in one piece of text. It is eng.find; tests
+	// replace it with detectors that fail, panic or hang.
+	find func(ctx context.Context, text string) ([]found, error)
+}
+
+var _ fold.Scanner = (*Scrubber)(nil)
+
+// NewScrubber builds the scrubber described by s. It loads gitleaks'
+// default rules and, when s.GitleaksConfig names a file, that file's rules
+// and allowlists on top of them (see loadGitleaksConfig for how the two are
+// merged). A file that cannot be read or parsed, or holds an invalid rule,
+// is an error naming the file and the problem. A disabled scrubber loads
+// nothing and passes everything through.
+//
+// Zero fields take their defaults: Timeout 10s, ChunkBytes 64 KiB,
+// OverlapBytes 4 KiB. An overlap below MinOverlapBytes is raised to it, and
+// the chunk to at least twice the overlap. logger may be nil.
+func NewScrubber(s policy.Scrub, logger *slog.Logger) (*Scrubber, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if s.Disabled {
+		return &Scrubber{disabled: true, logger: logger}, nil
+	}
+	sc := &Scrubber{
+		timeout: s.Timeout.D(),
+		chunk:   s.ChunkBytes,
+		overlap: s.OverlapBytes,
+		logger:  logger,
+	}
+	switch {
+	case sc.timeout < 0:
+		return nil, fmt.Errorf("scrub.timeout: %s must not be negative", sc.timeout)
+	case sc.chunk < 0:
+		return nil, fmt.Errorf("scrub.chunkBytes: %d must not be negative", sc.chunk)
+	case sc.overlap < 0:
+		return nil, fmt.Errorf("scrub.overlapBytes: %d must not be negative", sc.overlap)
+	}
+	if sc.timeout == 0 {
+		sc.timeout = DefaultScrubTimeout
+	}
+	if sc.chunk == 0 {
+		sc.chunk = DefaultChunkBytes
+	}
+	if sc.overlap == 0 {
+		sc.overlap = DefaultOverlapBytes
+	}
+	if sc.overlap < MinOverlapBytes {
+		logger.Info("scrub: chunk overlap raised so that a private key fits", "configured", sc.overlap, "used", MinOverlapBytes)
+		sc.overlap = MinOverlapBytes
+	}
+	if sc.chunk < 2*sc.overlap {
+		logger.Info("scrub: chunk size raised to twice the overlap", "configured", sc.chunk, "used", 2*sc.overlap)
+		sc.chunk = 2 * sc.overlap
+	}
+	cfg, err := loadGitleaksConfig(s.GitleaksConfig)
+	if err != nil {
+		return nil, err
+	}
+	if sc.eng, err = newEngine(cfg, sc.overlap); err != nil {
+		return nil, fmt.Errorf("gitleaks rules: %w", err)
+	}
+	sc.find = sc.eng.find
+	logger.Debug("scrub: gitleaks rules loaded", "rules", len(sc.eng.rules), "config", s.GitleaksConfig)
+	return sc, nil
+}
+
+// Disabled reports whether the scrubber passes everything through.
+func (s *Scrubber) Disabled() bool { return s.disabled }
+
+// ScrubText returns text with every secret replaced by [REDACTED:<rule-id>]
+// and the number of secrets removed by rule. Besides the text as it is, it
+// scans the text with one and two levels of JSON string escaping undone
+// around every escape sequence (see view), and gitleaks decodes base64, hex
+// and percent-encoded segments; a secret found in a decoded form is
+// redacted in the original, escape sequences or encoded segment included.
+//
+// The scan is bounded by the scrubber's timeout. When it cannot complete
+// (deadline, cancellation, a panic inside gitleaks) ScrubText returns an
+// error, a *ScanError, and no text; the error never holds any of the text.
+func (s *Scrubber) ScrubText(ctx context.Context, text string) (string, map[string]int, error) {
+	if s.disabled || text == "" {
+		return text, nil, nil
+	}
+	var spans []found
+	err := s.run(ctx, func(ctx context.Context) error {
+		var err error
+		spans, err = s.scan(ctx, text, false)
+		return err
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	out, counts := redact(text, spans)
+	return out, counts, nil
+}
+
+// ScrubJSON scrubs every string of a JSON value, object keys included:
+// tool results (text, structuredContent, embedded resources), resource
+// contents, prompt messages, notifications, elicitation and sampling
+// requests. String values under a "blob" or "data" key that hold base64 of
+// text are decoded, scrubbed as text and encoded again.
+//
+// When nothing is found the input slice itself is returned, byte for byte.
+// Otherwise only the affected string literals are rewritten and the result
+// is valid JSON. raw that is not valid JSON is an error (the caller
+// withholds it). Errors are as for ScrubText.
+func (s *Scrubber) ScrubJSON(ctx context.Context, raw json.RawMessage) (json.RawMessage, map[string]int, error) {
+	if s.disabled || len(raw) == 0 {
+		return raw, nil, nil
+	}
+	if !json.Valid(raw) {
+		return nil, nil, &ScanError{Reason: "the message is not valid JSON"}
+	}
+	var edits []edit
+	var counts map[string]int
+	err := s.run(ctx, func(ctx context.Context) error {
+		var err error
+		edits, counts, err = s.scanJSON(ctx, raw)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(edits) == 0 {
+		return raw, nil, nil
+	}
+	var b bytes.Buffer
+	b.Grow(len(raw))
+	last := 0
+	for _, e := range edits {
+		b.Write(raw[last:e.start])
+		b.WriteString(e.repl)
+		last = e.end
+	}
+	b.Write(raw[last:])
+	return json.RawMessage(b.Bytes()), counts, nil
+}
+
+// edit replaces raw[start:end] by repl.
+type edit struct {
+	start, end int
+	repl       string
+}
+
+// jsonString is the interior of one string literal of a JSON text.
+type jsonString struct {
+	start, end int // raw[start:end] is between the quotes
+	blob       bool
+}
+
+func (s *Scrubber) scanJSON(ctx context.Context, raw []byte) ([]edit, map[string]int, error) {
+	strs := jsonStrings(raw)
+	counts := map[string]int{}
+	var edits []edit
+	var blank []jsonString // textual blobs, scanned decoded and hidden from the raw scan
+	for _, js := range strs {
+		if !js.blob {
+			continue
+		}
+		dec, ok := textBlob(raw[js.start:js.end])
+		if !ok {
+			continue
+		}
+		blank = append(blank, js)
+		spans, err := s.scan(ctx, dec, false)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(spans) == 0 {
+			continue
+		}
+		clean, c := redact(dec, spans)
+		for k, v := range c {
+			counts[k] += v
+		}
+		edits = append(edits, edit{js.start, js.end, base64.StdEncoding.EncodeToString([]byte(clean))})
+	}
+
+	var text string
+	if len(blank) == 0 {
+		text = string(raw)
+	} else {
+		buf := bytes.Clone(raw)
+		for _, js := range blank {
+			for i := js.start; i < js.end; i++ {
+				buf[i] = ' '
+			}
+		}
+		text = string(buf)
+	}
+	spans, err := s.scan(ctx, text, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Keep only the parts of each span inside string literals (never a
+	// quote or a structural character) and outside textual blobs.
+	k := 0
+	for _, f := range spans {
+		hit := false
+		for k > 0 && strs[k-1].end > f.start {
+			k--
+		}
+		for ; k < len(strs) && strs[k].start < f.end; k++ {
+			js := strs[k]
+			a, b := max(js.start, f.start), min(js.end, f.end)
+			if a >= b || js.blob && isBlanked(blank, js) {
+				continue
+			}
+			edits = append(edits, edit{a, b, marker(f.rule)})
+			hit = true
+		}
+		if hit {
+			counts[f.rule]++
+		}
+	}
+	if len(edits) == 0 {
+		return nil, nil, nil
+	}
+	sortEdits(edits)
+	return edits, counts, nil
+}
+
+func isBlanked(blank []jsonString, js jsonString) bool {
+	for _, b := range blank {
+		if b.start == js.start {
+			return true
+		}
+	}
+	return false
+}
+
+func sortEdits(es []edit) {
+	// Edits never overlap: spans are merged and blobs are excluded from
+	// the span edits.
+	for i := 1; i < len(es); i++ {
+		for j := i; j > 0 && es[j].start < es[j-1].start; j-- {
+			es[j], es[j-1] = es[j-1], es[j]
+		}
+	}
+}
+
+// jsonStrings lists the string literals of valid JSON, in order, marking
+// the values of "blob" and "data" keys.
+func jsonStrings(raw []byte) []jsonString {
+	var out []jsonString
+	var lastKey []byte
+	for i := 0; i < len(raw); {
+		j := bytes.IndexByte(raw[i:], '"')
+		if j < 0 {
+			break
+		}
+		open := i + j
+		end := open + 1
+		for end < len(raw) && raw[end] != '"' {
+			if raw[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		js := jsonString{start: open + 1, end: min(end, len(raw))}
+		next := end + 1
+		for next < len(raw) && isJSONSpace(raw[next]) {
+			next++
+		}
+		if next < len(raw) && raw[next] == ':' {
+			lastKey = raw[js.start:js.end]
+		} else if prevNonSpace(raw, open) == ':' && (string(lastKey) == "blob" || string(lastKey) == "data") && js.end-js.start >= 16 {
+			js.blob = true
+		}
+		out = append(out, js)
+		i = end + 1
+	}
+	return out
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func prevNonSpace(raw []byte, i int) byte {
+	for i--; i >= 0; i-- {
+		if !isJSONSpace(raw[i]) {
+			return raw[i]
+		}
+	}
+	return 0
+}
+
+// textBlob decodes a base64 string literal and reports whether it holds
+// text (valid UTF-8 without control characters other than white space).
+func textBlob(lit []byte) (string, bool) {
+	if bytes.IndexByte(lit, '\\') >= 0 {
+		var s string
+		if json.Unmarshal(append(append([]byte{'"'}, lit...), '"'), &s) != nil {
+			return "", false
+		}
+		lit = []byte(s)
+	}
+	dec := make([]byte, base64.StdEncoding.DecodedLen(len(lit)))
+	n, err := base64.StdEncoding.Decode(dec, lit)
+	if err != nil {
+		return "", false
+	}
+	dec = dec[:n]
+	if !utf8.Valid(dec) {
+		return "", false
+	}
+	for _, c := range dec {
+		if c < 0x20 && c != '\n' && c != '\r' && c != '\t' {
+			return "", false
+		}
+	}
+	return string(dec), true
+}
+
+// run runs f under the scrubber's deadline, turning a deadline, a
+// cancellation or a panic into a *ScanError. It returns at the deadline
+// even when f does not: a detector that ignores its context is left to
+// finish on its own, its result discarded.
+func (s *Scrubber) run(ctx context.Context, f func(context.Context) error) error {
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- s.panicked(r)
+			}
+		}()
+		done <- f(ctx)
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err == nil {
+		return nil
+	}
+	var se *ScanError
+	switch {
+	case parent.Err() != nil:
+		return &ScanError{Reason: "scan canceled: " + parent.Err().Error(), Err: parent.Err()}
+	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
+		return &ScanError{Reason: fmt.Sprintf("scan timed out after %s", s.timeout), Err: context.DeadlineExceeded}
+	case errors.As(err, &se):
+		return se
+	default:
+		return &ScanError{Reason: "scan failed: the secret detector reported an error", Err: err}
+	}
+}
+
+// panicked logs a recovered panic (its type and stack, never its value,
+// which could quote the text) and returns the error that replaces it.
+func (s *Scrubber) panicked(r any) error {
+	s.logger.Error("scrub: secret detector panicked", "panic_type", fmt.Sprintf("%T", r), "stack", string(debug.Stack()))
+	return &ScanError{Reason: "scan failed: the secret detector panicked"}
+}
+
+// scan finds the secrets of text, chunk by chunk, and returns them merged.
+// In JSON mode text is JSON: its strings are scanned decoded.
+func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]found, error) {
+	chunks := s.chunks(text)
+	results := make([][]found, len(chunks))
+	if len(chunks) == 1 {
+		fs, err := s.scanChunk(ctx, text, jsonMode)
+		if err != nil {
+			return nil, err
+		}
+		results[0] = fs
+	} else {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		workers := min(runtime.GOMAXPROCS(0), len(chunks))
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		errs := make([]error, workers)
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() {
+					if r := recover(); r != nil {
+						errs[w] = s.panicked(r)
+						cancel()
+					}
+				}()
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= len(chunks) || ctx.Err() != nil {
+						return
+					}
+					c := chunks[i]
+					fs, err := s.scanChunk(ctx, text[c[0]:c[1]], jsonMode)
+					if err != nil {
+						errs[w] = err
+						cancel()
+						return
+					}
+					for j := range fs {
+						fs[j].start += c[0]
+						fs[j].end += c[0]
+					}
+					results[i] = fs
+				}
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			var se *ScanError
+			if errors.As(err, &se) {
+				return nil, err
+			}
+		}
+		for _, err := range errs {
+			if err != nil {
+				return nil, err
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	var all []found
+	for _, fs := range results {
+		all = append(all, fs...)
+	}
+	if len(all) == 0 {
+		return nil, nil
+	}
+	all = append(all, sweep(text, all)...)
+	return mergeFound(all), nil
+}
+
+// chunks splits text into pieces of at most s.chunk bytes, each starting
+// s.overlap bytes before the previous one ends, at rune boundaries.
+func (s *Scrubber) chunks(text string) [][2]int {
+	n := len(text)
+	if n <= s.chunk {
+		return [][2]int{{0, n}}
+	}
+	step := s.chunk - s.overlap
+	var out [][2]int
+	for a := 0; ; a += step {
+		start := a
+		for start > 0 && start < n && !utf8.RuneStart(text[start]) {
+			start--
+		}
+		b := min(a+s.chunk, n)
+		out = append(out, [2]int{start, b})
+		if b == n {
+			return out
+		}
+	}
+}
+
+// scanChunk finds the secrets of one chunk: in the text itself (in JSON
+// mode, in its strings decoded), then in deeper levels of JSON escaping
+// around their escape sequences.
+func (s *Scrubber) scanChunk(ctx context.Context, raw string, jsonMode bool) ([]found, error) {
+	cur := &view{text: raw}
+	if jsonMode {
+		if v, ok := unescapeView(cur); ok {
+			cur = v
+		}
+	}
+	var out []found
+	fs, err := s.find(ctx, cur.text)
+	if err != nil {
+		return nil, err
+	}
+	out = appendMapped(out, cur, fs, 0)
+	for range unescapeDepth {
+		v, ok := unescapeView(cur)
+		if !ok {
+			break
+		}
+		for _, w := range v.changedWindows(unescapePad) {
+			fs, err := s.find(ctx, v.text[w[0]:w[1]])
+			if err != nil {
+				return nil, err
+			}
+			out = appendMapped(out, v, fs, w[0])
+		}
+		cur = v
+	}
+	return out, nil
+}
+
+// appendMapped maps findings made at offset off of v.text to the raw text.
+func appendMapped(out []found, v *view, fs []found, off int) []found {
+	for _, f := range fs {
+		f.start, f.end = v.toRoot(f.start+off, f.end+off)
+		out = append(out, f)
+	}
+	return out
+}
+
+// ScrubbedRPCError is what a JSON-RPC error from an upstream becomes when
+// its message or data held a secret: the same code, the message and data
+// scrubbed. It implements the RPCError interface the proxy can use to
+// encode it.
+type ScrubbedRPCError struct {
+	Code    int
+	Message string
+	Data    json.RawMessage
+}
+
+func (e *ScrubbedRPCError) Error() string {
+	return fmt.Sprintf("json-rpc error %d: %s", e.Code, e.Message)
+}
+
+// RPCCode returns the JSON-RPC error code.
+func (e *ScrubbedRPCError) RPCCode() int { return e.Code }
+
+// RPCMessage returns the scrubbed message.
+func (e *ScrubbedRPCError) RPCMessage() string { return e.Message }
+
+// RPCData returns the scrubbed data, or nil.
+func (e *ScrubbedRPCError) RPCData() json.RawMessage { return e.Data }
+
+// RPCError is implemented by errors that carry a JSON-RPC error object.
+// The scrub interceptor uses it to scrub an upstream's error message and
+// data while keeping its code; RPCData is optional.
+type RPCError interface {
+	error
+	RPCCode() int
+	RPCMessage() string
+}
+
+// codeInternalError is JSON-RPC's internal error code, given to a scrubbed
+// upstream error whose code is unknown.
+const codeInternalError = -32603
+
+// redactedError replaces an error whose text held a secret. errors.Is
+// still matches what the original matched, but the original (and its text)
+// is not reachable through Unwrap.
+type redactedError struct {
+	msg  string
+	orig error
+}
+
+func (e *redactedError) Error() string        { return e.msg }
+func (e *redactedError) Is(target error) bool { return errors.Is(e.orig, target) }
+
+// Scrub returns the interceptor that removes secrets from what an upstream
+// sends back: ex.Result (every string in it), the message and data of
+// ex.RPCError, and the text of ex.Err. Redactions are added to
+// ex.Redactions and the time spent is stored in ex.ScrubTime.
+//
+// An upstream JSON-RPC error that held a secret is replaced by a
+// *ScrubbedRPCError with the same code when the error implements RPCError,
+// and with code -32603 otherwise; a clean error is left untouched.
+//
+// Scrubbing fails closed: when a scan errors, panics or overruns its
+// deadline, the result is withheld — ex.Result and ex.RPCError are cleared,
+// ex.Outcome is OutcomeWithheld and ex.Err (also returned) wraps
+// ErrWithheld and says why, e.g. "foldproxy withheld this result: it could
+// not be scanned for secrets (scan timed out after 10s)". A nil or disabled
+// scrubber passes everything through.
+func Scrub(s *Scrubber) Interceptor {
+	return func(next Handler) Handler {
+		return func(ctx context.Context, ex *Exchange) (err error) {
+			herr := next(ctx, ex)
+			if s == nil || s.disabled {
+				return herr
+			}
+			start := time.Now()
+			defer func() {
+				if r := recover(); r != nil {
+					err = s.withhold(ex, s.panicked(r))
+				}
+				ex.ScrubTime = time.Since(start)
+			}()
+			if len(ex.Result) > 0 {
+				out, counts, serr := s.ScrubJSON(ctx, ex.Result)
+				if serr != nil {
+					return s.withhold(ex, serr)
+				}
+				ex.Result = out
+				addCounts(ex, counts)
+			}
+			if ex.RPCError != nil {
+				rerr, counts, serr := s.scrubRPCError(ctx, ex.RPCError)
+				if serr != nil {
+					return s.withhold(ex, serr)
+				}
+				ex.RPCError = rerr
+				addCounts(ex, counts)
+			}
+			if ex.Err != nil {
+				msg := ex.Err.Error()
+				clean, counts, serr := s.ScrubText(ctx, msg)
+				if serr != nil {
+					return s.withhold(ex, serr)
+				}
+				if clean != msg {
+					ex.Err = &redactedError{msg: clean, orig: ex.Err}
+					addCounts(ex, counts)
+				}
+				if herr != nil {
+					herr = ex.Err
+				}
+			}
+			return herr
+		}
+	}
+}
+
+func (s *Scrubber) scrubRPCError(ctx context.Context, e error) (error, map[string]int, error) {
+	var re RPCError
+	if !errors.As(e, &re) {
+		msg := e.Error()
+		clean, counts, err := s.ScrubText(ctx, msg)
+		if err != nil || clean == msg {
+			return e, nil, err
+		}
+		return &ScrubbedRPCError{Code: codeInternalError, Message: clean}, counts, nil
+	}
+	msg := re.RPCMessage()
+	clean, counts, err := s.ScrubText(ctx, msg)
+	if err != nil {
+		return nil, nil, err
+	}
+	var data json.RawMessage
+	if d, ok := re.(interface{ RPCData() json.RawMessage }); ok {
+		data = d.RPCData()
+	}
+	cleanData := data
+	if len(data) > 0 {
+		var dc map[string]int
+		cleanData, dc, err = s.ScrubJSON(ctx, data)
+		if err != nil {
+			return nil, nil, err
+		}
+		for k, v := range dc {
+			if counts == nil {
+				counts = map[string]int{}
+			}
+			counts[k] += v
+		}
+	}
+	if len(counts) == 0 {
+		return e, nil, nil
+	}
+	return &ScrubbedRPCError{Code: re.RPCCode(), Message: clean, Data: cleanData}, counts, nil
+}
+
+func addCounts(ex *Exchange, counts map[string]int) {
+	if len(counts) == 0 {
+		return
+	}
+	if ex.Redactions == nil {
+		ex.Redactions = make(map[string]int, len(counts))
+	}
+	for k, v := range counts {
+		ex.Redactions[k] += v
+	}
+}
+
+// withhold fails an exchange closed: nothing of the upstream's answer is
+// delivered.
+func (s *Scrubber) withhold(ex *Exchange, cause error) error {
+	ex.Result = nil
+	ex.RPCError = nil
+	ex.Outcome = OutcomeWithheld
+	ex.Err = fmt.Errorf("%w: it could not be scanned for secrets (%v)", ErrWithheld, cause)
+	s.logger.Warn("scrub: result withheld", "session", ex.Session, "upstream", ex.Upstream, "method", ex.Method, "reason", cause.Error())
+	return ex.Err
+}

@@ -1,0 +1,533 @@
+package intercept
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"regexp/syntax"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	ahocorasick "github.com/BobuSumisu/aho-corasick"
+	"github.com/zricethezav/gitleaks/v8/config"
+	"github.com/zricethezav/gitleaks/v8/detect"
+	"github.com/zricethezav/gitleaks/v8/report"
+)
+
+// found is one secret located in a scanned text, in byte offsets of that
+// text.
+type found struct {
+	start, end int
+	rule       string
+	// secret is the secret as it appears in the text, used to redact its
+	// other occurrences; empty when the finding came from a decoded segment.
+	secret string
+}
+
+// engine finds secrets in a piece of text (at most one chunk) with
+// gitleaks' rules and gitleaks' detector.
+//
+// gitleaks' Detector runs every rule whose keyword occurs anywhere in a
+// fragment over the whole fragment. On real tool output (source code,
+// logs) keywords such as "key", "api", "token", "ey" or "s." occur in
+// nearly every fragment, so nearly every regex runs over every byte, and
+// on Go's regexp engine that is a few MB/s. The engine keeps gitleaks'
+// rules, allowlists, entropy checks and decoding, but gives each rule a
+// detector of its own and runs it only over windows around the places
+// where one of its keywords occurs: wide enough for the longest match the
+// rule's regex can make (computed from the regex), the lines a match can
+// span, or the chunk overlap for rules whose matches are unbounded. The
+// difference from gitleaks' own semantics: a match that contains none of
+// its rule's keywords and lies farther from every keyword than its window
+// reaches is not reported. gitleaks' keywords are written to be part of
+// the match, so in practice nothing is lost; the differential test in
+// scrub_test.go checks the two agree on real output with planted secrets.
+//
+// Encoded segments (base64, hex, percent, unicode escapes) are handled by
+// gitleaks' own decoder (Detector.MaxDecodeDepth), run with every rule over
+// windows around segments that decode to printable text.
+//
+// An engine is immutable after construction and safe for concurrent use:
+// gitleaks' Detector.DetectContext only reads the detector's configuration
+// and keyword trie, and counts bytes atomically.
+type engine struct {
+	full   *detect.Detector
+	rules  []ruleScanner
+	trie   *ahocorasick.Trie
+	byKw   [][]int // keyword (trie pattern index) → rule indices
+	always []int   // rules with a regex and no usable keyword
+	pad    int
+}
+
+// ruleScanner is one rule with its own detector.
+type ruleScanner struct {
+	id     string
+	det    *detect.Detector
+	maxLen int // longest match in bytes; -1 when unbounded
+	maxNL  int // most newlines one match can hold; -1 when unbounded
+}
+
+// decodeDepth is how many nested encodings gitleaks' decoder unwraps.
+const decodeDepth = 3
+
+// maxBoundedLen is the longest computed match length for which a rule is
+// windowed by length; longer rules are windowed by lines or by pad.
+const maxBoundedLen = 2048
+
+// maxWindowLines caps the lines around a keyword that a rule with
+// unbounded match length but a bounded number of newlines is run over.
+// gitleaks' generic rules allow up to nine newlines between a key and its
+// value (runs of \s on both sides of the "="); real assignments put them on
+// one line, or two, and scanning nine lines around every "key" or "token"
+// of a source file costs more than half of the scan.
+const maxWindowLines = 2
+
+// snapLimit bounds how far a window edge moves to reach a word boundary.
+const snapLimit = 256
+
+func newEngine(cfg config.Config, pad int) (*engine, error) {
+	e := &engine{pad: pad}
+	e.full = detect.NewDetector(cfg)
+	e.full.MaxDecodeDepth = decodeDepth
+	e.full.IgnoreGitleaksAllow = true
+
+	kwIndex := map[string]int{}
+	var kws []string
+	for _, id := range cfg.OrderedRules {
+		r := cfg.Rules[id]
+		if r.Regex == nil {
+			continue // path-only rules never match content
+		}
+		sub := config.Config{
+			Rules:        map[string]config.Rule{id: r},
+			Keywords:     map[string]struct{}{},
+			OrderedRules: []string{id},
+			Allowlists:   cfg.Allowlists,
+		}
+		for _, k := range r.Keywords {
+			sub.Keywords[k] = struct{}{}
+		}
+		for _, req := range r.RequiredRules {
+			rr, ok := cfg.Rules[req.RuleID]
+			if !ok {
+				return nil, fmt.Errorf("rule %q requires rule %q, which does not exist", id, req.RuleID)
+			}
+			sub.Rules[req.RuleID] = rr
+			sub.OrderedRules = append(sub.OrderedRules, req.RuleID)
+			for _, k := range rr.Keywords {
+				sub.Keywords[k] = struct{}{}
+			}
+		}
+		det := detect.NewDetector(sub)
+		det.IgnoreGitleaksAllow = true
+		rs := ruleScanner{id: id, det: det, maxLen: -1, maxNL: -1}
+		if len(r.RequiredRules) == 0 {
+			if re, err := syntax.Parse(r.Regex.String(), syntax.Perl); err == nil {
+				re = re.Simplify()
+				rs.maxLen = maxMatchLen(re)
+				rs.maxNL = maxMatchNewlines(re)
+			}
+		}
+		idx := len(e.rules)
+		e.rules = append(e.rules, rs)
+
+		usable := len(r.Keywords) > 0
+		for _, k := range r.Keywords {
+			if k == "" || !isASCII(k) {
+				usable = false
+			}
+		}
+		if !usable {
+			e.always = append(e.always, idx)
+			continue
+		}
+		for _, k := range r.Keywords {
+			ki, ok := kwIndex[k]
+			if !ok {
+				ki = len(kws)
+				kwIndex[k] = ki
+				kws = append(kws, k)
+				e.byKw = append(e.byKw, nil)
+			}
+			if !slices.Contains(e.byKw[ki], idx) {
+				e.byKw[ki] = append(e.byKw[ki], idx)
+			}
+		}
+	}
+	e.trie = ahocorasick.NewTrieBuilder().AddStrings(kws).Build()
+	return e, nil
+}
+
+// find returns the secrets in text. It returns ctx's error when ctx ends
+// before the scan does; the findings are then incomplete.
+func (e *engine) find(ctx context.Context, text string) ([]found, error) {
+	if text == "" {
+		return nil, nil
+	}
+	lower := asciiLower(text)
+	hits := make([][]int, len(e.rules))
+	hit := false
+	e.trie.Walk(lower, func(end, n, pattern int64) bool {
+		p := int(end - n + 1)
+		for _, ri := range e.byKw[pattern] {
+			h := hits[ri]
+			if len(h) == 0 || h[len(h)-1] != p {
+				hits[ri] = append(h, p)
+			}
+		}
+		hit = true
+		return true
+	})
+	for _, ri := range e.always {
+		hits[ri] = []int{-1} // whole text
+		hit = true
+	}
+
+	var out []found
+	var nls []int
+	if hit {
+		nls = newlines(text, nil)
+	}
+	for ri, h := range hits {
+		if len(h) == 0 {
+			continue
+		}
+		rs := &e.rules[ri]
+		var wins [][2]int
+		if h[0] == -1 {
+			wins = [][2]int{{0, len(text)}}
+		} else {
+			wins = e.windows(rs, h, text, nls)
+		}
+		for _, w := range wins {
+			fs, err := detectWindow(ctx, rs.det, text, w, false)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, fs...)
+		}
+	}
+	for _, w := range encodedWindows(text, nls) {
+		fs, err := detectWindow(ctx, e.full, text, w, true)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, fs...)
+	}
+	return out, ctx.Err()
+}
+
+// windows returns the merged windows of text that rule rs must scan, given
+// the positions of its keywords.
+func (e *engine) windows(rs *ruleScanner, hits []int, text string, nls []int) [][2]int {
+	n := len(text)
+	wins := make([][2]int, 0, len(hits))
+	for _, p := range hits {
+		a, b := p-e.pad, p+e.pad
+		if rs.maxLen >= 0 && rs.maxLen <= maxBoundedLen {
+			a, b = p-rs.maxLen, p+rs.maxLen+64
+		}
+		if rs.maxNL >= 0 {
+			// Intersect with the lines a match can reach.
+			nl := min(rs.maxNL, maxWindowLines)
+			li, _ := slices.BinarySearch(nls, p) // newlines before p
+			a = max(a, lineStart(nls, li-nl))
+			b = min(b, lineEnd(nls, li+nl, n))
+		}
+		a, b = max(a, 0), min(b, n)
+		for i := 0; i < snapLimit && a > 0 && isWordByte(text[a-1]); i++ {
+			a--
+		}
+		for i := 0; i < snapLimit && b < n && isWordByte(text[b]); i++ {
+			b++
+		}
+		wins = append(wins, [2]int{a, b})
+	}
+	slices.SortFunc(wins, func(x, y [2]int) int { return x[0] - y[0] })
+	merged := wins[:1]
+	total := 0
+	for _, w := range wins[1:] {
+		last := &merged[len(merged)-1]
+		if w[0] <= last[1] {
+			last[1] = max(last[1], w[1])
+			continue
+		}
+		merged = append(merged, w)
+	}
+	for _, w := range merged {
+		total += w[1] - w[0]
+	}
+	if total*4 >= n*3 {
+		return [][2]int{{0, n}}
+	}
+	return merged
+}
+
+// detectWindow runs det over text[w[0]:w[1]] and returns its findings in
+// offsets of text. With decodedOnly, findings that were not made in a
+// decoded segment are dropped (the rule windows report those).
+func detectWindow(ctx context.Context, det *detect.Detector, text string, w [2]int, decodedOnly bool) ([]found, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	win := text[w[0]:w[1]]
+	// A trailing newline makes gitleaks report the end line and column of
+	// every match, which the offsets below are computed from.
+	if !strings.HasSuffix(win, "\n") {
+		win += "\n"
+	}
+	fs := det.DetectContext(ctx, detect.Fragment{Raw: win})
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(fs) == 0 {
+		return nil, nil
+	}
+	nls := newlines(win, nil)
+	limit := w[1] - w[0]
+	out := make([]found, 0, len(fs))
+	for i := range fs {
+		f, ok := locate(win, nls, &fs[i])
+		if !ok || (decodedOnly && f.secret != "") {
+			continue
+		}
+		f.start, f.end = min(f.start, limit), min(f.end, limit)
+		if f.start >= f.end {
+			continue
+		}
+		f.start += w[0]
+		f.end += w[0]
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// locate turns a gitleaks finding into byte offsets of the fragment it was
+// found in. gitleaks reports lines and columns only: line L starts after
+// the L-th newline, columns count bytes from that newline (from 1 on the
+// first line).
+func locate(win string, nls []int, f *report.Finding) (found, bool) {
+	ls := func(line int) int {
+		switch {
+		case line <= 0:
+			return 0
+		case line-1 < len(nls):
+			return nls[line-1]
+		default:
+			return -1
+		}
+	}
+	s0, e0 := ls(f.StartLine), ls(f.EndLine)
+	if s0 < 0 || e0 < 0 {
+		return found{}, false
+	}
+	start, end := s0+f.StartColumn-1, e0+f.EndColumn
+	if start < 0 || start > len(win) {
+		return found{}, false
+	}
+	end = min(max(end, start), len(win))
+	out := found{rule: f.RuleID}
+	decoded := false
+	for _, t := range f.Tags {
+		if strings.HasPrefix(t, "decoded:") {
+			decoded = true
+		}
+	}
+	m := f.Match
+	if decoded || m == "" {
+		out.start, out.end = start, end
+		return out, end > start
+	}
+	// gitleaks trims newlines off the match but not off its start offset.
+	i := strings.Index(win[start:min(len(win), start+len(m)+16)], m)
+	if i < 0 {
+		out.start, out.end = start, end
+		return out, end > start
+	}
+	out.start, out.end = start+i, start+i+len(m)
+	if s := f.Secret; s != "" && s != m {
+		if j := strings.Index(m, s); j >= 0 {
+			out.start, out.end = out.start+j, out.start+j+len(s)
+		}
+	}
+	out.secret = win[out.start:out.end]
+	return out, true
+}
+
+// encodedWindows returns windows around segments of text that gitleaks'
+// decoder would decode to printable text: base64 and hex runs, percent
+// escapes and unicode escapes. It is a cheap prefilter; the decoding that
+// counts is gitleaks'.
+func encodedWindows(text string, nls []int) [][2]int {
+	const ctxBytes = 256
+	var wins [][2]int
+	add := func(a, b int) {
+		a, b = max(a-ctxBytes, 0), min(b+ctxBytes, len(text))
+		if n := len(wins); n > 0 && a <= wins[n-1][1] {
+			wins[n-1][1] = max(wins[n-1][1], b)
+			return
+		}
+		wins = append(wins, [2]int{a, b})
+	}
+	for i := 0; i < len(text); {
+		c := text[i]
+		switch {
+		case isB64Byte(c):
+			j := i
+			likely := false
+			for j < len(text) && isB64Byte(text[j]) {
+				if likelyB64(text[j]) {
+					likely = true
+				}
+				j++
+			}
+			end := j
+			for k := 0; k < 2 && end < len(text) && text[end] == '='; k++ {
+				end++
+			}
+			if j-i >= 16 && likely && decodesPrintable(text[i:end]) {
+				add(i, end)
+			}
+			i = max(end, i+1)
+		case c == '%' && i+2 < len(text) && isHex(text[i+1]) && isHex(text[i+2]):
+			li, _ := slices.BinarySearch(nls, i)
+			add(lineStart(nls, li), lineEnd(nls, li, len(text)))
+			i += 3
+		case (c == '\\' && i+5 < len(text) && (text[i+1] == 'u' || text[i+1] == 'U') && isHex(text[i+2]) && isHex(text[i+5])) ||
+			(c == 'U' && i+5 < len(text) && text[i+1] == '+' && isHex(text[i+2]) && isHex(text[i+5])):
+			add(i, i+6)
+			i += 6
+		default:
+			i++
+		}
+	}
+	return wins
+}
+
+// decodesPrintable reports whether s decodes, as base64 (standard or URL)
+// or hex, to printable ASCII, as gitleaks' decoder requires.
+func decodesPrintable(s string) bool {
+	if isHexString(strings.TrimRight(s, "=")) && len(s) >= 32 {
+		if b, err := hex.DecodeString(s); err == nil && printableASCII(b) {
+			return true
+		}
+	}
+	if b, err := base64.StdEncoding.DecodeString(s); err == nil && printableASCII(b) {
+		return true
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	return err == nil && printableASCII(b)
+}
+
+// maxMatchLen returns the most bytes a match of re can span, or -1 when
+// unbounded.
+func maxMatchLen(re *syntax.Regexp) int {
+	switch re.Op {
+	case syntax.OpLiteral:
+		per := 0
+		for _, r := range re.Rune {
+			if re.Flags&syntax.FoldCase != 0 {
+				per += utf8.UTFMax
+			} else {
+				per += utf8.RuneLen(r)
+			}
+		}
+		return per
+	case syntax.OpCharClass:
+		if len(re.Rune) > 0 && re.Rune[len(re.Rune)-1] < utf8.RuneSelf {
+			return 1
+		}
+		return utf8.UTFMax
+	case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		return utf8.UTFMax
+	case syntax.OpCapture, syntax.OpQuest:
+		return maxMatchLen(re.Sub[0])
+	case syntax.OpStar, syntax.OpPlus:
+		return -1
+	case syntax.OpRepeat:
+		if re.Max < 0 {
+			return -1
+		}
+		m := maxMatchLen(re.Sub[0])
+		if m < 0 {
+			return -1
+		}
+		return m * re.Max
+	case syntax.OpConcat, syntax.OpAlternate:
+		t := 0
+		for _, s := range re.Sub {
+			m := maxMatchLen(s)
+			if m < 0 {
+				return -1
+			}
+			if re.Op == syntax.OpConcat {
+				t += m
+			} else {
+				t = max(t, m)
+			}
+		}
+		return t
+	default: // empty-width assertions, empty match
+		return 0
+	}
+}
+
+// maxMatchNewlines returns the most newlines a match of re can hold, or -1
+// when unbounded.
+func maxMatchNewlines(re *syntax.Regexp) int {
+	switch re.Op {
+	case syntax.OpLiteral:
+		n := 0
+		for _, r := range re.Rune {
+			if r == '\n' {
+				n++
+			}
+		}
+		return n
+	case syntax.OpCharClass:
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			if re.Rune[i] <= '\n' && '\n' <= re.Rune[i+1] {
+				return 1
+			}
+		}
+		return 0
+	case syntax.OpAnyChar:
+		return 1
+	case syntax.OpAnyCharNotNL:
+		return 0
+	case syntax.OpCapture, syntax.OpQuest:
+		return maxMatchNewlines(re.Sub[0])
+	case syntax.OpStar, syntax.OpPlus:
+		if maxMatchNewlines(re.Sub[0]) == 0 {
+			return 0
+		}
+		return -1
+	case syntax.OpRepeat:
+		m := maxMatchNewlines(re.Sub[0])
+		if m == 0 {
+			return 0
+		}
+		if m < 0 || re.Max < 0 {
+			return -1
+		}
+		return m * re.Max
+	case syntax.OpConcat, syntax.OpAlternate:
+		t := 0
+		for _, s := range re.Sub {
+			m := maxMatchNewlines(s)
+			if m < 0 {
+				return -1
+			}
+			if re.Op == syntax.OpConcat {
+				t += m
+			} else {
+				t = max(t, m)
+			}
+		}
+		return t
+	default:
+		return 0
+	}
+}

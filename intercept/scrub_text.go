@@ -1,0 +1,413 @@
+package intercept
+
+import (
+	"slices"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	ahocorasick "github.com/BobuSumisu/aho-corasick"
+)
+
+// A view is a text derived from the raw text by undoing one level of JSON
+// string escaping (\n, \", \\, \uXXXX, ...), with a map back to the text
+// it was derived from. Secrets inside escaped JSON — a tool result whose
+// text is a JSON document, or text that embeds {\"token\": \"ghp_...\"} —
+// are invisible to several gitleaks rules in their escaped form; they are
+// scanned in the view, and what is found there is mapped back to the raw
+// bytes it came from, so that the redaction covers the escaped form in the
+// original (escape sequences are always redacted whole).
+type view struct {
+	text   string
+	parent *view    // nil for the raw text
+	esc    []escRec // decoded escapes, in order
+}
+
+// escRec records that text[dst:dst+dlen] was decoded from
+// parent.text[src:src+slen].
+type escRec struct {
+	dst, dlen, src, slen int
+}
+
+// unescapeView decodes one level of JSON string escapes in v.text. It
+// reports false when v.text holds no escape sequence.
+func unescapeView(v *view) (*view, bool) {
+	s := v.text
+	i := strings.IndexByte(s, '\\')
+	if i < 0 {
+		return nil, false
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	var recs []escRec
+	last := 0
+	for i >= 0 {
+		i += last
+		b.WriteString(s[last:i])
+		n, ok := escapeAt(s, i, &b, &recs)
+		if !ok {
+			b.WriteByte('\\')
+			last = i + 1
+		} else {
+			last = i + n
+		}
+		if last >= len(s) {
+			break
+		}
+		i = strings.IndexByte(s[last:], '\\')
+	}
+	if last < len(s) {
+		b.WriteString(s[last:])
+	}
+	if len(recs) == 0 {
+		return nil, false
+	}
+	return &view{text: b.String(), parent: v, esc: recs}, true
+}
+
+// escapeAt decodes the escape sequence at s[i] (a backslash) into b and
+// returns its length in s, or false when it is not a JSON escape.
+func escapeAt(s string, i int, b *strings.Builder, recs *[]escRec) (int, bool) {
+	if i+1 >= len(s) {
+		return 0, false
+	}
+	dst := b.Len()
+	var c byte
+	switch s[i+1] {
+	case '"', '\\', '/':
+		c = s[i+1]
+	case 'b':
+		c = '\b'
+	case 'f':
+		c = '\f'
+	case 'n':
+		c = '\n'
+	case 'r':
+		c = '\r'
+	case 't':
+		c = '\t'
+	case 'u':
+		r, ok := hex4(s, i+2)
+		if !ok {
+			return 0, false
+		}
+		n := 6
+		if utf16.IsSurrogate(r) {
+			if r2, ok := hex4(s, i+8); ok && i+7 < len(s) && s[i+6] == '\\' && s[i+7] == 'u' {
+				if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+					r, n = d, 12
+				}
+			}
+			if n == 6 {
+				r = utf8.RuneError
+			}
+		}
+		b.WriteRune(r)
+		*recs = append(*recs, escRec{dst: dst, dlen: b.Len() - dst, src: i, slen: n})
+		return n, true
+	default:
+		return 0, false
+	}
+	b.WriteByte(c)
+	*recs = append(*recs, escRec{dst: dst, dlen: 1, src: i, slen: 2})
+	return 2, true
+}
+
+func hex4(s string, i int) (rune, bool) {
+	if i+4 > len(s) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range []byte(s[i : i+4]) {
+		var d byte
+		switch {
+		case '0' <= c && c <= '9':
+			d = c - '0'
+		case 'a' <= c && c <= 'f':
+			d = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(d)
+	}
+	return r, true
+}
+
+// toParent maps the range [a, b) of v.text to the range of v.parent.text it
+// was decoded from.
+func (v *view) toParent(a, b int) (int, int) {
+	pos := func(i int, end bool) int {
+		k, _ := slices.BinarySearchFunc(v.esc, i, func(r escRec, i int) int {
+			if r.dst+r.dlen <= i {
+				return -1
+			}
+			if r.dst > i {
+				return 1
+			}
+			return 0
+		})
+		// k is the first record ending after i.
+		if k < len(v.esc) && v.esc[k].dst <= i {
+			if end {
+				return v.esc[k].src + v.esc[k].slen
+			}
+			return v.esc[k].src
+		}
+		if k == 0 {
+			if end {
+				return i + 1
+			}
+			return i
+		}
+		r := v.esc[k-1]
+		p := r.src + r.slen + (i - r.dst - r.dlen)
+		if end {
+			return p + 1
+		}
+		return p
+	}
+	if b <= a {
+		p := pos(a, false)
+		return p, p
+	}
+	return pos(a, false), pos(b-1, true)
+}
+
+// toRoot maps [a, b) of v.text to the raw text.
+func (v *view) toRoot(a, b int) (int, int) {
+	for ; v.parent != nil; v = v.parent {
+		a, b = v.toParent(a, b)
+	}
+	return a, b
+}
+
+// changedWindows returns merged windows of v.text around its decoded
+// escapes, pad bytes on each side.
+func (v *view) changedWindows(pad int) [][2]int {
+	var wins [][2]int
+	for _, r := range v.esc {
+		a, b := max(r.dst-pad, 0), min(r.dst+r.dlen+pad, len(v.text))
+		if n := len(wins); n > 0 && a <= wins[n-1][1] {
+			wins[n-1][1] = max(wins[n-1][1], b)
+			continue
+		}
+		wins = append(wins, [2]int{a, b})
+	}
+	return wins
+}
+
+// mergeFound sorts spans and merges those that overlap. A merged span
+// takes the rule of its longest part, preferring a specific rule over a
+// generic one and then the smaller id, so that results are deterministic.
+func mergeFound(fs []found) []found {
+	if len(fs) == 0 {
+		return nil
+	}
+	slices.SortFunc(fs, func(x, y found) int {
+		if x.start != y.start {
+			return x.start - y.start
+		}
+		return y.end - x.end
+	})
+	out := make([]found, 0, len(fs))
+	cur, best := fs[0], fs[0]
+	for _, f := range fs[1:] {
+		if f.start < cur.end {
+			cur.end = max(cur.end, f.end)
+			if better(f, best) {
+				best = f
+			}
+			continue
+		}
+		cur.rule = best.rule
+		out = append(out, cur)
+		cur, best = f, f
+	}
+	cur.rule = best.rule
+	return append(out, cur)
+}
+
+func better(f, g found) bool {
+	fl, gl := f.end-f.start, g.end-g.start
+	if fl != gl {
+		return fl > gl
+	}
+	fg, gg := strings.Contains(f.rule, "generic"), strings.Contains(g.rule, "generic")
+	if fg != gg {
+		return gg
+	}
+	return f.rule < g.rule
+}
+
+// sweep returns a span for every occurrence in text of a secret already
+// found, so that a secret matched once in context is also removed where it
+// appears bare. Secrets shorter than minSweep are not swept: they are too
+// likely to occur by chance.
+func sweep(text string, fs []found) []found {
+	const minSweep = 8
+	rules := map[string]string{}
+	var secrets []string
+	for _, f := range fs {
+		if len(f.secret) < minSweep {
+			continue
+		}
+		if _, ok := rules[f.secret]; !ok {
+			rules[f.secret] = f.rule
+			secrets = append(secrets, f.secret)
+		}
+	}
+	if len(secrets) == 0 {
+		return nil
+	}
+	var out []found
+	if len(secrets) <= 4 {
+		for _, s := range secrets {
+			for i := 0; ; {
+				j := strings.Index(text[i:], s)
+				if j < 0 {
+					break
+				}
+				out = append(out, found{start: i + j, end: i + j + len(s), rule: rules[s]})
+				i += j + len(s)
+			}
+		}
+		return out
+	}
+	trie := ahocorasick.NewTrieBuilder().AddStrings(secrets).Build()
+	trie.Walk([]byte(text), func(end, n, pattern int64) bool {
+		s := secrets[pattern]
+		out = append(out, found{start: int(end - n + 1), end: int(end + 1), rule: rules[s]})
+		return true
+	})
+	return out
+}
+
+// marker is the text a secret found by rule is replaced with. The rule id
+// is reduced to characters that need no escaping in JSON or markdown.
+func marker(rule string) string {
+	b := make([]byte, 0, len(rule)+11)
+	b = append(b, "[REDACTED:"...)
+	for i := 0; i < len(rule); i++ {
+		c := rule[i]
+		if isWordByte(c) || c == '-' || c == '.' {
+			b = append(b, c)
+		} else {
+			b = append(b, '_')
+		}
+	}
+	return string(append(b, ']'))
+}
+
+// redact replaces the merged spans of text by markers and counts them by
+// rule.
+func redact(text string, spans []found) (string, map[string]int) {
+	if len(spans) == 0 {
+		return text, nil
+	}
+	counts := make(map[string]int)
+	var b strings.Builder
+	b.Grow(len(text))
+	last := 0
+	for _, f := range spans {
+		b.WriteString(text[last:f.start])
+		b.WriteString(marker(f.rule))
+		counts[f.rule]++
+		last = f.end
+	}
+	b.WriteString(text[last:])
+	return b.String(), counts
+}
+
+// Small byte helpers.
+
+func isWordByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func isHexString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isHex(s[i]) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// isB64Byte reports whether c is in gitleaks' base64 segment class
+// [\w/+-].
+func isB64Byte(c byte) bool { return isWordByte(c) || c == '/' || c == '+' || c == '-' }
+
+// likelyB64 mirrors gitleaks' test that a segment is worth decoding: it
+// holds a digit or one of +/-_.
+func likelyB64(c byte) bool {
+	return '0' <= c && c <= '9' || c == '+' || c == '/' || c == '-' || c == '_'
+}
+
+// printableASCII mirrors gitleaks' check on decoded segments.
+func printableASCII(b []byte) bool {
+	for _, c := range b {
+		if c <= '\x08' || c >= '\x7f' {
+			return false
+		}
+	}
+	return true
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// asciiLower returns a copy of s with ASCII letters lowered, byte for
+// byte, so that offsets into it are offsets into s (strings.ToLower may
+// change lengths).
+func asciiLower(s string) []byte {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return b
+}
+
+// newlines appends the offsets of the newlines in s to buf.
+func newlines(s string, buf []int) []int {
+	for i := 0; ; {
+		j := strings.IndexByte(s[i:], '\n')
+		if j < 0 {
+			return buf
+		}
+		buf = append(buf, i+j)
+		i += j + 1
+	}
+}
+
+// lineStart returns the offset where line li starts (lines counted from 0).
+func lineStart(nls []int, li int) int {
+	if li <= 0 || len(nls) == 0 {
+		return 0
+	}
+	return nls[min(li, len(nls))-1] + 1
+}
+
+// lineEnd returns the offset just past line li, its newline included.
+func lineEnd(nls []int, li, n int) int {
+	if li < 0 {
+		li = 0
+	}
+	if li >= len(nls) {
+		return n
+	}
+	return nls[li] + 1
+}

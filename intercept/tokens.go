@@ -1,0 +1,1495 @@
+package intercept
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/tiktoken-go/tokenizer"
+
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+// ErrNotCuttable is wrapped by CutResult when a result over its limit has a
+// shape that cannot be cut (completion/complete, or a result whose shape the
+// method does not define).
+var ErrNotCuttable = errors.New("result cannot be cut")
+
+// Counter counts tokens in the configured encoding and cuts text and results
+// to a token limit. It is safe for concurrent use: the codec it wraps keeps
+// no per-call state.
+//
+// Counting a long text is the expensive part of the proxy's path (the
+// tokenizer runs at a few MB/s), so everything that takes a limit does work
+// in proportion to the limit, not to the length of the text: text is counted
+// in chunks that end at split points, places where the encoding's
+// pre-tokenizer always splits, so that the count of a text is exactly the sum
+// of the counts of its chunks.
+type Counter struct {
+	codec tokenizer.Codec
+	image int
+	audio int
+}
+
+// NewCounter returns a Counter for t.Encoding ("o200k_base" when empty, or
+// "cl100k_base"). ImageTokens and AudioTokens are the flat estimates charged
+// for an image or audio block (policy defaults when zero).
+func NewCounter(t policy.Tokens) (*Counter, error) {
+	def := policy.Default().Tokens
+	enc := t.Encoding
+	if enc == "" {
+		enc = def.Encoding
+	}
+	var name tokenizer.Encoding
+	switch enc {
+	case "o200k_base":
+		name = tokenizer.O200kBase
+	case "cl100k_base":
+		name = tokenizer.Cl100kBase
+	default:
+		return nil, fmt.Errorf("%w: %s.tokens.encoding: %q is not one of %s",
+			policy.ErrInvalid, policy.Key, enc, strings.Join(policy.Encodings, ", "))
+	}
+	codec, err := tokenizer.Get(name)
+	if err != nil {
+		return nil, fmt.Errorf("tokens.encoding %q: %w", enc, err)
+	}
+	c := &Counter{codec: codec, image: t.ImageTokens, audio: t.AudioTokens}
+	if c.image <= 0 {
+		c.image = def.ImageTokens
+	}
+	if c.audio <= 0 {
+		c.audio = def.AudioTokens
+	}
+	return c, nil
+}
+
+// Encoding returns the name of the counter's encoding.
+func (c *Counter) Encoding() string { return c.codec.GetName() }
+
+// CountText returns the number of tokens of s. It satisfies fold.Counter.
+func (c *Counter) CountText(s string) int {
+	if s == "" {
+		return 0
+	}
+	n, err := c.codec.Count(s)
+	if err != nil {
+		// The codec fails only on a regexp timeout, which is not set, or on
+		// invalid UTF-8 in strict mode, which is not used. A token is at
+		// least one byte, so len(s) never undercounts.
+		return len(s)
+	}
+	return n
+}
+
+// CountArgs returns the tokens of a call's arguments: their JSON text.
+func (c *Counter) CountArgs(args json.RawMessage) int {
+	return c.CountText(string(args))
+}
+
+// Chunk sizing. A chunk is sized from the tokens still wanted and the bytes
+// per token seen so far, starting from firstBytesPerToken, which is about
+// the ratio of code and English prose in both encodings. minChunk keeps the
+// per-call overhead of the codec small.
+const (
+	firstBytesPerToken = 4
+	minChunk           = 512
+	// splitSearch bounds how far back from a chunk's target end a split
+	// point is looked for before looking forward.
+	splitSearch = 4096
+)
+
+// CountUpTo counts the tokens of s, stopping early once the count passes
+// limit. When the text has at most limit tokens, n is its exact count and
+// over is false; otherwise over is true and n is the count of a prefix of s,
+// which is more than limit and at most the full count. The cost grows with
+// limit, not with len(s), except for text that has no split point (no line
+// break, no space before a word, no letter followed by a digit) for long
+// stretches, which must be counted whole. A negative limit counts all of s.
+func (c *Counter) CountUpTo(s string, limit int) (n int, over bool) {
+	if limit < 0 {
+		return c.CountText(s), false
+	}
+	start := 0
+	for start < len(s) {
+		want := c.chunkBytes(limit-n+1, n, start)
+		end := c.chunkEnd(s, start, want)
+		n += c.CountText(s[start:end])
+		start = end
+		if n > limit {
+			return n, true
+		}
+	}
+	return n, false
+}
+
+// chunkBytes sizes the next chunk: enough bytes for tokens more tokens at
+// the ratio of bytes to tokens seen so far (done tokens in doneBytes).
+func (c *Counter) chunkBytes(tokens, done, doneBytes int) int {
+	per := float64(firstBytesPerToken)
+	if done > 0 && doneBytes > 0 {
+		per = float64(doneBytes) / float64(done)
+	}
+	want := int(float64(tokens)*per*1.1) + 64
+	return max(want, minChunk)
+}
+
+// chunkEnd returns the end of the chunk of s that starts at start and is
+// about want bytes long: len(s), or a split point.
+func (c *Counter) chunkEnd(s string, start, want int) int {
+	target := start + want
+	if target >= len(s) {
+		return len(s)
+	}
+	low := max(start+1, target-splitSearch, start+want/2)
+	for p := target; p >= low; p-- {
+		if splitsAt(s, p) {
+			return p
+		}
+	}
+	for p := target + 1; p < len(s); p++ {
+		if splitsAt(s, p) {
+			return p
+		}
+	}
+	return len(s)
+}
+
+// splitsAt reports whether p is a split point of s: a byte offset at which
+// both supported encodings' pre-tokenizers always end a piece, whatever
+// precedes and follows, so that the tokens of s are the tokens of s[:p]
+// followed by the tokens of s[p:]. These are
+//
+//   - just after a line break that is followed by a character other than
+//     white space or '/' (a run of white space that ends with a line break
+//     is one piece, as is punctuation followed by line breaks and slashes);
+//   - just before a space that follows a character other than white space
+//     (a space can only begin a piece that is not all white space);
+//   - between an ASCII letter and an ASCII digit.
+//
+// The property is tested on real tool output and fuzzed.
+func splitsAt(s string, p int) bool {
+	if p <= 0 || p >= len(s) {
+		return false
+	}
+	prev, b := s[p-1], s[p]
+	switch {
+	case prev == '\n':
+		if b < utf8.RuneSelf {
+			return !isASCIISpace(b) && b != '/'
+		}
+		r, _ := utf8.DecodeRuneInString(s[p:])
+		return r != utf8.RuneError && !unicode.IsSpace(r)
+	case b == ' ':
+		if prev < utf8.RuneSelf {
+			return !isASCIISpace(prev)
+		}
+		r, _ := utf8.DecodeLastRuneInString(s[:p])
+		return r != utf8.RuneError && !unicode.IsSpace(r)
+	case b >= '0' && b <= '9':
+		return isASCIILetter(prev)
+	}
+	return false
+}
+
+func isASCIISpace(b byte) bool {
+	switch b {
+	case ' ', '\t', '\n', '\v', '\f', '\r':
+		return true
+	}
+	return false
+}
+
+func isASCIILetter(b byte) bool { return b|0x20 >= 'a' && b|0x20 <= 'z' }
+
+// CutText returns the byte length of the longest prefix of s that has at
+// most limit tokens and ends at a clean boundary: the end of a line, else
+// the end of a word, else a rune boundary (never inside a UTF-8 sequence).
+// A line end is preferred when it keeps at least half of the bytes that
+// would fit, a word end when it keeps all but a few dozen bytes; otherwise
+// the cut falls on the last rune boundary that fits. The cost grows with
+// limit, not with len(s).
+func (c *Counter) CutText(s string, limit int) (prefix int) {
+	p, _ := c.cutText(s, limit)
+	return p
+}
+
+// cutText is CutText that also returns the tokens of s[:prefix].
+func (c *Counter) cutText(s string, limit int) (prefix, tokens int) {
+	if s == "" {
+		return 0, 0
+	}
+	// A zero limit still keeps a prefix of characters the encoding drops
+	// (it gives some control characters no token).
+	limit = max(limit, 0)
+	start, n := 0, 0
+	for start < len(s) {
+		want := c.chunkBytes(limit-n+1, n, start)
+		end := c.chunkEnd(s, start, want)
+		chunk := s[start:end]
+		_, toks, err := c.codec.Encode(chunk)
+		if err == nil && n+len(toks) <= limit {
+			n += len(toks)
+			start = end
+			continue
+		}
+		if err != nil || !spans(toks, len(chunk)) {
+			// The tokens do not map onto the bytes (invalid UTF-8, or
+			// characters the encoding drops): cut this chunk by counting
+			// prefixes instead.
+			q, k := c.cutSearch(s, start, end, limit-n)
+			return q, n + k
+		}
+		q, k := c.cutChunk(s, start, end, toks, limit-n)
+		return q, n + k
+	}
+	return len(s), n
+}
+
+// spans reports whether the token strings add up to n bytes.
+func spans(toks []string, n int) bool {
+	total := 0
+	for _, t := range toks {
+		total += len(t)
+	}
+	return total == n
+}
+
+// cutChunk cuts s inside the chunk s[start:end], whose tokens are toks and
+// which holds more than r tokens; s[:start] ends at a split point. It returns
+// the cut offset and the tokens of s[start:cut].
+func (c *Counter) cutChunk(s string, start, end int, toks []string, r int) (int, int) {
+	// offs[i] is the offset just past the first i tokens.
+	offs := make([]int, len(toks)+1)
+	offs[0] = start
+	for i, t := range toks {
+		offs[i+1] = offs[i] + len(t)
+	}
+	take := r
+	for take >= 0 {
+		fit := offs[take]
+		q := cleanCut(s, start, fit)
+		// Count s[start:q] exactly, reusing the chunk's tokens up to the
+		// last split point before q.
+		sp := q
+		for sp > start && q-sp < splitSearch && !splitsAt(s, sp) {
+			sp--
+		}
+		if sp < start || !splitsAt(s, sp) {
+			sp = start
+		}
+		k := tokensBefore(offs, sp) + c.CountText(s[sp:q])
+		if k <= r {
+			return q, k
+		}
+		// Re-tokenizing the cut end added tokens: give them back.
+		take -= k - r
+		if take > r {
+			take = r
+		}
+	}
+	return start, 0
+}
+
+// tokensBefore returns how many tokens end at or before offset sp.
+func tokensBefore(offs []int, sp int) int {
+	lo, hi := 0, len(offs)-1
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if offs[mid] <= sp {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// cutSearch finds by binary search over rune boundaries the longest prefix
+// of s[start:end] with at most r tokens, then moves it back to a clean
+// boundary. It is the fallback for text the codec does not map byte for byte.
+func (c *Counter) cutSearch(s string, start, end, r int) (int, int) {
+	lo, hi := start, end // count(s[start:lo]) <= r, and the answer is in [lo, hi]
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		for mid < hi && !utf8.RuneStart(s[mid]) {
+			mid++
+		}
+		if c.CountText(s[start:mid]) <= r {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	q := cleanCut(s, start, lo)
+	k := c.CountText(s[start:q])
+	for k > r && q > start {
+		q = cleanCut(s, start, q-1)
+		k = c.CountText(s[start:q])
+	}
+	return q, k
+}
+
+// wordSearch bounds how far back a word end is looked for.
+const wordSearch = 64
+
+// cleanCut returns the cut offset at or before fit, and not before lo: the
+// end of the last line if that keeps at least half of s[:fit], else the end
+// of the last word if one lies within wordSearch bytes, else the last rune
+// boundary.
+func cleanCut(s string, lo, fit int) int {
+	if fit >= len(s) {
+		return len(s)
+	}
+	if fit <= lo {
+		return lo
+	}
+	if i := strings.LastIndexByte(s[max(lo-1, 0):fit], '\n'); i >= 0 {
+		q := max(lo-1, 0) + i + 1
+		if q >= lo && q >= fit/2 && q > 0 {
+			return q
+		}
+	}
+	for q := fit; q > lo && fit-q <= wordSearch; q-- {
+		if isASCIISpace(s[q]) && !isASCIISpace(s[q-1]) {
+			return q
+		}
+	}
+	q := fit
+	for q > lo && !utf8.RuneStart(s[q]) {
+		q--
+	}
+	return q
+}
+
+// Tokens returns the interceptor that counts what passes through: after the
+// upstream answers, it sets ArgTokens, and ResultTokens and Over counted
+// against ex.Remaining (no limit when negative). It never fails a call: a
+// result it cannot parse is counted as raw JSON text. With a nil Counter it
+// passes exchanges through untouched.
+func Tokens(c *Counter) Interceptor {
+	return func(next Handler) Handler {
+		return func(ctx context.Context, ex *Exchange) error {
+			err := next(ctx, ex)
+			if c == nil || ex.Result == nil {
+				return err
+			}
+			ex.ArgTokens = c.CountArgs(ex.Args)
+			n, over, cerr := c.CountResult(ex.Method, ex.Result, ex.Remaining)
+			if cerr != nil {
+				n, over = c.CountUpTo(string(ex.Result), ex.Remaining)
+			}
+			ex.ResultTokens, ex.Over = n, over
+			return err
+		}
+	}
+}
+
+// What is counted for a result: the tokens of what the agent receives.
+//
+//   - tools/call: each content block (text: its text; image and audio: the
+//     flat estimates; resource_link: its uri, name and description; an
+//     embedded resource: its text, or the blob estimate), plus
+//     structuredContent as JSON text, counted in addition because clients
+//     receive both.
+//   - resources/read: each of contents: its text, or the blob estimate.
+//   - prompts/get: the description, then each message's content block as
+//     for tools/call.
+//   - completion/complete: the completion values joined by line breaks.
+//   - anything else, or a result without the fields its method defines: the
+//     raw JSON text.
+//
+// The blob estimate is the image estimate for an image/* MIME type, the
+// audio estimate for audio/*, and otherwise one token per four base64
+// characters, about what the blob would cost as text. Blocks of an unknown
+// type are counted as their JSON text.
+
+// CountResult returns the tokens of a result of the given method, stopping
+// early, as CountUpTo does, once the count passes limit (no limit when
+// negative). It fails only when the result is not valid JSON where it
+// matters.
+func (c *Counter) CountResult(method string, result json.RawMessage, limit int) (n int, over bool, err error) {
+	sh, err := c.parseResult(method, result)
+	if err != nil {
+		return 0, false, err
+	}
+	switch sh.kind {
+	case shapeRaw:
+		n, over = c.CountUpTo(string(result), limit)
+		return n, over, nil
+	case shapeCompletion:
+		n, over = c.CountUpTo(strings.Join(sh.values, "\n"), limit)
+		return n, over, nil
+	}
+	for i := range sh.items {
+		k, o, err := c.itemTokens(&sh.items[i], sub(limit, n))
+		if err != nil {
+			return 0, false, fmt.Errorf("%s result: %w", method, err)
+		}
+		n += k
+		if o || (limit >= 0 && n > limit) {
+			return n, true, nil
+		}
+	}
+	if sh.sc >= 0 {
+		k, o := c.CountUpTo(string(sh.value(sh.sc)), sub(limit, n))
+		n += k
+		if o {
+			return n, true, nil
+		}
+	}
+	return n, false, nil
+}
+
+// sub returns what is left of limit after n tokens, keeping -1 (no limit).
+func sub(limit, n int) int {
+	if limit < 0 {
+		return -1
+	}
+	return max(limit-n, 0)
+}
+
+// CutResult cuts a result so that its tokens, counted as CountResult counts
+// them, are at most limit (no limit when negative), and returns the cut
+// result, the remainder and the tokens of the cut result. A result within
+// the limit is returned as it is, with a nil rest.
+//
+// The cut falls at a clean boundary (see CutText) inside the text of the
+// first item that does not fit whole (a text block, an embedded resource's
+// text, a resource's text, a prompt's description or message text); items
+// after it are dropped, and so is an item that is not text and does not fit.
+// A cut tools/call result loses its structuredContent, which cannot be cut
+// cleanly. Everything else (other fields of the result and of the items
+// kept: annotations, _meta, mimeType, uri, isError...) is kept byte for byte;
+// only the cut text is re-encoded, and the arrays and the result object are
+// rebuilt from their members.
+//
+// rest is defined so that branch_recall can return it byte for byte: the
+// text of the cut item after the cut point (or, for an item that is dropped
+// whole and is not text, its raw JSON); then, for each later item, "\n" and
+// its text (text items) or its raw JSON (other items); then, for a cut
+// tools/call result that had structuredContent, "\n" and its raw JSON. When
+// the cut item is the first part of the rest nothing precedes it; when the
+// only thing dropped is structuredContent, rest is its raw JSON. For a
+// result with a single text item, the kept text followed by rest is exactly
+// the original text.
+//
+// Results that cannot be cut (see ErrNotCuttable) fail when they are over
+// the limit.
+func (c *Counter) CutResult(method string, result json.RawMessage, limit int) (cut json.RawMessage, rest []byte, tokens int, err error) {
+	if limit < 0 {
+		n, _, err := c.CountResult(method, result, -1)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		return result, nil, n, nil
+	}
+	sh, err := c.parseResult(method, result)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if sh.kind != shapeItems {
+		n, over, err := c.CountResult(method, result, limit)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if !over {
+			return result, nil, n, nil
+		}
+		return nil, nil, 0, fmt.Errorf("%w: a %s result of this shape is over the limit of %d tokens", ErrNotCuttable, method, limit)
+	}
+	// Walk the items until one does not fit.
+	n, k, keep := 0, len(sh.items), 0
+	var w textWork // the cut item's text, when it is text
+	for i := range sh.items {
+		it := &sh.items[i]
+		if it.isText {
+			var err error
+			var kt int
+			if w, keep, kt, err = c.cutWork(it, limit-n); err != nil {
+				return nil, nil, 0, fmt.Errorf("%s result: %w", method, err)
+			}
+			n += kt
+			if !w.over {
+				continue
+			}
+			k = i
+			break
+		}
+		t, over, err := c.itemTokens(it, limit-n)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("%s result: %w", method, err)
+		}
+		if !over && n+t <= limit {
+			n += t
+			continue
+		}
+		k = i
+		break
+	}
+	if k == len(sh.items) {
+		if sh.sc < 0 {
+			return result, nil, n, nil
+		}
+		t, over := c.CountUpTo(string(sh.value(sh.sc)), limit-n)
+		if !over && n+t <= limit {
+			return result, nil, n + t, nil
+		}
+	}
+	dropSC := sh.sc >= 0
+
+	// The rest, as documented.
+	size := 0
+	if k < len(sh.items) {
+		size = len(w.head) - keep + len(w.tail) + len(w.raw)
+		if !sh.items[k].isText {
+			size += len(sh.items[k].raw)
+		}
+		for i := k + 1; i < len(sh.items); i++ {
+			size += len(sh.items[i].raw) + 1
+		}
+	}
+	if dropSC {
+		size += len(sh.value(sh.sc)) + 1
+	}
+	b := make([]byte, 0, size)
+	first := true
+	add := func(s []byte, text string) {
+		if !first {
+			b = append(b, '\n')
+		}
+		b = append(b, s...)
+		b = append(b, text...)
+		first = false
+	}
+	if k < len(sh.items) {
+		if it := &sh.items[k]; it.isText {
+			b = append(b, w.head[keep:]...)
+			b = append(b, w.tail...)
+			var err error
+			if b, _, err = appendUnquoted(b, w.raw, -1); err != nil {
+				return nil, nil, 0, fmt.Errorf("%s result: %w", method, err)
+			}
+			first = false
+		} else {
+			add(it.raw, "")
+		}
+		for i := k + 1; i < len(sh.items); i++ {
+			it := &sh.items[i]
+			if !it.isText {
+				add(it.raw, "")
+				continue
+			}
+			t, err := it.fullText()
+			if err != nil {
+				return nil, nil, 0, fmt.Errorf("%s result: %w", method, err)
+			}
+			add(nil, t)
+		}
+	}
+	if dropSC {
+		add(sh.value(sh.sc), "")
+	}
+
+	// The cut result: items before k whole, item k cut when something of it
+	// is kept.
+	var desc []byte // the description value kept, nil to drop it
+	var elems [][]byte
+	for i := 0; i < len(sh.items) && i <= k; i++ {
+		it := &sh.items[i]
+		raw := it.raw
+		if i == k {
+			if !it.isText || keep == 0 {
+				break
+			}
+			raw = splice(it.raw, it.ts, it.te, appendQuoted(nil, w.head[:keep]))
+		}
+		if it.isDesc {
+			desc = raw
+		} else {
+			elems = append(elems, raw)
+		}
+	}
+	out := make([]byte, 0, 64+len(b)/1024)
+	out = append(out, '{')
+	firstMember := true
+	for i, m := range sh.members {
+		var v []byte
+		switch i {
+		case sh.sc:
+			if dropSC {
+				continue
+			}
+			v = sh.value(i)
+		case sh.desc:
+			if desc == nil {
+				continue
+			}
+			v = desc
+		case sh.arr:
+			v = appendArray(nil, elems)
+		default:
+			v = sh.value(i)
+		}
+		if !firstMember {
+			out = append(out, ',')
+		}
+		firstMember = false
+		out = append(out, sh.raw[m.kStart:m.kEnd]...)
+		out = append(out, ':')
+		out = append(out, v...)
+	}
+	out = append(out, '}')
+	return out, b, n, nil
+}
+
+// appendArray appends a JSON array of the given raw elements.
+func appendArray(dst []byte, elems [][]byte) []byte {
+	dst = append(dst, '[')
+	for i, e := range elems {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, e...)
+	}
+	return append(dst, ']')
+}
+
+// splice returns b with b[i:j] replaced by v, in a new slice.
+func splice(b []byte, i, j int, v []byte) []byte {
+	out := make([]byte, 0, len(b)-(j-i)+len(v))
+	out = append(out, b[:i]...)
+	out = append(out, v...)
+	return append(out, b[j:]...)
+}
+
+// shapeKind tells how a result is counted and cut.
+type shapeKind int
+
+const (
+	shapeRaw        shapeKind = iota // counted as raw JSON text, not cut
+	shapeItems                       // an array of items, cut inside
+	shapeCompletion                  // completion values, not cut
+)
+
+// shape is a parsed result: its top-level members and its countable items.
+type shape struct {
+	kind    shapeKind
+	raw     []byte
+	members []member
+	arr     int // index of the member holding the item array; -1 when absent
+	desc    int // index of a prompt's description member; -1 when absent
+	sc      int // index of tools/call structuredContent; -1 when absent
+	items   []item
+	values  []string // completion values
+	ends    ends     // long strings already scanned
+}
+
+// value returns the raw value of member i.
+func (sh *shape) value(i int) []byte {
+	m := sh.members[i]
+	return sh.raw[m.vStart:m.vEnd]
+}
+
+// item is one countable part of a result: a content block, a resource's
+// contents, a prompt message, or a prompt's description.
+type item struct {
+	raw     []byte // the item's JSON
+	isText  bool   // the item is cut inside its text
+	isDesc  bool   // the item is a prompt's description (a string value)
+	ts, te  int    // the span in raw of the text's JSON string, when isText
+	text    string // the decoded text, once decoded is set
+	decoded bool
+	est     int // a flat estimate (images, audio, blobs)
+	texts   []string
+}
+
+// body returns the text's JSON string without its quotes.
+func (it *item) body() []byte { return it.raw[it.ts+1 : it.te-1] }
+
+// fullText decodes the whole text.
+func (it *item) fullText() (string, error) {
+	if !it.decoded {
+		b, _, err := appendUnquoted(make([]byte, 0, len(it.body())), it.body(), -1)
+		if err != nil {
+			return "", err
+		}
+		it.text, it.decoded = string(b), true
+	}
+	return it.text, nil
+}
+
+// textWork is a text item's text decoded as far as a limit needs: either
+// all of it (head), or a prefix (head) that ends at a split point and has
+// more than the limit's tokens, followed by decoded text (tail) and the
+// part of the JSON string not decoded yet (raw).
+type textWork struct {
+	head, tail string
+	raw        []byte
+	n          int
+	over       bool
+}
+
+// prefixBytes is how much of a long text is decoded to count it against
+// limit: far more than limit tokens of any real text take.
+func prefixBytes(limit int) int { return 16*(limit+1) + 8192 }
+
+// work counts the text of a text item against limit, decoding only a
+// prefix of a long text when that prefix is already over the limit.
+func (c *Counter) work(it *item, limit int) (textWork, error) {
+	if body := it.body(); !it.decoded && limit >= 0 && len(body) > prefixBytes(limit) {
+		pre, used, err := appendUnquoted(nil, body, prefixBytes(limit))
+		if err != nil {
+			return textWork{}, err
+		}
+		ps := string(pre)
+		if p := lastSplit(ps); p > 0 {
+			if n, over := c.CountUpTo(ps[:p], limit); over {
+				return textWork{head: ps[:p], tail: ps[p:], raw: body[used:], n: n, over: true}, nil
+			}
+		}
+	}
+	t, err := it.fullText()
+	if err != nil {
+		return textWork{}, err
+	}
+	n, over := c.CountUpTo(t, limit)
+	return textWork{head: t, n: n, over: over}, nil
+}
+
+// cutWork cuts the text of a text item to limit, decoding only a prefix of
+// a long text when the cut falls inside it. w.over reports whether the text
+// was cut; keep is then the length of the kept prefix of w.head, and
+// tokens its count (the whole text's count when not cut).
+func (c *Counter) cutWork(it *item, limit int) (w textWork, keep, tokens int, err error) {
+	if body := it.body(); !it.decoded && len(body) > prefixBytes(limit) {
+		pre, used, err := appendUnquoted(nil, body, prefixBytes(limit))
+		if err != nil {
+			return textWork{}, 0, 0, err
+		}
+		ps := string(pre)
+		if p := lastSplit(ps); p > 0 {
+			// cutText stops short of the end only when the text is over
+			// the limit, so the cut is the one of the whole text.
+			if q, k := c.cutText(ps[:p], limit); q < p {
+				return textWork{head: ps[:p], tail: ps[p:], raw: body[used:], over: true}, q, k, nil
+			}
+		}
+	}
+	t, err := it.fullText()
+	if err != nil {
+		return textWork{}, 0, 0, err
+	}
+	q, k := c.cutText(t, limit)
+	return textWork{head: t, over: q < len(t)}, q, k, nil
+}
+
+// lastSplit returns the last split point of s within splitSearch bytes of
+// its end, or -1.
+func lastSplit(s string) int {
+	for p := len(s) - 1; p > 0 && len(s)-p <= splitSearch; p-- {
+		if splitsAt(s, p) {
+			return p
+		}
+	}
+	return -1
+}
+
+// itemTokens counts an item against limit (no limit when negative).
+func (c *Counter) itemTokens(it *item, limit int) (int, bool, error) {
+	if it.isText {
+		w, err := c.work(it, limit)
+		return w.n, w.over, err
+	}
+	n := it.est
+	if limit >= 0 && n > limit {
+		return n, true, nil
+	}
+	for _, t := range it.texts {
+		k, over := c.CountUpTo(t, sub(limit, n))
+		n += k
+		if over {
+			return n, true, nil
+		}
+	}
+	return n, false, nil
+}
+
+// parseResult parses a result of method into its shape.
+func (c *Counter) parseResult(method string, result []byte) (*shape, error) {
+	raw := trimWS(result)
+	sh := &shape{kind: shapeRaw, raw: raw, arr: -1, desc: -1, sc: -1, ends: ends{}}
+	if len(raw) == 0 || raw[0] != '{' {
+		if err := validValue(raw); err != nil {
+			return nil, fmt.Errorf("%s result: %w", method, err)
+		}
+		return sh, nil
+	}
+	members, err := parseObject(raw, sh.ends)
+	if err != nil {
+		return nil, fmt.Errorf("%s result: %w", method, err)
+	}
+	sh.members = members
+	find := func(key string) int {
+		for i, m := range members {
+			if m.key == key {
+				return i
+			}
+		}
+		return -1
+	}
+	switch method {
+	case "tools/call":
+		i := find("content")
+		if i < 0 || !isArray(sh.value(i)) {
+			return sh, nil
+		}
+		sh.arr = i
+		if j := find("structuredContent"); j >= 0 && string(sh.value(j)) != "null" {
+			sh.sc = j
+		}
+		err = sh.parseItems(func(b []byte) (item, error) { return c.parseBlock(b, sh.ends) })
+	case "resources/read":
+		i := find("contents")
+		if i < 0 || !isArray(sh.value(i)) {
+			return sh, nil
+		}
+		sh.arr = i
+		err = sh.parseItems(func(b []byte) (item, error) { return c.parseContents(b, sh.ends) })
+	case "prompts/get":
+		i := find("messages")
+		if i < 0 || !isArray(sh.value(i)) {
+			return sh, nil
+		}
+		sh.arr = i
+		if j := find("description"); j >= 0 && len(sh.value(j)) > 0 && sh.value(j)[0] == '"' {
+			v := sh.value(j)
+			sh.desc = j
+			sh.items = append(sh.items, item{raw: v, isText: true, isDesc: true, ts: 0, te: len(v)})
+		}
+		err = sh.parseItems(func(b []byte) (item, error) { return c.parseMessage(b, sh.ends) })
+	case "completion/complete":
+		i := find("completion")
+		if i < 0 {
+			return sh, nil
+		}
+		cm, err := parseObject(sh.value(i), nil)
+		if err != nil {
+			return sh, nil
+		}
+		for _, m := range cm {
+			if m.key != "values" {
+				continue
+			}
+			var values []string
+			if json.Unmarshal(sh.value(i)[m.vStart:m.vEnd], &values) == nil {
+				sh.kind, sh.values = shapeCompletion, values
+			}
+		}
+		return sh, nil
+	default:
+		return sh, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s result: %w", method, err)
+	}
+	return sh, nil
+}
+
+// parseItems parses the elements of the item array with parse.
+func (sh *shape) parseItems(parse func([]byte) (item, error)) error {
+	v := sh.value(sh.arr)
+	elems, err := parseArray(v, sh.ends)
+	if err != nil {
+		return fmt.Errorf("%s: %w", sh.members[sh.arr].key, err)
+	}
+	for i, e := range elems {
+		it, err := parse(v[e[0]:e[1]])
+		if err != nil {
+			return fmt.Errorf("%s[%d]: %w", sh.members[sh.arr].key, i, err)
+		}
+		sh.items = append(sh.items, it)
+	}
+	sh.kind = shapeItems
+	return nil
+}
+
+// fields returns the members of an object as a map from key to the span of
+// the value; ok is false when b is not an object.
+func fields(b []byte, e ends) (map[string][2]int, bool, error) {
+	if len(b) == 0 || b[0] != '{' {
+		return nil, false, nil
+	}
+	ms, err := parseObject(b, e)
+	if err != nil {
+		return nil, false, err
+	}
+	f := make(map[string][2]int, len(ms))
+	for _, m := range ms {
+		if _, dup := f[m.key]; !dup {
+			f[m.key] = [2]int{m.vStart, m.vEnd}
+		}
+	}
+	return f, true, nil
+}
+
+// str returns the string value of key in f, "" when absent or not a string.
+func str(b []byte, f map[string][2]int, key string) string {
+	sp, ok := f[key]
+	if !ok || b[sp[0]] != '"' {
+		return ""
+	}
+	s, err := unquote(b[sp[0]:sp[1]])
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+// textItem returns the item of b whose text is the string value of key in f,
+// offset by off within the item's raw JSON. The text is decoded lazily.
+func textItem(raw, b []byte, f map[string][2]int, key string, off int) (item, bool, error) {
+	sp, ok := f[key]
+	if !ok || b[sp[0]] != '"' {
+		return item{}, false, nil
+	}
+	return item{raw: raw, isText: true, ts: off + sp[0], te: off + sp[1]}, true, nil
+}
+
+// parseBlock parses a content block (tools/call content, a prompt message's
+// content).
+func (c *Counter) parseBlock(b []byte, e ends) (item, error) {
+	f, ok, err := fields(b, e)
+	if err != nil {
+		return item{}, err
+	}
+	if !ok {
+		return item{raw: b, texts: []string{string(b)}}, nil
+	}
+	switch str(b, f, "type") {
+	case "text":
+		if it, ok, err := textItem(b, b, f, "text", 0); ok || err != nil {
+			return it, err
+		}
+	case "image":
+		return item{raw: b, est: c.image}, nil
+	case "audio":
+		return item{raw: b, est: c.audio}, nil
+	case "resource_link":
+		return item{raw: b, texts: []string{str(b, f, "uri"), str(b, f, "name"), str(b, f, "description")}}, nil
+	case "resource":
+		if sp, ok := f["resource"]; ok {
+			rb := b[sp[0]:sp[1]]
+			rf, ok, err := fields(rb, e)
+			if err != nil {
+				return item{}, fmt.Errorf("resource: %w", err)
+			}
+			if ok {
+				if it, ok, err := textItem(b, rb, rf, "text", sp[0]); ok || err != nil {
+					return it, err
+				}
+				if bs, ok := rf["blob"]; ok {
+					return item{raw: b, est: c.blobTokens(str(rb, rf, "mimeType"), bs[1]-bs[0]-2)}, nil
+				}
+			}
+		}
+	}
+	return item{raw: b, texts: []string{string(b)}}, nil
+}
+
+// parseContents parses one of a resources/read result's contents.
+func (c *Counter) parseContents(b []byte, e ends) (item, error) {
+	f, ok, err := fields(b, e)
+	if err != nil {
+		return item{}, err
+	}
+	if ok {
+		if it, ok, err := textItem(b, b, f, "text", 0); ok || err != nil {
+			return it, err
+		}
+		if bs, ok := f["blob"]; ok {
+			return item{raw: b, est: c.blobTokens(str(b, f, "mimeType"), bs[1]-bs[0]-2)}, nil
+		}
+	}
+	return item{raw: b, texts: []string{string(b)}}, nil
+}
+
+// parseMessage parses a prompts/get message: its content block, with the
+// text's span offset into the message.
+func (c *Counter) parseMessage(b []byte, e ends) (item, error) {
+	f, ok, err := fields(b, e)
+	if err != nil {
+		return item{}, err
+	}
+	if ok {
+		if sp, ok := f["content"]; ok && b[sp[0]] == '{' {
+			it, err := c.parseBlock(b[sp[0]:sp[1]], e)
+			if err != nil {
+				return item{}, fmt.Errorf("content: %w", err)
+			}
+			it.raw = b
+			if it.isText {
+				it.ts += sp[0]
+				it.te += sp[0]
+			}
+			return it, nil
+		}
+	}
+	return item{raw: b, texts: []string{string(b)}}, nil
+}
+
+// blobTokens estimates a blob of n base64 characters.
+func (c *Counter) blobTokens(mime string, n int) int {
+	switch {
+	case strings.HasPrefix(mime, "image/"):
+		return c.image
+	case strings.HasPrefix(mime, "audio/"):
+		return c.audio
+	}
+	return (max(n, 0) + 3) / 4
+}
+
+// A small JSON scanner. Results can be tens of megabytes of text, and the
+// path of an over-budget result must not cost time in proportion to it
+// beyond what cannot be avoided, so strings are skipped with IndexByte
+// rather than decoded byte by byte, and values are kept as spans of the
+// input so that what is not changed stays byte for byte. The scanner checks
+// the structure it walks; it accepts raw control characters in strings,
+// which strict JSON forbids, and decodes strings as encoding/json does
+// (invalid UTF-8 and lone surrogates become U+FFFD).
+
+var (
+	errSyntax      = errors.New("invalid JSON")
+	errDepth       = errors.New("JSON nested too deeply")
+	errUnterminate = errors.New("unterminated JSON string")
+)
+
+// maxDepth bounds nesting, as encoding/json does, so that hostile input
+// cannot exhaust the stack.
+const maxDepth = 10000
+
+// member is one member of a JSON object, as spans of the object's bytes.
+type member struct {
+	key          string
+	kStart, kEnd int // the key with its quotes
+	vStart, vEnd int // the value
+}
+
+func trimWS(b []byte) []byte {
+	i, j := 0, len(b)
+	for i < j && isJSONSpace(b[i]) {
+		i++
+	}
+	for j > i && isJSONSpace(b[j-1]) {
+		j--
+	}
+	return b[i:j]
+}
+
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && isJSONSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+func isArray(b []byte) bool { return len(b) > 0 && b[0] == '[' }
+
+// validValue checks that b is exactly one JSON value.
+func validValue(b []byte) error {
+	end, err := skipValue(b, 0, 0, nil)
+	if err != nil {
+		return err
+	}
+	if skipWS(b, end) != len(b) {
+		return fmt.Errorf("%w: data after the value at offset %d", errSyntax, end)
+	}
+	return nil
+}
+
+// parseObject returns the members of the object b (trimmed).
+func parseObject(b []byte, e ends) ([]member, error) {
+	if len(b) == 0 || b[0] != '{' {
+		return nil, fmt.Errorf("%w: want an object", errSyntax)
+	}
+	var ms []member
+	i := skipWS(b, 1)
+	if i < len(b) && b[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return nil, fmt.Errorf("%w: want a member name at offset %d", errSyntax, i)
+			}
+			ke, err := skipString(b, i, e)
+			if err != nil {
+				return nil, err
+			}
+			key, err := unquote(b[i:ke])
+			if err != nil {
+				return nil, err
+			}
+			j := skipWS(b, ke)
+			if j >= len(b) || b[j] != ':' {
+				return nil, fmt.Errorf("%w: want ':' at offset %d", errSyntax, j)
+			}
+			vs := skipWS(b, j+1)
+			ve, err := skipValue(b, vs, 1, e)
+			if err != nil {
+				return nil, err
+			}
+			ms = append(ms, member{key: key, kStart: i, kEnd: ke, vStart: vs, vEnd: ve})
+			i = skipWS(b, ve)
+			if i < len(b) && b[i] == ',' {
+				i = skipWS(b, i+1)
+				continue
+			}
+			if i < len(b) && b[i] == '}' {
+				i++
+				break
+			}
+			return nil, fmt.Errorf("%w: want ',' or '}' at offset %d", errSyntax, i)
+		}
+	}
+	if skipWS(b, i) != len(b) {
+		return nil, fmt.Errorf("%w: data after the object at offset %d", errSyntax, i)
+	}
+	return ms, nil
+}
+
+// parseArray returns the spans of the elements of the array b (trimmed).
+func parseArray(b []byte, e ends) ([][2]int, error) {
+	if len(b) == 0 || b[0] != '[' {
+		return nil, fmt.Errorf("%w: want an array", errSyntax)
+	}
+	var es [][2]int
+	i := skipWS(b, 1)
+	if i < len(b) && b[i] == ']' {
+		i++
+	} else {
+		for {
+			ve, err := skipValue(b, i, 1, e)
+			if err != nil {
+				return nil, err
+			}
+			es = append(es, [2]int{i, ve})
+			i = skipWS(b, ve)
+			if i < len(b) && b[i] == ',' {
+				i = skipWS(b, i+1)
+				continue
+			}
+			if i < len(b) && b[i] == ']' {
+				i++
+				break
+			}
+			return nil, fmt.Errorf("%w: want ',' or ']' at offset %d", errSyntax, i)
+		}
+	}
+	if skipWS(b, i) != len(b) {
+		return nil, fmt.Errorf("%w: data after the array at offset %d", errSyntax, i)
+	}
+	return es, nil
+}
+
+// skipString returns the offset just past the string that starts at b[i].
+func skipString(b []byte, i int, e ends) (int, error) {
+	long := e != nil && len(b)-i > longString
+	if long {
+		if n, ok := e[&b[i]]; ok {
+			return i + n, nil
+		}
+	}
+	end, err := scanString(b, i)
+	if err == nil && long && end-i > longString {
+		e[&b[i]] = end - i
+	}
+	return end, err
+}
+
+// longString is the length from which skipString caches a string's end.
+const longString = 4096
+
+// ends caches the length of long strings, keyed by the address of their
+// opening quote, so that a result parsed level by level (the result, its
+// content array, a block) scans each long string once. A nil ends caches
+// nothing.
+type ends map[*byte]int
+
+// scanString returns the offset just past the string that starts at b[i].
+func scanString(b []byte, i int) (int, error) {
+	j := i + 1
+	for {
+		k := indexByte(b, j, '"')
+		if k < 0 {
+			return 0, fmt.Errorf("%w at offset %d", errUnterminate, i)
+		}
+		n := 0
+		for m := k - 1; m > i && b[m] == '\\'; m-- {
+			n++
+		}
+		if n%2 == 0 {
+			return k + 1, nil
+		}
+		j = k + 1
+	}
+}
+
+// indexByte returns the index of the first c in b at or after i, or -1.
+func indexByte(b []byte, i int, c byte) int {
+	if i >= len(b) {
+		return -1
+	}
+	if k := bytes.IndexByte(b[i:], c); k >= 0 {
+		return i + k
+	}
+	return -1
+}
+
+// skipValue returns the offset just past the value that starts at b[i].
+func skipValue(b []byte, i, depth int, e ends) (int, error) {
+	if depth > maxDepth {
+		return 0, errDepth
+	}
+	if i >= len(b) {
+		return 0, fmt.Errorf("%w: want a value at offset %d", errSyntax, i)
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return skipString(b, i, e)
+	case c == '{' || c == '[':
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		j := skipWS(b, i+1)
+		if j < len(b) && b[j] == closer {
+			return j + 1, nil
+		}
+		for {
+			if c == '{' {
+				if j >= len(b) || b[j] != '"' {
+					return 0, fmt.Errorf("%w: want a member name at offset %d", errSyntax, j)
+				}
+				ke, err := skipString(b, j, e)
+				if err != nil {
+					return 0, err
+				}
+				j = skipWS(b, ke)
+				if j >= len(b) || b[j] != ':' {
+					return 0, fmt.Errorf("%w: want ':' at offset %d", errSyntax, j)
+				}
+				j = skipWS(b, j+1)
+			}
+			ve, err := skipValue(b, j, depth+1, e)
+			if err != nil {
+				return 0, err
+			}
+			j = skipWS(b, ve)
+			if j < len(b) && b[j] == ',' {
+				j = skipWS(b, j+1)
+				continue
+			}
+			if j < len(b) && b[j] == closer {
+				return j + 1, nil
+			}
+			return 0, fmt.Errorf("%w: want ',' or '%c' at offset %d", errSyntax, closer, j)
+		}
+	case c == '-' || (c >= '0' && c <= '9'):
+		j := i + 1
+		for j < len(b) && (b[j] >= '0' && b[j] <= '9' || b[j] == '.' || b[j] == 'e' || b[j] == 'E' || b[j] == '+' || b[j] == '-') {
+			j++
+		}
+		return j, nil
+	default:
+		for _, lit := range [...]string{"true", "false", "null"} {
+			if len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
+				return i + len(lit), nil
+			}
+		}
+		return 0, fmt.Errorf("%w: unexpected %q at offset %d", errSyntax, c, i)
+	}
+}
+
+// unquote decodes the JSON string raw (with its quotes).
+func unquote(raw []byte) (string, error) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", fmt.Errorf("%w: want a string", errSyntax)
+	}
+	s := raw[1 : len(raw)-1]
+	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
+		return string(s), nil
+	}
+	b, _, err := appendUnquoted(make([]byte, 0, len(s)), s, -1)
+	return string(b), err
+}
+
+// appendUnquoted decodes body, the inside of a JSON string, appending it to
+// dst. With limit >= 0 it stops, at a character boundary, once at least
+// limit bytes have been appended. It returns dst and how many bytes of body
+// it decoded.
+func appendUnquoted(dst, body []byte, limit int) ([]byte, int, error) {
+	start := len(dst)
+	// Checking UTF-8 once for the whole body is much cheaper than once per
+	// run between escapes; a prefix is checked run by run.
+	valid := limit < 0 && utf8.Valid(body)
+	i := 0
+	for i < len(body) {
+		if limit >= 0 && len(dst)-start >= limit {
+			break
+		}
+		end := len(body)
+		if j := bytes.IndexByte(body[i:], '\\'); j >= 0 {
+			end = i + j
+		}
+		if limit >= 0 {
+			if want := limit - (len(dst) - start); end-i > want {
+				e := i + want
+				for e < end && !utf8.RuneStart(body[e]) {
+					e++
+				}
+				end = e
+			}
+		}
+		if valid {
+			dst = append(dst, body[i:end]...)
+		} else {
+			dst = appendValidUTF8(dst, body[i:end])
+		}
+		i = end
+		if i >= len(body) || body[i] != '\\' {
+			continue
+		}
+		if len(body)-i < 2 {
+			return dst, i, fmt.Errorf("%w: bad escape at the end of a string", errSyntax)
+		}
+		switch e := body[i+1]; e {
+		case '"', '\\', '/':
+			dst = append(dst, e)
+			i += 2
+		case 'b':
+			dst, i = append(dst, '\b'), i+2
+		case 'f':
+			dst, i = append(dst, '\f'), i+2
+		case 'n':
+			dst, i = append(dst, '\n'), i+2
+		case 'r':
+			dst, i = append(dst, '\r'), i+2
+		case 't':
+			dst, i = append(dst, '\t'), i+2
+		case 'u':
+			r, ok := hex4Bytes(body[i+2:])
+			if !ok {
+				return dst, i, fmt.Errorf("%w: bad \\u escape", errSyntax)
+			}
+			i += 6
+			if r >= 0xD800 && r < 0xE000 {
+				r2 := rune(-1)
+				if len(body)-i >= 6 && body[i] == '\\' && body[i+1] == 'u' {
+					r2, _ = hex4Bytes(body[i+2:])
+				}
+				if r < 0xDC00 && r2 >= 0xDC00 && r2 < 0xE000 {
+					r = (r-0xD800)<<10 | (r2 - 0xDC00) + 0x10000
+					i += 6
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			dst = utf8.AppendRune(dst, r)
+		default:
+			return dst, i, fmt.Errorf("%w: bad escape \\%c", errSyntax, e)
+		}
+	}
+	return dst, i, nil
+}
+
+// hex4 decodes four hex digits.
+func hex4Bytes(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// appendValidUTF8 appends s, each invalid byte replaced by U+FFFD as
+// encoding/json does.
+func appendValidUTF8(dst, s []byte) []byte {
+	if utf8.Valid(s) {
+		return append(dst, s...)
+	}
+	for len(s) > 0 {
+		r, n := utf8.DecodeRune(s)
+		if r == utf8.RuneError && n == 1 {
+			dst = utf8.AppendRune(dst, utf8.RuneError)
+		} else {
+			dst = append(dst, s[:n]...)
+		}
+		s = s[n:]
+	}
+	return dst
+}
+
+// appendQuoted appends s as a JSON string. HTML characters are not escaped,
+// so that text reads as the agent expects; s is valid UTF-8 (it comes from a
+// decoded string or from foldproxy itself), and any invalid byte becomes
+// U+FFFD.
+func appendQuoted(dst []byte, s string) []byte {
+	const hexd = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n == 1 {
+				dst = append(dst, s[start:i]...)
+				dst = append(dst, `\ufffd`...)
+				i++
+				start = i
+				continue
+			}
+			i += n
+			continue
+		}
+		if c >= 0x20 && c != '"' && c != '\\' {
+			i++
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&0xf])
+		}
+		i++
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}

@@ -1,0 +1,223 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+)
+
+// This file holds what the two downstream fronts (stdio.go, http.go) share:
+// decoding what the agent sent, element by element, and keeping track of the
+// responses owed for the requests handed to the core.
+
+// DefaultMaxMessageBytes bounds one message from the agent when the front's
+// options leave MaxMessageBytes at 0. It matches policy's default.
+const DefaultMaxMessageBytes = 16 << 20
+
+// ErrOutboundClosed is returned by a front's Outbound when the stream it
+// writes to has ended: the HTTP response is finished or the agent went away,
+// or the stdio session is over. The core then falls back to the session's
+// standalone outbound or drops the message.
+var ErrOutboundClosed = errors.New("outbound stream closed")
+
+// frontItem is one element of what the agent sent: a parsed message, or the
+// encoded error response owed for an element that could not be parsed.
+type frontItem struct {
+	msg  *Message
+	fail []byte
+}
+
+// frontDecode decodes one message or a batch. Unlike ParseMessages it judges
+// a batch element by element, as JSON-RPC 2.0 asks: a malformed element gets
+// its own error response (with its id when that can be recovered) and does
+// not spoil the others. batch reports whether the answer must be an array;
+// a batch that is not even valid JSON, or is empty, is answered with a single
+// error, so batch is false then.
+func frontDecode(data []byte) (items []frontItem, batch bool) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '[' {
+		msgs, _, rpcErr := ParseMessages(data)
+		if rpcErr != nil {
+			return []frontItem{{fail: Response(frontRecoverID(data), nil, rpcErr)}}, false
+		}
+		return []frontItem{{msg: msgs[0]}}, false
+	}
+	var raws []json.RawMessage
+	if err := json.Unmarshal(data, &raws); err != nil {
+		return []frontItem{{fail: Response(nil, nil, Errorf(CodeParseError, "parse error: %v", err))}}, false
+	}
+	if len(raws) == 0 {
+		return []frontItem{{fail: Response(nil, nil, Errorf(CodeInvalidRequest, "invalid request: %v", ErrBatchEmpty))}}, false
+	}
+	items = make([]frontItem, 0, len(raws))
+	for _, raw := range raws {
+		raw = bytes.TrimSpace(raw)
+		if len(raw) > 0 && raw[0] == '[' {
+			items = append(items, frontItem{fail: Response(nil, nil, Errorf(CodeInvalidRequest, "invalid request: a batch element must be an object, not a nested batch"))})
+			continue
+		}
+		msgs, _, rpcErr := ParseMessages(raw)
+		if rpcErr != nil {
+			items = append(items, frontItem{fail: Response(frontRecoverID(raw), nil, rpcErr)})
+			continue
+		}
+		items = append(items, frontItem{msg: msgs[0]})
+	}
+	return items, true
+}
+
+// frontRecoverID returns the id of a message that failed validation, when it
+// is valid JSON whose "id" is a string or a number; nil otherwise, so that
+// the error response carries a null id.
+func frontRecoverID(data []byte) json.RawMessage {
+	var v struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(data, &v) != nil || len(v.ID) == 0 {
+		return nil
+	}
+	switch v.ID[0] {
+	case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return v.ID
+	}
+	return nil
+}
+
+// frontEnvelope is the part of an outgoing message a front needs to route it.
+// Result and params are left out so that a large result is scanned, not copied.
+type frontEnvelope struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Error  json.RawMessage `json:"error"`
+}
+
+// frontClassify reports the id key of an encoded outgoing message, whether it
+// is a response (an id and no method) and whether that response is an error.
+// A message that does not decode is neither.
+func frontClassify(msg []byte) (key string, isResponse, isError bool) {
+	var env frontEnvelope
+	if json.Unmarshal(msg, &env) != nil {
+		return "", false, false
+	}
+	if env.Method != "" || len(env.ID) == 0 || string(env.ID) == "null" {
+		return "", false, false
+	}
+	return frontIDKey(env.ID), true, len(env.Error) > 0 && string(env.Error) != "null"
+}
+
+// frontIDKey turns a raw id into a map key that compares ids by value, so
+// that `1` and `"1"` stay distinct while "&" and "\u0026" (json.Marshal
+// escapes HTML characters when the core re-encodes an id) are one id.
+func frontIDKey(id json.RawMessage) string {
+	id = bytes.TrimSpace(id)
+	if len(id) > 0 && id[0] == '"' {
+		var s string
+		if json.Unmarshal(id, &s) == nil {
+			return "s" + s
+		}
+	}
+	return "n" + string(id)
+}
+
+// frontCompact returns msg as one line: JSON text that holds a line break
+// (an upstream's pretty-printed result passed through byte for byte) is
+// compacted, since a line break would end the message early both on stdio
+// and in an SSE data field. Line breaks inside JSON strings are always
+// escaped, so compacting changes no value.
+func frontCompact(msg []byte) ([]byte, error) {
+	msg = bytes.TrimSpace(msg)
+	if len(msg) == 0 {
+		return nil, errors.New("empty JSON-RPC message")
+	}
+	if !bytes.ContainsAny(msg, "\r\n") {
+		return msg, nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, msg); err != nil {
+		return nil, fmt.Errorf("JSON-RPC message is not valid JSON: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// frontAwait tracks the responses owed for a set of requests. It is not safe
+// for concurrent use; its owner locks.
+type frontAwait struct {
+	owed map[string][]json.RawMessage // id key → ids still owed; a batch may repeat an id
+	left int
+}
+
+func newFrontAwait() *frontAwait {
+	return &frontAwait{owed: make(map[string][]json.RawMessage)}
+}
+
+// add records that a response is owed for id.
+func (a *frontAwait) add(id json.RawMessage) {
+	k := frontIDKey(id)
+	a.owed[k] = append(a.owed[k], id)
+	a.left++
+}
+
+// pay marks one response owed under key as written. It reports false when
+// no response was owed under key, so the message is not one of ours.
+func (a *frontAwait) pay(key string) bool {
+	ids := a.owed[key]
+	if len(ids) == 0 {
+		return false
+	}
+	if len(ids) == 1 {
+		delete(a.owed, key)
+	} else {
+		a.owed[key] = ids[1:]
+	}
+	a.left--
+	return true
+}
+
+// missing returns the ids still owed and forgets them.
+func (a *frontAwait) missing() []json.RawMessage {
+	var out []json.RawMessage
+	for k, ids := range a.owed {
+		out = append(out, ids...)
+		delete(a.owed, k)
+	}
+	a.left = 0
+	return out
+}
+
+// frontNoResponse is the error a front answers with when the core returned
+// from Deliver without writing the response it owed (or panicked).
+func frontNoResponse(id json.RawMessage) []byte {
+	return Response(id, nil, Errorf(CodeInternalError, "internal error: the request ended without a response"))
+}
+
+// frontDeliver hands msg to the core, recovering a panic so that one bad
+// message cannot take the connection down. It reports whether Deliver
+// panicked; the caller then answers an owed request itself.
+func frontDeliver(ctx context.Context, log *slog.Logger, ep Endpoint, s *Session, msg *Message, out Outbound) (panicked bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			panicked = true
+			log.Error("panic while delivering a message to the core",
+				"session", s.ID(), "method", msg.Method, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		}
+	}()
+	ep.Deliver(ctx, s, msg, out)
+	return false
+}
+
+// frontLogger returns l, or a logger that discards everything when l is nil.
+func frontLogger(l *slog.Logger) *slog.Logger {
+	if l != nil {
+		return l
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// frontOutboundFunc adapts a function to Outbound.
+type frontOutboundFunc func(msg []byte) error
+
+func (f frontOutboundFunc) WriteMessage(msg []byte) error { return f(msg) }

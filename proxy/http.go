@@ -1,0 +1,1132 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// HTTPOptions configures the streamable HTTP front.
+type HTTPOptions struct {
+	// Path is the MCP endpoint; requests to any other path get 404.
+	// Default "/mcp".
+	Path string
+	// Token is the bearer token every request must carry. It is required
+	// (NewHTTPHandler fails without it) when Loopback is false.
+	Token string
+	// Loopback says the listen address is loopback (see IsLoopback). The
+	// handler then guards against DNS rebinding: the Host header must name
+	// a loopback host, and an Origin header, when present, must be a
+	// loopback origin or one of AllowedOrigins.
+	Loopback bool
+	// AllowedOrigins are extra Origin values to accept, such as
+	// "https://inspector.example.com".
+	AllowedOrigins []string
+	// MaxMessageBytes bounds one POST body; a larger body gets 413.
+	// 0 means DefaultMaxMessageBytes.
+	MaxMessageBytes int64
+	// SessionIdleTimeout closes a session that has seen no request and has
+	// no open stream for this long. Default 30 minutes.
+	SessionIdleTimeout time.Duration
+	// Logger receives the front's diagnostics. nil discards.
+	Logger *slog.Logger
+	// Resume is asked for an unknown Mcp-Session-Id before answering 404: it
+	// lets the core restore a session persisted before a restart. nil: never.
+	Resume func(ctx context.Context, id string) (*Session, bool)
+}
+
+// IsLoopback reports whether addr, a listen address such as
+// "127.0.0.1:8080", "[::1]:0" or "localhost:9", names a loopback host. An
+// address with no host (":8080") listens on every interface and is not.
+func IsLoopback(addr string) bool {
+	host := httpHostOnly(addr)
+	return host != "" && httpLoopbackHost(host)
+}
+
+// httpProtocolVersions are the MCP protocol versions whose streamable HTTP
+// transport this front speaks; an MCP-Protocol-Version header naming any
+// other is refused.
+var httpProtocolVersions = []string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"}
+
+// httpCodeSessionNotFound is the JSON-RPC code the MCP SDKs use with a 404
+// for an unknown session.
+const httpCodeSessionNotFound = -32001
+
+const (
+	httpDefaultPath        = "/mcp"
+	httpDefaultIdleTimeout = 30 * time.Minute
+	httpMaxSessionIDLen    = 256
+)
+
+// HTTPHandler is the streamable HTTP front (MCP transport revisions
+// 2025-03-26, 2025-06-18 and 2025-11-25). It owns the HTTP sessions: it
+// creates their ids at initialize, closes them on DELETE, after
+// SessionIdleTimeout, and on Close, and calls the endpoint's CloseSession
+// exactly once for each.
+//
+// A POST carries one message or a batch. Notifications and responses alone
+// get 202. Requests are answered on the same HTTP response: as
+// application/json when the response is the only message the core writes for
+// them, or as an event stream when the core first writes notifications or
+// requests tied to them (progress, logging, sampling). A GET opens the
+// session's standalone event stream.
+//
+// Status codes: 200, 202, 204 (DELETE), 400 (malformed JSON, missing session
+// id, unsupported MCP-Protocol-Version, batched initialize), 401, 403, 404
+// (unknown session or path), 405, 406, 409 (a second standalone stream), 413,
+// 415, 500 (a panic before anything was written) and 503 (after Close).
+// Every error body is a JSON-RPC error response with a null id.
+type HTTPHandler struct {
+	ep             Endpoint
+	log            *slog.Logger
+	path           string
+	tokenSum       [sha256.Size]byte
+	needToken      bool
+	loopback       bool
+	allowedOrigins map[string]bool
+	maxBytes       int64
+	idle           time.Duration
+	resume         func(ctx context.Context, id string) (*Session, bool)
+
+	// Tunables; tests shorten them.
+	keepAlive    time.Duration    // period of SSE keepalive comments
+	writeTimeout time.Duration    // bound on one write to an agent
+	drainGrace   time.Duration    // how long a POST waits for the core after its context ended
+	now          func() time.Time // clock for idle accounting
+
+	baseCtx   context.Context // parent of every session's context; cancelled by Close
+	cancel    context.CancelFunc
+	stop      chan struct{} // closed by Close; stops the janitor
+	janitorWG sync.WaitGroup
+	closeOnce sync.Once
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[string]*httpSession
+	resumeMu sync.Mutex // one Resume at a time, so an id is restored once
+}
+
+var _ http.Handler = (*HTTPHandler)(nil)
+
+// NewHTTPHandler validates opts and returns the front, an *HTTPHandler. The
+// caller must call its Close method when the server shuts down, to end the
+// sessions; calling it before http.Server.Shutdown also ends the open event
+// streams, which Shutdown would otherwise wait for.
+func NewHTTPHandler(ep Endpoint, opts HTTPOptions) (http.Handler, error) {
+	h, err := newHTTPHandler(ep, opts)
+	if err != nil {
+		return nil, err // not a nil *HTTPHandler inside a non-nil interface
+	}
+	return h, nil
+}
+
+func newHTTPHandler(ep Endpoint, opts HTTPOptions) (*HTTPHandler, error) {
+	if ep == nil {
+		return nil, errors.New("http front: NewHTTPHandler needs an endpoint")
+	}
+	h := &HTTPHandler{
+		ep:           ep,
+		log:          frontLogger(opts.Logger),
+		path:         opts.Path,
+		loopback:     opts.Loopback,
+		maxBytes:     opts.MaxMessageBytes,
+		idle:         opts.SessionIdleTimeout,
+		resume:       opts.Resume,
+		keepAlive:    15 * time.Second,
+		writeTimeout: 30 * time.Second,
+		drainGrace:   5 * time.Second,
+		now:          time.Now,
+		sessions:     make(map[string]*httpSession),
+		stop:         make(chan struct{}),
+	}
+	if h.path == "" {
+		h.path = httpDefaultPath
+	}
+	if !strings.HasPrefix(h.path, "/") {
+		return nil, fmt.Errorf("http front: Path %q must start with \"/\"", opts.Path)
+	}
+	if opts.Token == "" && !opts.Loopback {
+		return nil, errors.New("http front: Token is required when the listen address is not loopback")
+	}
+	if opts.Token != "" {
+		if strings.TrimSpace(opts.Token) != opts.Token || strings.ContainsAny(opts.Token, "\r\n") {
+			return nil, errors.New("http front: Token must not contain spaces at its ends or line breaks")
+		}
+		h.needToken = true
+		h.tokenSum = sha256.Sum256([]byte(opts.Token))
+	}
+	if h.maxBytes < 0 {
+		return nil, fmt.Errorf("http front: MaxMessageBytes %d is negative", opts.MaxMessageBytes)
+	}
+	if h.maxBytes == 0 {
+		h.maxBytes = DefaultMaxMessageBytes
+	}
+	if h.idle < 0 {
+		return nil, fmt.Errorf("http front: SessionIdleTimeout %v is negative", opts.SessionIdleTimeout)
+	}
+	if h.idle == 0 {
+		h.idle = httpDefaultIdleTimeout
+	}
+	h.allowedOrigins = make(map[string]bool, len(opts.AllowedOrigins))
+	for _, o := range opts.AllowedOrigins {
+		norm, err := httpNormalizeOrigin(o)
+		if err != nil {
+			return nil, fmt.Errorf("http front: AllowedOrigins entry %q: %w", o, err)
+		}
+		h.allowedOrigins[norm] = true
+	}
+	h.baseCtx, h.cancel = context.WithCancel(context.Background())
+	period := min(max(h.idle/4, time.Second), time.Minute)
+	h.janitorWG.Add(1)
+	go h.janitor(period)
+	return h, nil
+}
+
+// Close ends every session (the endpoint's CloseSession is called for each),
+// ends open streams and refuses further requests with 503. It is safe to
+// call more than once. It does not wait for in-flight HTTP requests; the
+// http.Server's Shutdown does that.
+func (h *HTTPHandler) Close() error {
+	h.closeOnce.Do(func() {
+		h.mu.Lock()
+		h.closed = true
+		var all []*httpSession
+		for _, hs := range h.sessions {
+			if h.detachLocked(hs) {
+				all = append(all, hs)
+			}
+		}
+		h.mu.Unlock()
+		close(h.stop)
+		for _, hs := range all {
+			h.finishClose(hs)
+		}
+		h.cancel()
+		h.janitorWG.Wait()
+	})
+	return nil
+}
+
+// httpSession is the front's side of one HTTP session.
+type httpSession struct {
+	id     string
+	s      *Session
+	ctx    context.Context // cancelled when the session closes
+	cancel context.CancelFunc
+
+	mu          sync.Mutex
+	closed      bool
+	inflight    int // HTTP requests using the session right now, open GET streams included
+	lastActive  time.Time
+	standalone  *httpStandalone // the open GET stream, nil when none
+	attaching   bool            // a GET stream is being opened
+	ring        sseRing         // recent standalone events, for Last-Event-ID
+	nextEventID uint64
+}
+
+// standaloneOutbound writes to the session's open GET stream, if any. The
+// core gets it as the out of notifications and responses that arrive in a
+// POST, which have no response stream of their own.
+func (hs *httpSession) standaloneOutbound() Outbound {
+	return frontOutboundFunc(func(msg []byte) error {
+		hs.mu.Lock()
+		o := hs.standalone
+		hs.mu.Unlock()
+		if o == nil {
+			return ErrOutboundClosed
+		}
+		return o.WriteMessage(msg)
+	})
+}
+
+// httpStandalone is the Outbound of a session's standalone (GET) stream.
+// Every event gets an id and is kept in the session's ring, so that an
+// agent that reconnects with Last-Event-ID gets what it missed.
+type httpStandalone struct {
+	hs *httpSession
+	st *sseStream
+	mu sync.Mutex // keeps event ids in write order
+}
+
+// WriteMessage is safe for concurrent use.
+func (o *httpStandalone) WriteMessage(msg []byte) error {
+	data, err := frontCompact(msg)
+	if err != nil {
+		return fmt.Errorf("http front: %w", err)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.st.isClosed() {
+		return ErrOutboundClosed
+	}
+	o.hs.mu.Lock()
+	o.hs.nextEventID++
+	id := o.hs.nextEventID
+	o.hs.ring.add(id, data)
+	o.hs.mu.Unlock()
+	return o.st.event(strconv.FormatUint(id, 10), data)
+}
+
+// ServeHTTP implements http.Handler.
+func (h *HTTPHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	w := &httpTrackWriter{ResponseWriter: rw}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler { // net/http's own sentinel: let it abort the connection
+				panic(v)
+			}
+			h.log.Error("http front: panic serving a request", "method", r.Method,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			if !w.wrote.Load() {
+				httpError(w, http.StatusInternalServerError, CodeInternalError, "internal error")
+			}
+		}
+	}()
+
+	if !h.checkOrigin(w, r) {
+		return
+	}
+	if !h.checkToken(w, r) {
+		return
+	}
+	if r.URL.Path != h.path {
+		httpError(w, http.StatusNotFound, CodeInvalidRequest, "not found: the MCP endpoint is %s", h.path)
+		return
+	}
+	h.mu.Lock()
+	closed := h.closed
+	h.mu.Unlock()
+	if closed {
+		httpError(w, http.StatusServiceUnavailable, CodeInternalError, "service unavailable: the server is shutting down")
+		return
+	}
+	switch r.Method {
+	case http.MethodPost:
+		h.servePost(w, r)
+	case http.MethodGet:
+		h.serveGet(w, r)
+	case http.MethodDelete:
+		h.serveDelete(w, r)
+	default:
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		httpError(w, http.StatusMethodNotAllowed, CodeInvalidRequest, "method not allowed: %s (allowed: GET, POST, DELETE)", r.Method)
+	}
+}
+
+// servePost handles one POST: a message or a batch.
+func (h *HTTPHandler) servePost(w *httpTrackWriter, r *http.Request) {
+	allowJSON := httpAccepts(r.Header, "application/json")
+	allowSSE := httpAccepts(r.Header, "text/event-stream")
+	if !allowJSON && !allowSSE {
+		httpError(w, http.StatusNotAcceptable, CodeInvalidRequest,
+			"not acceptable: the Accept header must allow application/json and text/event-stream")
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			httpError(w, http.StatusUnsupportedMediaType, CodeInvalidRequest,
+				"unsupported media type %q: the body must be application/json", ct)
+			return
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			httpError(w, http.StatusRequestEntityTooLarge, CodeMessageTooLarge,
+				"message too large: a request body may be at most %d bytes (maxMessageBytes)", h.maxBytes)
+			return
+		}
+		httpError(w, http.StatusBadRequest, CodeParseError, "parse error: reading the request body: %v", err)
+		return
+	}
+
+	items, batch := frontDecode(body)
+	var (
+		fails         [][]byte
+		nReq, nValid  int
+		initialize    *Message
+		sessionHeader = r.Header.Get("Mcp-Session-Id")
+	)
+	for _, it := range items {
+		if it.msg == nil {
+			fails = append(fails, it.fail)
+			continue
+		}
+		nValid++
+		if it.msg.IsRequest() {
+			nReq++
+			if it.msg.Method == "initialize" {
+				initialize = it.msg
+			}
+		}
+	}
+	if nValid == 0 {
+		httpWriteJSON(w, http.StatusBadRequest, httpBody(fails, batch))
+		return
+	}
+	if initialize != nil && batch {
+		httpError(w, http.StatusBadRequest, CodeInvalidRequest, "invalid request: initialize must be sent alone, not in a batch")
+		return
+	}
+
+	var hs *httpSession
+	if initialize != nil {
+		// A new session, whatever Mcp-Session-Id says. The protocol version
+		// is negotiated in the body, so the header is not checked here.
+		if hs, err = h.openSession(); err != nil {
+			h.log.Error("http front: opening a session", "err", err)
+			httpError(w, http.StatusServiceUnavailable, CodeInternalError, "service unavailable: %v", err)
+			return
+		}
+	} else {
+		if !h.checkVersion(w, r) {
+			return
+		}
+		if hs = h.acquire(w, r, sessionHeader); hs == nil {
+			return
+		}
+	}
+	defer h.release(hs)
+	ctx, cancel := h.requestContext(r, hs)
+	defer cancel()
+
+	if nReq == 0 {
+		out := hs.standaloneOutbound()
+		for _, it := range items {
+			if it.msg != nil {
+				frontDeliver(ctx, h.log, h.ep, hs.s, it.msg, out)
+			}
+		}
+		if len(fails) > 0 {
+			httpWriteJSON(w, http.StatusOK, httpBody(fails, batch))
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+
+	p := &httpPost{
+		w:            w,
+		writeTimeout: h.writeTimeout,
+		allowJSON:    allowJSON,
+		allowSSE:     allowSSE,
+		batch:        batch,
+		await:        newFrontAwait(),
+		allPaid:      make(chan struct{}),
+		held:         fails,
+	}
+	if initialize != nil {
+		w.Header().Set("Mcp-Session-Id", hs.id)
+		p.initKey = frontIDKey(initialize.ID)
+	}
+	defer p.finish() // never leave a writer able to touch w once we return
+	for _, it := range items {
+		if it.msg != nil && it.msg.IsRequest() {
+			p.await.add(it.msg.ID)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, it := range items {
+		switch {
+		case it.msg == nil:
+		case it.msg.IsRequest():
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				frontDeliver(ctx, h.log, h.ep, hs.s, it.msg, p)
+			}()
+		default:
+			frontDeliver(ctx, h.log, h.ep, hs.s, it.msg, hs.standaloneOutbound())
+		}
+	}
+	delivered := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(delivered)
+	}()
+	h.awaitPost(ctx, p, delivered)
+	p.finish()
+	if p.initFailed {
+		// The core refused initialize: the session it opened is of no use.
+		h.closeSession(hs)
+	}
+}
+
+// awaitPost waits until every response owed on p is written or every
+// request's Deliver has returned. When the request's context ends first (the
+// agent went away, or the session closed) the core is given drainGrace to
+// notice before the front answers for it.
+func (h *HTTPHandler) awaitPost(ctx context.Context, p *httpPost, delivered <-chan struct{}) {
+	tick := time.NewTicker(h.keepAlive)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.allPaid:
+			return
+		case <-delivered:
+			return
+		case <-tick.C:
+			p.keepAlive()
+		case <-ctx.Done():
+			t := time.NewTimer(h.drainGrace)
+			defer t.Stop()
+			select {
+			case <-p.allPaid:
+			case <-delivered:
+			case <-t.C:
+				h.log.Warn("http front: requests still running after their context ended; answering for them")
+			}
+			return
+		}
+	}
+}
+
+// serveGet opens the session's standalone event stream.
+func (h *HTTPHandler) serveGet(w *httpTrackWriter, r *http.Request) {
+	if !httpAccepts(r.Header, "text/event-stream") {
+		httpError(w, http.StatusNotAcceptable, CodeInvalidRequest,
+			"not acceptable: a GET opens an event stream, so the Accept header must allow text/event-stream")
+		return
+	}
+	if !h.checkVersion(w, r) {
+		return
+	}
+	hs := h.acquire(w, r, r.Header.Get("Mcp-Session-Id"))
+	if hs == nil {
+		return
+	}
+	defer h.release(hs)
+
+	st := newSSEStream(w, h.writeTimeout)
+	o := &httpStandalone{hs: hs, st: st}
+	hs.mu.Lock()
+	if hs.standalone != nil || hs.attaching {
+		hs.mu.Unlock()
+		httpError(w, http.StatusConflict, CodeInvalidRequest, "conflict: the session already has an open standalone event stream")
+		return
+	}
+	hs.attaching = true
+	replay := hs.ring.after(r.Header.Get("Last-Event-ID"))
+	hs.mu.Unlock()
+
+	err := st.start()
+	for _, e := range replay {
+		if err != nil {
+			break
+		}
+		err = st.event(strconv.FormatUint(e.id, 10), e.data)
+	}
+	// SetStandalone is called outside hs.mu so that the front never holds
+	// its lock while the core's session lock is taken.
+	hs.s.SetStandalone(o)
+	hs.mu.Lock()
+	hs.attaching = false
+	hs.standalone = o
+	hs.mu.Unlock()
+
+	if err == nil {
+		tick := time.NewTicker(h.keepAlive)
+	loop:
+		for {
+			select {
+			case <-r.Context().Done():
+				break loop
+			case <-hs.ctx.Done():
+				break loop
+			case <-st.failed:
+				break loop
+			case <-tick.C:
+				if st.comment("keepalive") != nil {
+					break loop
+				}
+			}
+		}
+		tick.Stop()
+	}
+
+	// Detach: the core stops using the stream before another GET may open
+	// one, so that our SetStandalone(nil) cannot clear a newer stream.
+	o.mu.Lock()
+	st.close()
+	o.mu.Unlock()
+	hs.s.SetStandalone(nil)
+	hs.mu.Lock()
+	if hs.standalone == o {
+		hs.standalone = nil
+	}
+	hs.mu.Unlock()
+}
+
+// serveDelete ends a session.
+func (h *HTTPHandler) serveDelete(w *httpTrackWriter, r *http.Request) {
+	if !h.checkVersion(w, r) {
+		return
+	}
+	hs := h.acquire(w, r, r.Header.Get("Mcp-Session-Id"))
+	if hs == nil {
+		return
+	}
+	h.release(hs)
+	h.closeSession(hs)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// openSession creates a session with a fresh id and opens it at the core.
+// The session is returned acquired (see release).
+func (h *HTTPHandler) openSession() (*httpSession, error) {
+	id := rand.Text()
+	s, err := h.callOpen(id)
+	if err != nil {
+		return nil, err
+	}
+	hs := h.newHTTPSession(id, s)
+	if !h.register(hs) {
+		return nil, errors.New("the server is shutting down")
+	}
+	return hs, nil
+}
+
+func (h *HTTPHandler) callOpen(id string) (s *Session, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			h.log.Error("http front: panic opening a session", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			err = errors.New("the endpoint failed to open a session")
+		}
+	}()
+	s = h.ep.OpenSession(h.baseCtx, id, "http", nil)
+	if s == nil {
+		return nil, errors.New("the endpoint opened no session")
+	}
+	return s, nil
+}
+
+func (h *HTTPHandler) newHTTPSession(id string, s *Session) *httpSession {
+	hs := &httpSession{id: id, s: s, inflight: 1, lastActive: h.now()}
+	hs.ctx, hs.cancel = context.WithCancel(h.baseCtx)
+	return hs
+}
+
+// register adds an acquired session to the table. After Close it closes the
+// session at the core instead and reports false.
+func (h *HTTPHandler) register(hs *httpSession) bool {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		hs.mu.Lock()
+		hs.closed = true
+		hs.mu.Unlock()
+		h.finishClose(hs)
+		return false
+	}
+	h.sessions[hs.id] = hs
+	h.mu.Unlock()
+	return true
+}
+
+// acquire finds the session named by the Mcp-Session-Id header and marks it
+// in use, asking Resume for an id it does not know. When there is none it
+// writes the error response (400 or 404) and returns nil.
+func (h *HTTPHandler) acquire(w http.ResponseWriter, r *http.Request, id string) *httpSession {
+	if id == "" {
+		httpError(w, http.StatusBadRequest, CodeInvalidRequest,
+			"bad request: the Mcp-Session-Id header is required (send initialize first to get one)")
+		return nil
+	}
+	if !httpValidSessionID(id) {
+		httpError(w, http.StatusBadRequest, CodeInvalidRequest,
+			"bad request: Mcp-Session-Id must be 1 to %d visible ASCII characters", httpMaxSessionIDLen)
+		return nil
+	}
+	if hs := h.lookup(id); hs != nil {
+		return hs
+	}
+	if hs := h.resumeSession(r.Context(), id); hs != nil {
+		return hs
+	}
+	httpError(w, http.StatusNotFound, httpCodeSessionNotFound,
+		"session not found: it ended or never existed; send initialize to start a new one")
+	return nil
+}
+
+// lookup returns the open session id, acquired, or nil.
+func (h *HTTPHandler) lookup(id string) *httpSession {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hs := h.sessions[id]
+	if hs == nil {
+		return nil
+	}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.closed {
+		return nil
+	}
+	hs.inflight++
+	return hs
+}
+
+// resumeSession asks Resume to restore a session persisted before a restart.
+func (h *HTTPHandler) resumeSession(ctx context.Context, id string) (hs *httpSession) {
+	if h.resume == nil {
+		return nil
+	}
+	h.resumeMu.Lock()
+	defer h.resumeMu.Unlock()
+	if hs := h.lookup(id); hs != nil {
+		return hs // restored while we waited
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			h.log.Error("http front: panic resuming a session", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			hs = nil
+		}
+	}()
+	s, ok := h.resume(ctx, id)
+	if !ok || s == nil {
+		return nil
+	}
+	hs = h.newHTTPSession(id, s)
+	if !h.register(hs) {
+		return nil
+	}
+	h.log.Info("http front: resumed a session", "session", id)
+	return hs
+}
+
+// release marks the end of one use of hs.
+func (h *HTTPHandler) release(hs *httpSession) {
+	hs.mu.Lock()
+	hs.inflight--
+	hs.lastActive = h.now()
+	hs.mu.Unlock()
+}
+
+// requestContext is the context the core gets for a POST's messages: it ends
+// when the agent goes away (net/http cancels r.Context() when the connection
+// closes), when the session closes, or when the handler is closed.
+func (h *HTTPHandler) requestContext(r *http.Request, hs *httpSession) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(r.Context())
+	stop := context.AfterFunc(hs.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// closeSession ends hs, once.
+func (h *HTTPHandler) closeSession(hs *httpSession) {
+	h.mu.Lock()
+	first := h.detachLocked(hs)
+	h.mu.Unlock()
+	if first {
+		h.finishClose(hs)
+	}
+}
+
+// detachLocked marks hs closed and drops it from the table. It reports
+// whether this call closed it. The caller holds h.mu.
+func (h *HTTPHandler) detachLocked(hs *httpSession) bool {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.closed {
+		return false
+	}
+	hs.closed = true
+	if h.sessions[hs.id] == hs {
+		delete(h.sessions, hs.id)
+	}
+	return true
+}
+
+// finishClose cancels the session's requests and streams and closes it at
+// the core. It runs once per session, after detachLocked said so.
+func (h *HTTPHandler) finishClose(hs *httpSession) {
+	hs.cancel()
+	defer func() {
+		if v := recover(); v != nil {
+			h.log.Error("http front: panic closing a session", "session", hs.id, "panic", fmt.Sprint(v))
+		}
+	}()
+	h.ep.CloseSession(hs.s)
+	h.log.Debug("http front: session closed", "session", hs.id)
+}
+
+// janitor closes idle sessions until Close.
+func (h *HTTPHandler) janitor(period time.Duration) {
+	defer h.janitorWG.Done()
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case now := <-t.C:
+			h.reapIdle(now)
+		}
+	}
+}
+
+// reapIdle closes every session that has had no request in flight and no
+// open stream for the idle timeout, as of now.
+func (h *HTTPHandler) reapIdle(now time.Time) {
+	h.mu.Lock()
+	var idle []*httpSession
+	for _, hs := range h.sessions {
+		hs.mu.Lock()
+		stale := hs.inflight == 0 && now.Sub(hs.lastActive) >= h.idle
+		hs.mu.Unlock()
+		if stale && h.detachLocked(hs) {
+			idle = append(idle, hs)
+		}
+	}
+	h.mu.Unlock()
+	for _, hs := range idle {
+		h.log.Info("http front: closing an idle session", "session", hs.id, "idle_timeout", h.idle)
+		h.finishClose(hs)
+	}
+}
+
+// checkOrigin guards against DNS rebinding. With Loopback the Host header
+// must name a loopback host. An Origin header, when present, must be one of
+// AllowedOrigins, or a loopback origin (with Loopback), or the request's own
+// host (without Loopback). It writes 403 and reports false otherwise.
+func (h *HTTPHandler) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
+	if h.loopback && !httpLoopbackHost(httpHostOnly(r.Host)) {
+		h.log.Debug("http front: refused a non-loopback Host", "host", r.Host)
+		httpError(w, http.StatusForbidden, CodeInvalidRequest, "forbidden: Host %q is not a loopback host", r.Host)
+		return false
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	norm, err := httpNormalizeOrigin(origin)
+	ok := err == nil && (h.allowedOrigins[norm] || h.originMatches(norm, r.Host))
+	if !ok {
+		h.log.Debug("http front: refused an Origin", "origin", origin)
+		httpError(w, http.StatusForbidden, CodeInvalidRequest, "forbidden: Origin %q is not allowed", origin)
+	}
+	return ok
+}
+
+func (h *HTTPHandler) originMatches(norm, host string) bool {
+	u, err := url.Parse(norm)
+	if err != nil {
+		return false
+	}
+	if h.loopback {
+		return httpLoopbackHost(u.Hostname())
+	}
+	return strings.EqualFold(u.Host, host)
+}
+
+// checkToken enforces the bearer token. It writes 401 and reports false when
+// the request lacks it.
+func (h *HTTPHandler) checkToken(w http.ResponseWriter, r *http.Request) bool {
+	if !h.needToken {
+		return true
+	}
+	const prefix = "bearer "
+	auth := r.Header.Get("Authorization")
+	if len(auth) > len(prefix) && strings.EqualFold(auth[:len(prefix)], prefix) {
+		got := sha256.Sum256([]byte(strings.TrimSpace(auth[len(prefix):])))
+		if subtle.ConstantTimeCompare(got[:], h.tokenSum[:]) == 1 {
+			return true
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="foldproxy"`)
+	httpError(w, http.StatusUnauthorized, CodeInvalidRequest, "unauthorized: a valid Authorization: Bearer token is required")
+	return false
+}
+
+// checkVersion refuses an MCP-Protocol-Version header naming a version this
+// front does not speak. A missing header is accepted: the session's
+// negotiated version applies.
+func (h *HTTPHandler) checkVersion(w http.ResponseWriter, r *http.Request) bool {
+	v := r.Header.Get("Mcp-Protocol-Version")
+	if v == "" || slices.Contains(httpProtocolVersions, v) {
+		return true
+	}
+	httpError(w, http.StatusBadRequest, CodeInvalidRequest,
+		"bad request: unsupported MCP-Protocol-Version %q (supported: %s)", v, strings.Join(httpProtocolVersions, ", "))
+	return false
+}
+
+// httpPost is the Outbound the core answers one POST's requests on. It
+// starts out answering with JSON, holding the responses until all are in,
+// and switches to an event stream at the first message that is not one of
+// the owed responses (a progress or logging notification, a sampling
+// request), or at once when the agent accepts only text/event-stream.
+type httpPost struct {
+	w            http.ResponseWriter
+	writeTimeout time.Duration
+	allowJSON    bool
+	allowSSE     bool
+	batch        bool
+	initKey      string // id key of an initialize request, "" otherwise
+
+	mu         sync.Mutex
+	await      *frontAwait
+	held       [][]byte   // responses not yet written (JSON mode)
+	st         *sseStream // non-nil once switched to an event stream
+	done       bool       // every owed response is written; nothing more goes here
+	finished   bool
+	initFailed bool
+	allPaid    chan struct{}
+}
+
+// WriteMessage is safe for concurrent use.
+func (p *httpPost) WriteMessage(msg []byte) error {
+	data, err := frontCompact(msg)
+	if err != nil {
+		return fmt.Errorf("http front: %w", err)
+	}
+	key, isResp, isErr := frontClassify(data)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return ErrOutboundClosed
+	}
+	if isResp && p.await.pay(key) {
+		if p.initKey != "" && key == p.initKey && isErr {
+			p.initFailed = true
+		}
+		err := p.emitLocked(bytes.Clone(data))
+		if p.await.left == 0 {
+			p.done = true
+			close(p.allPaid)
+		}
+		return err
+	}
+	if !p.allowSSE {
+		return fmt.Errorf("%w: the agent's POST does not accept text/event-stream", ErrOutboundClosed)
+	}
+	if err := p.switchLocked(); err != nil {
+		return err
+	}
+	return p.st.event("", data)
+}
+
+// emitLocked sends or holds one response.
+func (p *httpPost) emitLocked(data []byte) error {
+	if p.st == nil && !p.allowJSON {
+		if err := p.switchLocked(); err != nil {
+			return err
+		}
+	}
+	if p.st != nil {
+		return p.st.event("", data)
+	}
+	p.held = append(p.held, data)
+	return nil
+}
+
+// switchLocked turns the response into an event stream, sending the held
+// responses first.
+func (p *httpPost) switchLocked() error {
+	if p.st != nil {
+		return nil
+	}
+	p.st = newSSEStream(p.w, p.writeTimeout)
+	err := p.st.start()
+	for _, m := range p.held {
+		if err != nil {
+			break
+		}
+		err = p.st.event("", m)
+	}
+	p.held = nil
+	return err
+}
+
+func (p *httpPost) keepAlive() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.st != nil && !p.done {
+		_ = p.st.comment("keepalive") // a failed stream is seen by the next write
+	}
+}
+
+// finish answers every request still owed with an internal error, writes
+// the JSON response or ends the stream, and stops all further writing. It
+// is idempotent.
+func (p *httpPost) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.finished {
+		return
+	}
+	p.finished = true
+	for _, id := range p.await.missing() {
+		if p.initKey != "" && frontIDKey(id) == p.initKey {
+			p.initFailed = true
+		}
+		_ = p.emitLocked(frontNoResponse(id)) // the agent may be gone; nothing to do then
+	}
+	if !p.done {
+		p.done = true
+		close(p.allPaid)
+	}
+	if p.st != nil {
+		p.st.close()
+		return
+	}
+	if p.initFailed {
+		p.w.Header().Del("Mcp-Session-Id")
+	}
+	if p.writeTimeout > 0 {
+		// Best effort, as for event streams: not every ResponseWriter has deadlines.
+		_ = http.NewResponseController(p.w).SetWriteDeadline(time.Now().Add(p.writeTimeout))
+	}
+	httpWriteJSON(p.w, http.StatusOK, httpBody(p.held, p.batch))
+	p.held = nil
+}
+
+// httpBody encodes responses: the single one, or an array for a batch.
+func httpBody(msgs [][]byte, batch bool) []byte {
+	if !batch && len(msgs) == 1 {
+		return msgs[0]
+	}
+	return stdioJoinArray(msgs)
+}
+
+// httpWriteJSON writes a JSON body with status.
+func httpWriteJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body) // a write error means the agent left; nothing to do
+}
+
+// httpError writes a JSON-RPC error response with a null id and status.
+func httpError(w http.ResponseWriter, status, code int, format string, args ...any) {
+	httpWriteJSON(w, status, Response(nil, nil, Errorf(code, format, args...)))
+}
+
+// httpTrackWriter notes whether anything was written, so that a recovered
+// panic is answered only when the response has not started.
+type httpTrackWriter struct {
+	http.ResponseWriter
+	wrote atomic.Bool
+}
+
+func (w *httpTrackWriter) WriteHeader(code int) {
+	w.wrote.Store(true)
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *httpTrackWriter) Write(p []byte) (int, error) {
+	w.wrote.Store(true)
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach Flush and SetWriteDeadline.
+func (w *httpTrackWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// httpAccepts reports whether the Accept headers admit typ ("major/minor").
+// No Accept header admits everything. The most specific matching range
+// decides, so "text/event-stream;q=0, */*" excludes the event stream.
+func httpAccepts(hdr http.Header, typ string) bool {
+	major, _, _ := strings.Cut(typ, "/")
+	seen := false
+	best, bestQ := -1, 0.0
+	for _, v := range hdr.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			seen = true
+			mt, params, err := mime.ParseMediaType(part)
+			if err != nil {
+				continue
+			}
+			spec := -1
+			switch mt {
+			case typ:
+				spec = 2
+			case major + "/*":
+				spec = 1
+			case "*/*":
+				spec = 0
+			}
+			if spec < 0 {
+				continue
+			}
+			q := 1.0
+			if qs, ok := params["q"]; ok {
+				if f, err := strconv.ParseFloat(qs, 64); err == nil {
+					q = f
+				}
+			}
+			if spec > best || (spec == best && q > bestQ) {
+				best, bestQ = spec, q
+			}
+		}
+	}
+	return !seen || (best >= 0 && bestQ > 0)
+}
+
+// httpHostOnly returns the host of "host:port", "[v6]:port" or a bare host.
+func httpHostOnly(hostport string) string {
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		return host
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
+}
+
+// httpLoopbackHost reports whether host (no port) is localhost or a
+// loopback IP (127.0.0.0/8, ::1).
+func httpLoopbackHost(host string) bool {
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// httpNormalizeOrigin checks that o is an origin (scheme://host[:port], no
+// path) and returns it lower-cased.
+func httpNormalizeOrigin(o string) (string, error) {
+	u, err := url.Parse(strings.TrimSuffix(o, "/"))
+	if err != nil {
+		return "", fmt.Errorf("not a URL: %w", err)
+	}
+	if u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", errors.New("an origin is scheme://host[:port] with nothing after it")
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host), nil
+}
+
+// httpValidSessionID reports whether id is a plausible session id: visible
+// ASCII, as the MCP transport requires, and not absurdly long.
+func httpValidSessionID(id string) bool {
+	if id == "" || len(id) > httpMaxSessionIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
