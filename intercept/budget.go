@@ -27,6 +27,8 @@ type Brancher interface {
 	Charge(ctx context.Context, session, branch string, fit func(fold.Budget) (fold.Charge, error)) (*fold.ChargeResult, error)
 }
 
+var _ Brancher = (*fold.Manager)(nil)
+
 // ErrOverBudget is wrapped by the refusal of a result that is over its
 // branch's remaining budget and cannot be cut (completion/complete, or a
 // result of a shape its method does not define).

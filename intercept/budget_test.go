@@ -395,7 +395,7 @@ func TestBudgetParallel(t *testing.T) {
 	c := newCounter(t, "")
 	const budget = 3000
 	f := newFake(fold.Branch{ID: "b-1", Parent: "root-s1", Depth: 1, Budget: budget})
-	outs := loadOutputs(t)
+	outs := trajectoryOutputs(t)
 	var mu sync.Mutex
 	delivered, cuts := 0, 0
 	var wg sync.WaitGroup

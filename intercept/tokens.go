@@ -1091,7 +1091,6 @@ func trimWS(b []byte) []byte {
 	return b[i:j]
 }
 
-
 func skipWS(b []byte, i int) int {
 	for i < len(b) && isJSONSpace(b[i]) {
 		i++

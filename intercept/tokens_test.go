@@ -28,9 +28,9 @@ func tokTrajectoryPath() string {
 	return ""
 }
 
-// tok_loadOutputs returns the non-empty step outputs of the trajectory file,
+// trajectoryOutputs returns the non-empty step outputs of the trajectory file,
 // skipping the test when the file is absent.
-func tok_loadOutputs(tb testing.TB) []string {
+func trajectoryOutputs(tb testing.TB) []string {
 	tb.Helper()
 	p := tokTrajectoryPath()
 	if p == "" {
@@ -72,7 +72,7 @@ func tok_loadOutputs(tb testing.TB) []string {
 // bigText returns at least n bytes of real tool output.
 func bigText(tb testing.TB, n int) string {
 	tb.Helper()
-	outs := tok_loadOutputs(tb)
+	outs := trajectoryOutputs(tb)
 	var b strings.Builder
 	for b.Len() < n {
 		for _, o := range outs {
@@ -142,7 +142,7 @@ func TestCountText(t *testing.T) {
 // on: at every split point, the count of the text is the sum of the counts
 // of both sides.
 func TestSplitPointsAdditive(t *testing.T) {
-	outs := tok_loadOutputs(t)
+	outs := trajectoryOutputs(t)
 	extra := []string{
 		"a\n\nb", "x  \n  y", "}\n/x", "}\n\nz", "abc123 def", "it's 9 o'clock\n\tdone",
 		"résumé\nçava 42\n  \u00a0x", "a\u3000b c", "[1, 2]\n]\n", "\r\nx\ry",
@@ -178,7 +178,7 @@ func TestSplitPointsAdditive(t *testing.T) {
 
 func TestCountUpTo(t *testing.T) {
 	c := newCounter(t, "")
-	outs := tok_loadOutputs(t)
+	outs := trajectoryOutputs(t)
 	long := bigText(t, 300_000)
 	texts := append([]string{long, "", "short text"}, outs[:40]...)
 	for _, s := range texts {
@@ -222,7 +222,7 @@ func checkCut(t testing.TB, c *Counter, s string, limit int) int {
 
 func TestCutText(t *testing.T) {
 	c := newCounter(t, "")
-	outs := tok_loadOutputs(t)
+	outs := trajectoryOutputs(t)
 	long := bigText(t, 200_000)
 	for _, limit := range []int{1, 5, 50, 333, 1000, 4096, 8192} {
 		p := checkCut(t, c, long, limit)
@@ -363,7 +363,7 @@ func checkCutResult(tb testing.TB, c *Counter, text string, limit int) string {
 
 func TestCutResultTrajectories(t *testing.T) {
 	c := newCounter(t, "")
-	outs := tok_loadOutputs(t)
+	outs := trajectoryOutputs(t)
 	limits := []int{0, 1, 2, 10, 64, 500, 2000}
 	for i, s := range outs {
 		if i%5 != 0 {
@@ -626,7 +626,7 @@ func TestTokensInterceptor(t *testing.T) {
 
 func BenchmarkCountText(b *testing.B) {
 	c := newCounter(b, "")
-	s := strings.Join(tok_loadOutputs(b), "\n")
+	s := strings.Join(trajectoryOutputs(b), "\n")
 	b.SetBytes(int64(len(s)))
 	for b.Loop() {
 		c.CountText(s)

@@ -94,6 +94,11 @@ type Fold struct {
 	ArchiveMaxBytes   int64    `json:"archiveMaxBytes,omitempty"`      // 1 GiB
 	DependsOnWait     Duration `json:"dependsOnWait,omitempty"`        // 120s
 	RecallPageTokens  int      `json:"recallPageTokens,omitempty"`     // 4096
+	// Fsync flushes the state store to disk on every change, so that it
+	// survives a crash of the machine. Without it (the default) every change
+	// is still written to the operating system before the agent hears of
+	// it, which survives kill -9 and any crash of foldproxy itself.
+	Fsync bool `json:"fsync,omitempty"`
 	// Thresholds are the budget fractions at which the warning level becomes
 	// caution, warning and critical. Default [0.70, 0.85, 0.95].
 	Thresholds []float64 `json:"thresholds,omitempty"`

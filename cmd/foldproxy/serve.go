@@ -161,7 +161,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	}
 
 	// The parts, in dependency order; each is closed in reverse on exit.
-	store, err := fold.OpenBadger(filepath.Join(dir, "badger"), logger)
+	store, err := fold.OpenBadgerFsync(filepath.Join(dir, "badger"), logger, st.Fold.Fsync)
 	if err != nil {
 		return fmt.Errorf("opening the state store in %s: %w", dir, err)
 	}
@@ -217,6 +217,18 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 				return nil, &upstreams.RPCError{Code: proxy.CodeInternalError, Message: "foldproxy is starting"}
 			}
 			return srv.UpstreamRequest(ctx, u.Name(), method, params)
+		},
+		// A server's stderr may print secrets: it is scrubbed like
+		// everything else before it reaches foldproxy's log.
+		Stderr: func(u *upstreams.Upstream, line string) {
+			sctx, cancel := context.WithTimeout(ctx, st.Scrub.Timeout.D())
+			clean, _, err := scrubber.ScrubText(sctx, line)
+			cancel()
+			if err != nil {
+				logger.Info("upstream stderr withheld: it could not be scanned for secrets", "upstream", u.Name())
+				return
+			}
+			logger.Info("upstream stderr", "upstream", u.Name(), "line", clean)
 		},
 		OnState: func(u *upstreams.Upstream, s upstreams.State) {
 			metrics.UpstreamState(u.Name(), s == upstreams.StateUp)

@@ -1,0 +1,21 @@
+// Package upstreams owns foldproxy's side of the upstream MCP servers: the
+// mcpServers configuration entries (ParseServers, in the format of Claude
+// Code's .mcp.json), one supervised client per server over stdio, streamable
+// HTTP or SSE (Upstream), and the set of them (Set).
+//
+// An Upstream does the initialize handshake itself and speaks raw JSON-RPC
+// through mcp-go's client transports, so that results reach the proxy byte
+// for byte. It keeps each server's catalogue (tools, resources, resource
+// templates, prompts) fresh across list_changed notifications, relays the
+// server's notifications and requests to the caller's callbacks, restarts a
+// crashed stdio server on the next call, retries a server that fails to start
+// with capped exponential backoff, and starts a new HTTP session when the
+// server has forgotten the old one.
+//
+// upstreams must never write to stdout (in stdio mode it carries the agent's
+// JSON-RPC): logs, a child's stderr included, go to the slog.Logger passed
+// in. It never interprets or rewrites results, never hangs a call on a server
+// that is down (such calls fail with ErrUnavailable within a bounded time),
+// and leaves no goroutine or child process behind once closed. It imports
+// nothing else of foldproxy's.
+package upstreams
