@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/foldproxy/foldproxy/policy"
@@ -66,46 +67,76 @@ func toolResults(tb testing.TB, outs []string) []json.RawMessage {
 	return res
 }
 
+// The benchmarks report throughput over the real trajectory outputs. Run
+// them with -cpu 1 and -cpu 2: calls run in parallel (RunParallel, one
+// goroutine per GOMAXPROCS), as concurrent tool results do in the proxy.
+//
+//	go test ./intercept -run '^$' -bench Scrub -cpu 1,2 [-tags gore2regex]
+
 func BenchmarkScrubText(b *testing.B) {
 	outs := loadOutputs(b)
-	s, err := NewScrubber(policy.Scrub{}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := testScrubber(b, policy.Scrub{})
 	n := 0
 	for _, o := range outs {
 		n += len(o)
 	}
-	ctx := context.Background()
 	b.SetBytes(int64(n))
 	b.ResetTimer()
-	for b.Loop() {
-		for _, o := range outs {
-			if _, _, err := s.ScrubText(ctx, o); err != nil {
-				b.Fatal(err)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			for _, o := range outs {
+				if _, _, err := s.ScrubText(context.Background(), o); err != nil {
+					b.Error(err)
+					return
+				}
 			}
 		}
-	}
+	})
 }
 
 func BenchmarkScrubJSON(b *testing.B) {
 	res := toolResults(b, loadOutputs(b))
-	s, err := NewScrubber(policy.Scrub{}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := testScrubber(b, policy.Scrub{})
 	n := 0
 	for _, r := range res {
 		n += len(r)
 	}
-	ctx := context.Background()
 	b.SetBytes(int64(n))
 	b.ResetTimer()
-	for b.Loop() {
-		for _, r := range res {
-			if _, _, err := s.ScrubJSON(ctx, r); err != nil {
-				b.Fatal(err)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			for _, r := range res {
+				if _, _, err := s.ScrubJSON(context.Background(), r); err != nil {
+					b.Error(err)
+					return
+				}
 			}
+		}
+	})
+}
+
+// BenchmarkScrubTextLarge scans all outputs as one 2 MB text: one call,
+// chunked, its chunks spread over GOMAXPROCS workers.
+func BenchmarkScrubTextLarge(b *testing.B) {
+	text := strings.Join(loadOutputs(b), "\n")
+	s := testScrubber(b, policy.Scrub{})
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		if _, _, err := s.ScrubText(context.Background(), text); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkScrubTextNoKeyword measures the fast path: text in which no
+// rule keyword occurs.
+func BenchmarkScrubTextNoKeyword(b *testing.B) {
+	text := strings.Repeat("lorem ipsum dolor amet, consectetur adipiscing elit; 0123456789\n", 1024)
+	s := testScrubber(b, policy.Scrub{})
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		if _, _, err := s.ScrubText(context.Background(), text); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -336,7 +336,22 @@ func locate(win string, nls []int, f *report.Finding) (found, bool) {
 		}
 	}
 	m := f.Match
-	if decoded || m == "" {
+	if decoded {
+		// Redact the whole encoded segment the match starts in. gitleaks
+		// maps a decoded match back to the segment, but a match that runs
+		// past the segment's end (a delimiter after the secret) is mapped
+		// to a wrong end, sometimes before its start.
+		for start > 0 && isEncodedByte(win[start-1]) {
+			start--
+		}
+		e := start
+		for e < len(win) && isEncodedByte(win[e]) {
+			e++
+		}
+		out.start, out.end = start, max(end, e)
+		return out, out.end > out.start
+	}
+	if m == "" {
 		out.start, out.end = start, end
 		return out, end > start
 	}
@@ -420,6 +435,10 @@ func decodesPrintable(s string) bool {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	return err == nil && printableASCII(b)
 }
+
+// isEncodedByte reports whether c can be part of a segment gitleaks
+// decodes (base64, hex, percent or unicode escapes).
+func isEncodedByte(c byte) bool { return isB64Byte(c) || c == '=' || c == '%' || c == '\\' }
 
 // maxMatchLen returns the most bytes a match of re can span, or -1 when
 // unbounded.

@@ -659,3 +659,13 @@ func (u *Upstream) Close() error {
 	u.notifyState(seq, StateDown)
 	return nil
 }
+
+// RPCCode, RPCMessage and RPCData expose the error's parts, so that the
+// scrubber can rewrite the message while keeping the code and data.
+func (e *RPCError) RPCCode() int { return e.Code }
+
+// RPCMessage returns the upstream's error message.
+func (e *RPCError) RPCMessage() string { return e.Message }
+
+// RPCData returns the upstream's error data, raw.
+func (e *RPCError) RPCData() json.RawMessage { return e.Data }
