@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/foldproxy/foldproxy/fold"
@@ -70,6 +71,11 @@ type Options struct {
 	Version string
 	// PageSize bounds list results per page. Default 500.
 	PageSize int
+	// ReadyWait bounds, from New, how long catalogue requests wait for
+	// upstreams still making their first connection, so that an agent that
+	// lists tools right after starting sees them all. An upstream that is
+	// not up by then joins later with list_changed. Zero: no wait.
+	ReadyWait time.Duration
 }
 
 // Server is the core: it implements Endpoint for the fronts.
@@ -82,6 +88,7 @@ type Server struct {
 
 	forward Handler
 	control Handler
+	recall  Handler // branch_recall: the fold tool inside the full chain
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -89,6 +96,9 @@ type Server struct {
 	progress map[string]*progressRoute
 	calls    map[string][]*activeCall // in-flight forwarded calls by upstream
 	subs     map[string]map[*Session]bool
+
+	started time.Time
+	ready   atomic.Bool // every upstream has been waited for
 }
 
 // Handler is the chain's entry point (an intercept.Handler).
@@ -137,6 +147,7 @@ func New(opts Options) (*Server, error) {
 		progress:  make(map[string]*progressRoute),
 		calls:     make(map[string][]*activeCall),
 		subs:      make(map[string]map[*Session]bool),
+		started:   time.Now(),
 	}
 	for _, u := range opts.Upstreams {
 		if _, dup := s.upstreams[u.Name()]; dup {
@@ -148,6 +159,9 @@ func New(opts Options) (*Server, error) {
 	sort.Strings(s.names)
 	s.forward = intercept.Chain(s.callUpstream, opts.Interceptors...)
 	s.control = intercept.Chain(s.callFold, opts.ControlInterceptors...)
+	// Recalled pages enter the agent's context like any result: scrubbed,
+	// counted and charged; the innermost handler is the fold tool itself.
+	s.recall = intercept.Chain(s.callFold, opts.Interceptors...)
 	return s, nil
 }
 
@@ -293,6 +307,11 @@ func (s *Server) dispatch(ctx context.Context, sess *Session, msg *Message, out 
 		return nil, Errorf(CodeInvalidParams, "invalid params for %s: want an object", msg.Method)
 	}
 	switch msg.Method {
+	case "tools/list", "prompts/list", "resources/list", "resources/templates/list",
+		"tools/call", "prompts/get", "resources/read", "completion/complete":
+		s.awaitUpstreams(ctx)
+	}
+	switch msg.Method {
 	case "initialize":
 		return s.initialize(ctx, sess, params)
 	case "ping":
@@ -410,6 +429,35 @@ func (s *Server) list(params json.RawMessage, key string, items func(*catalog) [
 	return b, nil
 }
 
+// awaitUpstreams waits, until ReadyWait after start, for upstreams still
+// making their first connection.
+func (s *Server) awaitUpstreams(ctx context.Context) {
+	if s.ready.Load() {
+		return
+	}
+	deadline := s.started.Add(s.opts.ReadyWait)
+	if !time.Now().Before(deadline) {
+		s.ready.Store(true)
+		return
+	}
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, u := range s.upstreams {
+		w, ok := u.(interface{ WaitReady(context.Context) error })
+		if !ok {
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = w.WaitReady(wctx) }()
+	}
+	wg.Wait()
+	if ctx.Err() == nil {
+		s.ready.Store(true)
+		s.invalidate()
+	}
+}
+
 // callTool serves tools/call: a fold tool or a forwarded upstream tool.
 func (s *Server) callTool(ctx context.Context, sess *Session, params json.RawMessage, out Outbound) (json.RawMessage, *Error) {
 	name := stringField(params, "name")
@@ -432,7 +480,7 @@ func (s *Server) callTool(ctx context.Context, sess *Session, params json.RawMes
 		ex.Params = params
 		h := s.control
 		if name == "branch_recall" {
-			h = s.forward
+			h = s.recall
 		}
 		return s.finish(ctx, sess, ex, h, out)
 	}

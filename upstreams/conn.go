@@ -36,9 +36,6 @@ const (
 	maxCatalogPages           = 10000
 	cancelNotificationTimeout = 5 * time.Second
 	stderrProbeTimeout        = 2 * time.Second
-	// sseResponseTimeout replaces the SSE transport's own 60 s limit on a
-	// response: the caller's ctx bounds a request instead.
-	sseResponseTimeout = 7 * 24 * time.Hour
 )
 
 // errSessionLost is returned by conn.call when an HTTP upstream answered 404
@@ -126,11 +123,7 @@ func dialEntry(_ context.Context, c *conn) error {
 		c.t = t
 		return nil
 	case TypeSSE:
-		t, err := transport.NewSSE(e.URL,
-			transport.WithHeaders(e.Headers),
-			transport.WithSSELogger(u.log),
-			transport.WithEndpointTimeout(u.opts.StartTimeout),
-			transport.WithResponseTimeout(sseResponseTimeout))
+		t, err := newSSETransport(e.URL, e.Headers, u.opts.StartTimeout, u.log)
 		if err != nil {
 			return fmt.Errorf("url %q: %w", e.URL, err)
 		}
@@ -162,7 +155,7 @@ func (u *Upstream) connect(life context.Context) (*conn, Catalog, error) {
 	if bt, ok := c.t.(transport.BidirectionalInterface); ok {
 		bt.SetRequestHandler(c.onRequest)
 	}
-	if st, ok := c.t.(*transport.SSE); ok {
+	if st, ok := c.t.(interface{ SetConnectionLostHandler(func(error)) }); ok {
 		st.SetConnectionLostHandler(func(err error) {
 			u.goTracked(func() { c.fail(fmt.Errorf("event stream lost: %w", err)) })
 		})
@@ -171,7 +164,7 @@ func (u *Upstream) connect(life context.Context) (*conn, Catalog, error) {
 	sctx, scancel := context.WithTimeout(cctx, u.opts.StartTimeout)
 	defer scancel()
 	stopWatch := func() bool { return false }
-	if _, ok := c.t.(*transport.SSE); ok {
+	if _, ok := c.t.(*sseTransport); ok {
 		// SSE's Start waits for the endpoint event on a context that must
 		// outlive it; closing the transport unblocks it when the attempt's
 		// time is up. (stdio and streamable HTTP do not block in Start.)

@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept"
 )
 
@@ -24,11 +27,19 @@ const reportDefaultAudit = ".foldproxy/audit.jsonl"
 // reportLargest is how many of the largest results the report lists.
 const reportLargest = 10
 
-const reportUsage = `Usage: foldproxy report [--audit FILE] [--session S] [--json]
+const reportUsage = `Usage: foldproxy report [--audit FILE] [--state DIR] [--session S] [--json]
 
 Summarises foldproxy's token-accounting audit log, with its rotated files
 FILE.N … FILE.1: tokens by session, branch, upstream and tool, the
 compression achieved by branches, the largest results and redactions.
+
+With --state it reads the branch records from the state folder DIR (the
+--state of serve; its Badger store, DIR/badger, is opened read-only): every
+branch with its session, parent, depth, status, reason, budget used and
+total, calls, archived calls and cut handles. Stop the proxy first: the
+store can be read only while no proxy holds it, and after a crash only once
+a proxy has opened it again. With --state alone only the branches are
+printed; give --audit too for both.
 
 FILE defaults to .foldproxy/audit.jsonl, the log in the default state
 folder, which is .foldproxy beside the config file: run report from the
@@ -53,6 +64,7 @@ func (c *reportCommand) Run(ctx context.Context, args []string) error {
 	}
 	path := fs.String("audit", reportDefaultAudit, "the audit log `FILE`")
 	session := fs.String("session", "", "report on session `S` only")
+	state := fs.String("state", "", "read the branch records of the state folder `DIR` (read-only; stop the proxy first)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -61,6 +73,27 @@ func (c *reportCommand) Run(ctx context.Context, args []string) error {
 		fs.Usage()
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	auditSet := false
+	fs.Visit(func(f *flag.Flag) { auditSet = auditSet || f.Name == "audit" })
+
+	var store *repStore
+	if *state != "" {
+		var err error
+		if store, err = readStore(ctx, *state, *session); err != nil {
+			return err
+		}
+		if !auditSet {
+			if *asJSON {
+				enc := json.NewEncoder(c.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(struct {
+					Store *repStore `json:"store"`
+				}{store})
+			}
+			return store.writeText(c.stdout)
+		}
+	}
+
 	files, err := intercept.AuditFiles(*path)
 	if err != nil {
 		return err
@@ -81,12 +114,131 @@ func (c *reportCommand) Run(ctx context.Context, args []string) error {
 			st.Skipped, st.FirstSkipped)
 	}
 	rep := agg.reportData(files, st)
+	rep.Store = store
 	if *asJSON {
 		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	return rep.writeText(c.stdout)
+	if err := rep.writeText(c.stdout); err != nil {
+		return err
+	}
+	if store != nil {
+		fmt.Fprintln(c.stdout)
+		return store.writeText(c.stdout)
+	}
+	return nil
+}
+
+// repStore is what the report reads from a state folder's store.
+type repStore struct {
+	Dir      string           `json:"dir"` // the Badger folder that was read
+	Session  string           `json:"session_filter,omitempty"`
+	Branches []repStoreBranch `json:"branches"`
+}
+
+// repStoreBranch is one branch record as the store holds it.
+type repStoreBranch struct {
+	Session     string `json:"session"`
+	Branch      string `json:"branch"`
+	Parent      string `json:"parent,omitempty"`
+	Depth       int    `json:"depth"`
+	Description string `json:"description,omitempty"`
+	Status      string `json:"status"`
+	Reason      string `json:"reason,omitempty"`
+	BudgetUsed  int    `json:"budget_used"`
+	BudgetTotal int    `json:"budget_total"` // 0: unlimited
+	Calls       int    `json:"calls"`
+	// Archived is the number of calls archived under the branch, which
+	// branch_recall can still read.
+	Archived   int       `json:"archived_calls"`
+	CutHandles []string  `json:"cut_handles"`
+	Created    time.Time `json:"created"`
+	Closed     time.Time `json:"closed,omitzero"`
+}
+
+// reportArchivePage is how many archived calls are read at a time to count
+// them.
+const reportArchivePage = 64
+
+// readStore opens the Badger store of the state folder dir read-only and
+// reads its branch records, of session only when not empty. dir may also
+// be the Badger folder itself.
+func readStore(ctx context.Context, dir, session string) (*repStore, error) {
+	bdir := filepath.Join(dir, "badger")
+	if fi, err := os.Stat(bdir); err != nil || !fi.IsDir() {
+		if _, err := os.Stat(filepath.Join(dir, "MANIFEST")); err != nil {
+			return nil, fmt.Errorf("--state %s: no Badger store in it (want %s, as serve --state %s writes): %w", dir, bdir, dir, os.ErrNotExist)
+		}
+		bdir = dir
+	}
+	st, err := fold.OpenBadgerReadOnly(bdir, nil)
+	if err != nil {
+		return nil, fmt.Errorf("--state %s: %w", dir, err)
+	}
+	defer st.Close()
+	bs, err := st.Branches(ctx, session)
+	if err != nil {
+		return nil, fmt.Errorf("--state %s: reading branches: %w", dir, err)
+	}
+	out := &repStore{Dir: bdir, Session: session, Branches: make([]repStoreBranch, 0, len(bs))}
+	for _, b := range bs {
+		n, err := countArchived(ctx, st, b.ID)
+		if err != nil {
+			return nil, fmt.Errorf("--state %s: %w", dir, err)
+		}
+		out.Branches = append(out.Branches, repStoreBranch{
+			Session: b.Session, Branch: b.ID, Parent: b.Parent, Depth: b.Depth, Description: b.Description,
+			Status: string(b.Status), Reason: b.Reason, BudgetUsed: b.Used, BudgetTotal: b.Budget,
+			Calls: b.Calls, Archived: n, CutHandles: append([]string{}, b.Cuts...),
+			Created: b.Created, Closed: b.Closed,
+		})
+	}
+	slices.SortStableFunc(out.Branches, func(x, y repStoreBranch) int {
+		return cmp.Or(cmp.Compare(x.Session, y.Session), cmp.Compare(x.Depth, y.Depth), x.Created.Compare(y.Created), cmp.Compare(x.Branch, y.Branch))
+	})
+	return out, nil
+}
+
+// countArchived counts the archived calls of a branch, a page at a time.
+func countArchived(ctx context.Context, st fold.Store, branch string) (int, error) {
+	n, from := 0, 0
+	for {
+		calls, err := st.Calls(ctx, branch, from, reportArchivePage)
+		if err != nil {
+			return 0, fmt.Errorf("reading the archive of %s: %w", branch, err)
+		}
+		n += len(calls)
+		if len(calls) < reportArchivePage {
+			return n, nil
+		}
+		from = calls[len(calls)-1].Seq + 1
+	}
+}
+
+// writeText prints the branch records as a table.
+func (s *repStore) writeText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
+	p("State store: %s (read-only)\nBranches: %d", repCell(s.Dir), len(s.Branches))
+	if s.Session != "" {
+		p(" for session %s", repCell(s.Session))
+	}
+	p("\n\nBranches in the store\n")
+	p("SESSION\tBRANCH\tPARENT\tDEPTH\tSTATUS\tREASON\tUSED\tBUDGET\tCALLS\tARCHIVED\tCUT HANDLES\n")
+	for _, b := range s.Branches {
+		budget := "unlimited"
+		if b.BudgetTotal > 0 {
+			budget = strconv.Itoa(b.BudgetTotal)
+		}
+		cuts := "-"
+		if len(b.CutHandles) > 0 {
+			cuts = repCell(strings.Join(b.CutHandles, ","))
+		}
+		p("%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", repOrDash(b.Session), repOrDash(b.Branch), repOrDash(b.Parent),
+			b.Depth, repOrDash(b.Status), repOrDash(b.Reason), b.BudgetUsed, budget, b.Calls, b.Archived, cuts)
+	}
+	return tw.Flush()
 }
 
 // repSums are the totals of a group of calls.
@@ -186,6 +338,8 @@ type reportData struct {
 	Compression    repCompression `json:"compression"`
 	LargestResults []repResult    `json:"largest_results"`
 	Redactions     []repRedaction `json:"redactions"`
+	// Store holds the branch records of the state folder, with --state.
+	Store *repStore `json:"store,omitempty"`
 }
 
 type repBranchKey struct{ session, branch string }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -324,4 +326,129 @@ func repSameRatio(a, b *float64) bool {
 	}
 	d := *a - *b
 	return d < 1e-9 && d > -1e-9
+}
+
+// writeStoreFixture writes a state folder the way serve does (DIR/badger)
+// with two sessions' branches and archived calls, closes it, and returns
+// DIR.
+func writeStoreFixture(tb testing.TB) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	st, err := fold.OpenBadger(filepath.Join(dir, "badger"), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx := context.Background()
+	t0 := time.Date(2025, 6, 1, 9, 0, 0, 0, time.UTC)
+	branches := []*fold.Branch{
+		{ID: "root-s1", Session: "s1", Status: fold.StatusActive, Created: t0, Children: []string{"b1"}},
+		{ID: "b1", Session: "s1", Parent: "root-s1", Depth: 1, Description: "read\tfiles", Status: fold.StatusForced,
+			Reason: fold.ReasonBudget, Budget: 500, Used: 500, Calls: 2, Cuts: []string{"b1~abc"}, Created: t0.Add(time.Second), Closed: t0.Add(2 * time.Second)},
+		{ID: "b2", Session: "s1", Parent: "b1", Depth: 2, Status: fold.StatusFailed, Reason: fold.ReasonProxyRestarted,
+			Budget: 100, Used: 7, Calls: 1, Created: t0.Add(1500 * time.Millisecond)},
+		{ID: "root-s2", Session: "s2", Status: fold.StatusActive, Created: t0},
+	}
+	for _, b := range branches {
+		if err := st.PutBranch(ctx, b); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for i := range 70 { // more than one page of the archive
+		if _, err := st.AppendCall(ctx, "b1", &fold.CallRecord{Time: t0, Upstream: "fs", Method: "tools/call", Name: "read", Result: fmt.Sprintf(`{"n":%d}`, i)}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if _, err := st.AppendCall(ctx, "b2", &fold.CallRecord{Time: t0, Upstream: "fs", Method: "tools/call", Name: "read", Result: `{}`}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+func TestReportState(t *testing.T) {
+	dir := writeStoreFixture(t)
+	got, stderr, err := runReport(t, "--state", dir)
+	if err != nil {
+		t.Fatalf("report --state: %v (stderr %q)", err, stderr)
+	}
+	got = strings.Replace(got, filepath.Join(dir, "badger"), "STORE", 1)
+	want := `State store: STORE (read-only)
+Branches: 4
+
+Branches in the store
+SESSION  BRANCH   PARENT   DEPTH  STATUS  REASON            USED  BUDGET     CALLS  ARCHIVED  CUT HANDLES
+s1       root-s1  -        0      active  -                 0     unlimited  0      0         -
+s1       b1       root-s1  1      forced  budget exhausted  500   500        2      70        b1~abc
+s1       b2       b1       2      failed  proxy restarted   7     100        1      1         -
+s2       root-s2  -        0      active  -                 0     unlimited  0      0         -
+`
+	if got != want {
+		t.Errorf("report --state differs.\n--- got\n%s\n--- want\n%s", got, want)
+	}
+
+	// JSON, one session.
+	stdout, _, err := runReport(t, "--state", dir, "--session", "s1", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var only struct {
+		Store repStore `json:"store"`
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&only); err != nil {
+		t.Fatalf("decoding %s: %v", stdout, err)
+	}
+	var ids []string
+	for _, b := range only.Store.Branches {
+		ids = append(ids, b.Branch)
+	}
+	if !slices.Equal(ids, []string{"root-s1", "b1", "b2"}) {
+		t.Errorf("branches of s1 = %q, want root-s1, b1, b2", ids)
+	}
+	if b := only.Store.Branches[1]; b.Status != "forced" || b.Reason != fold.ReasonBudget || b.BudgetUsed != 500 || b.BudgetTotal != 500 ||
+		b.Calls != 2 || b.Archived != 70 || !slices.Equal(b.CutHandles, []string{"b1~abc"}) || b.Description != "read\tfiles" {
+		t.Errorf("b1 = %+v", b)
+	}
+
+	// Both: the audit report with the store beside it.
+	audit := writeReportFixture(t)
+	stdout, _, err = runReport(t, "--state", dir, "--audit", audit, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep reportData
+	dec = json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("decoding %s: %v", stdout, err)
+	}
+	if rep.Records != 16 || rep.Store == nil || len(rep.Store.Branches) != 4 {
+		t.Errorf("combined report: %d records, store %+v; want 16 records and 4 branches", rep.Records, rep.Store)
+	}
+	text, _, err := runReport(t, "--state", dir, "--audit", audit)
+	if err != nil || !strings.Contains(text, "Tokens by branch") || !strings.Contains(text, "Branches in the store") {
+		t.Errorf("combined text report (err %v) lacks one of its parts:\n%s", err, text)
+	}
+}
+
+func TestReportStateErrors(t *testing.T) {
+	empty := t.TempDir()
+	_, _, err := runReport(t, "--state", empty)
+	if err == nil || !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), empty) {
+		t.Errorf("report --state on an empty folder: %v, want a not-exist error naming it", err)
+	}
+	// A store held open by a running proxy cannot be read.
+	dir := t.TempDir()
+	st, err := fold.OpenBadger(filepath.Join(dir, "badger"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, _, err = runReport(t, "--state", dir)
+	if err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Errorf("report --state on a store in use: %v, want a read-only open error", err)
+	}
 }

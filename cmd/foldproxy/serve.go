@@ -257,6 +257,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 		Scrubber:            scrubber,
 		Logger:              logger,
 		Version:             version,
+		ReadyWait:           10 * time.Second,
 	})
 	if err != nil {
 		return err
