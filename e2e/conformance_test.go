@@ -196,7 +196,10 @@ func TestConformance(t *testing.T) {
 	}
 
 	t.Run("proxied", func(t *testing.T) {
-		cfg := writeConfig(t, map[string]any{"conformance": urlEntry("http", url)}, nil)
+		// The suite calls tools and prompts by their own names: the one
+		// upstream is exposed unprefixed (foldproxy.upstreams.<name>.prefix).
+		cfg := writeConfig(t, map[string]any{"conformance": urlEntry("http", url)},
+			map[string]any{"upstreams": map[string]any{"conformance": map[string]any{"prefix": ""}}})
 		purl, _ := startProxyHTTPProcess(t, cfg)
 		start := time.Now()
 		proxied, tries := runConformanceWithRetries(ctx, t, purl, flaky)

@@ -141,16 +141,32 @@ func Response(id json.RawMessage, result json.RawMessage, rpcErr *Error) []byte 
 		}
 		m.Result = result
 	}
-	b, err := json.Marshal(m)
+	b, err := encodeMessage(m)
 	if err != nil {
 		// Result was not valid JSON: answer with an internal error instead.
-		b, _ = json.Marshal(Message{JSONRPC: "2.0", ID: id, Error: Errorf(CodeInternalError, "internal error: invalid result: %v", err)})
+		b, _ = encodeMessage(Message{JSONRPC: "2.0", ID: id, Error: Errorf(CodeInternalError, "internal error: invalid result: %v", err)})
 	}
 	return b
 }
 
 // Notification encodes a notification.
 func Notification(method string, params json.RawMessage) []byte {
-	b, _ := json.Marshal(Message{JSONRPC: "2.0", Method: method, Params: params})
+	b, _ := encodeMessage(Message{JSONRPC: "2.0", Method: method, Params: params})
 	return b
+}
+
+// encodeMessage encodes m on one line without HTML escaping. json.Marshal
+// would rewrite <, > and & inside the raw result and params as \u003c,
+// \u003e and \u0026: the agent would not receive what the upstream sent,
+// and a structuredContent would cost more tokens than were counted and
+// charged. Raw values are only compacted, which keeps them on one line for
+// the stdio framing.
+func encodeMessage(m Message) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

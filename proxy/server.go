@@ -429,6 +429,30 @@ func (s *Server) list(params json.RawMessage, key string, items func(*catalog) [
 	return b, nil
 }
 
+// routeByPrefix finds the upstream whose name prefix starts name (the
+// longest, when prefixes nest), or the only unprefixed upstream.
+func (s *Server) routeByPrefix(name string) (upstream, rest string, ok bool) {
+	var unprefixed []string
+	best := -1
+	for _, up := range s.names {
+		p := s.opts.Settings.NamePrefix(up)
+		if p == "" {
+			unprefixed = append(unprefixed, up)
+			continue
+		}
+		if strings.HasPrefix(name, p) && len(name) > len(p) && len(p) > best {
+			upstream, rest, best = up, name[len(p):], len(p)
+		}
+	}
+	if best >= 0 {
+		return upstream, rest, true
+	}
+	if len(unprefixed) == 1 {
+		return unprefixed[0], name, true
+	}
+	return "", "", false
+}
+
 // awaitUpstreams waits, until ReadyWait after start, for upstreams still
 // making their first connection.
 func (s *Server) awaitUpstreams(ctx context.Context) {
@@ -486,7 +510,17 @@ func (s *Server) callTool(ctx context.Context, sess *Session, params json.RawMes
 	}
 	r, ok := cat.toolRoutes[name]
 	if !ok {
-		return nil, Errorf(CodeInvalidParams, "unknown tool %q: it is not in tools/list (was its upstream removed or renamed?)", name)
+		// Not in the catalogue, which may be stale: a name that carries an
+		// upstream's prefix goes to that upstream, which answers as it
+		// would directly. Tools hidden by policy stay refused.
+		up, rest, found := s.routeByPrefix(name)
+		if !found {
+			return nil, Errorf(CodeInvalidParams, "unknown tool %q: it is not in tools/list and names no upstream (tools are named <server>%s<tool>)", name, s.sep)
+		}
+		if !s.opts.Settings.ToolAllowed(up, rest) {
+			return toolError(fmt.Sprintf("tool %q of upstream %q is not allowed by foldproxy's configuration (foldproxy.upstreams.%s)", rest, up, up)), nil
+		}
+		r = route{upstream: up, name: rest, injected: s.opts.Settings.BranchIDEnabled()}
 	}
 	ex.Upstream, ex.Name = r.upstream, r.name
 	if r.injected {
@@ -519,7 +553,11 @@ func (s *Server) getPrompt(ctx context.Context, sess *Session, params json.RawMe
 	name := stringField(params, "name")
 	r, ok := s.catalog().promptRoutes[name]
 	if !ok {
-		return nil, Errorf(CodeInvalidParams, "unknown prompt %q", name)
+		up, rest, found := s.routeByPrefix(name)
+		if !found {
+			return nil, Errorf(CodeInvalidParams, "unknown prompt %q: it is not in prompts/list and names no upstream", name)
+		}
+		r = route{upstream: up, name: rest}
 	}
 	params, err := setField(params, "name", quote(r.name))
 	if err != nil {

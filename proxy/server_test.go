@@ -322,6 +322,13 @@ func TestToolsCallErrors(t *testing.T) {
 	if resp.Error == nil || !strings.Contains(resp.Error.Message, `"nope"`) {
 		t.Errorf("unknown tool: %+v", resp.Error)
 	}
+	// An unlisted tool with an upstream's prefix is the upstream's to answer.
+	before := len(up.calls())
+	do(t, s, sess, "tools/call", `{"name":"ev__unlisted","arguments":{"branch_id":"b","x":1}}`)
+	calls := up.calls()
+	if len(calls) != before+1 || calls[len(calls)-1].params != `{"name":"unlisted","arguments":{"x":1}}` {
+		t.Errorf("unlisted tool not forwarded by prefix: %v", calls[before:])
+	}
 	resp = do(t, s, sess, "tools/call", `{"name":"ev__echo","arguments":[1]}`)
 	if resp.Error == nil || resp.Error.Code != CodeInvalidParams {
 		t.Errorf("array arguments: %+v", resp.Error)
