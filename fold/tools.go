@@ -106,14 +106,14 @@ func buildTools(set policy.Fold) ([]json.RawMessage, error) {
 			Title: "Fold: return a branch",
 			Description: "Finish a branch and fold it back into its parent. Pass a concise message with what the parent needs to continue: " +
 				"findings, decisions, file paths and symbols, the failing test and why; not the raw output. The parent sees only this message " +
-				"and is charged its tokens. return_value is an optional short machine-readable string (JSON, say) for branches that depend on this one. " +
+				"and is charged its tokens. return_value is an optional machine-readable result (a string or any JSON value) for branches that depend on this one. " +
 				"Without branch_id the innermost active branch returns; sub-agents should pass their branch_id. Active sub-branches are force-returned first. " +
 				"The answer gives the message as the parent sees it (secrets redacted), the tokens the branch used and the sub-branches force-returned. " +
 				"The main thread cannot be returned.",
 			InputSchema: schema([]string{"message"}, map[string]any{
 				"branch_id":    prop("string", "The branch to return; default: your innermost active branch."),
 				"message":      prop("string", "The findings, concise: this is all the parent keeps.", "maxLength", MaxMessage),
-				"return_value": prop("string", "Optional machine-readable result for dependent branches.", "maxLength", MaxMessage),
+				"return_value": map[string]any{"description": "Optional machine-readable result for dependent branches: a string or any JSON value."},
 			}),
 			Annotations: toolAnnotations{Title: "Return a branch"},
 		},
@@ -460,8 +460,25 @@ func parseReturnArgs(raw json.RawMessage) (returnArgs, error) {
 	if r.Message, err = a.str("message", true); err != nil {
 		return r, err
 	}
-	r.ReturnValue, err = a.str("return_value", false)
+	r.ReturnValue, err = a.anyJSON("return_value")
 	return r, err
+}
+
+// anyJSON reads a field that may hold any JSON value: a string is taken as
+// it is, anything else as its compact JSON text.
+func (a *args) anyJSON(name string) (string, error) {
+	raw, ok := a.fields[name]
+	if !ok {
+		return "", nil
+	}
+	if jsonKind(raw) == "a string" {
+		return a.str(name, false)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return "", a.wrong(name, "a JSON value")
+	}
+	return buf.String(), nil
 }
 
 func parseStatusArgs(raw json.RawMessage) (statusArgs, error) {

@@ -79,7 +79,7 @@ func TestCallToolArguments(t *testing.T) {
 		{ToolCreate, `{"description":"x","parent_branch_id":"` + strings.Repeat("b", 300) + `"}`, `field "parent_branch_id": 300 bytes is too long for an id`},
 		{ToolReturn, `{"msg":"x"}`, `unknown field "msg"`},
 		{ToolReturn, `{"message":["x"]}`, `field "message": want a string, got an array`},
-		{ToolReturn, `{"message":"x","return_value":{"a":1}}`, `field "return_value": want a string, got an object`},
+		{ToolReturn, `{"message":"x","return_value":{"a":1}}`, `ErrBranchNotFound`}, // any JSON is a valid return value
 		{ToolStatus, `{"detailed":"yes"}`, `field "detailed": want a boolean, got a string`},
 		{ToolStatus, `"x"`, "the arguments must be a JSON object, got a string"},
 		{ToolRecall, `{"handle":"h","offset":"0"}`, `field "offset": want an integer, got a string`},
@@ -101,6 +101,15 @@ func TestCallToolArguments(t *testing.T) {
 				t.Fatalf("got %s, want a tool error containing %q", out, tt.want)
 			}
 		})
+	}
+
+	// A structured return value arrives as compact JSON.
+	_, text, ok := e.call(t, "s1", ToolCreate, map[string]any{"description": "structured"})
+	if !ok {
+		t.Fatalf("create: %s", text)
+	}
+	if _, text, ok := e.call(t, "s1", ToolReturn, map[string]any{"message": "done", "return_value": map[string]any{"files": []int{1, 2}}}); !ok || !strings.Contains(text, `{\"files\":[1,2]}`) {
+		t.Errorf("structured return value: ok=%v %s", ok, text)
 	}
 
 	// Nulls are absent fields, and null arguments an empty object.
