@@ -5,6 +5,8 @@
 #   make test    all tests, with the race detector (installs e2e/node_modules first)
 #   make bench   the benchmarks
 #   make fuzz    every fuzz target in the tree for $(FUZZTIME) each
+#   make fuzz-ci the fronts' fuzz targets for $(FUZZCITIME) each (CI runs it)
+#   make drills  the operational drills: kill -9, crashing upstream, soak, frame fuzzing
 #   make lint    gofmt and go vet
 #   make clean   remove what the targets above made
 
@@ -14,6 +16,7 @@ TAGS      := gore2regex
 BIN       := bin/foldproxy
 LISTEN    ?= 127.0.0.1:8765
 FUZZTIME  ?= 10s
+FUZZCITIME ?= 15s
 TESTFLAGS ?=
 # The e2e suite builds the binary and starts real MCP servers: give it room.
 TESTTIMEOUT ?= 30m
@@ -22,7 +25,7 @@ NODE_STAMP := e2e/node_modules/.package-lock.json
 E2E_NODE   := $(CURDIR)/e2e/node_modules/node/bin/node
 FS_SERVER  := $(CURDIR)/e2e/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js
 
-.PHONY: all build run test bench fuzz lint clean e2e/node_modules
+.PHONY: all build run test bench fuzz fuzz-ci drills lint clean e2e/node_modules
 
 all: build
 
@@ -55,10 +58,15 @@ run: build e2e/node_modules
 test: e2e/node_modules
 	$(GO) test -race -tags $(TAGS) -timeout $(TESTTIMEOUT) $(TESTFLAGS) ./...
 
-# Placeholder until the table harness (go run -tags gore2regex ./e2e/cmd/bench)
-# lands: every Go benchmark in the tree, once.
+# The benchmark table (e2e/cmd/bench): builds foldproxy and the replay
+# server, measures every figure next to its baseline in the same run, and
+# prints one table on stdout. BENCHFLAGS passes flags through, e.g.
+# BENCHFLAGS='-quick', '-only pipeline,cut', '-rounds 7 -json bench.json'.
+# The Go benchmarks behind it, for profiling: go test -tags $(TAGS) -run '^$$'
+# -bench Pipeline -cpuprofile cpu.prof ./intercept
+BENCHFLAGS ?=
 bench:
-	$(GO) test -tags $(TAGS) -run '^$$' -bench . -benchtime 1x ./...
+	$(GO) run -tags $(TAGS) ./e2e/cmd/bench $(BENCHFLAGS)
 
 # Every fuzz target of every package, FUZZTIME each (go test -fuzz takes one
 # target at a time).
@@ -72,6 +80,22 @@ fuzz:
 		done; \
 	done; \
 	echo "fuzzed $$found targets"
+
+# The fronts parse everything the agent sends: CI fuzzes them briefly on
+# every run (make test runs only their seed corpus).
+FUZZCI_TARGETS := FuzzStdioFront FuzzHTTPFront
+fuzz-ci:
+	@set -e; for target in $(FUZZCI_TARGETS); do \
+		echo "== ./proxy $$target ($(FUZZCITIME))"; \
+		$(GO) test -tags $(TAGS) -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZCITIME) ./proxy/; \
+	done
+
+# Issue 5's drills against the real binary (e2e/drill*_test.go, build tag
+# "drills"): kill -9 under load and restart, an upstream crashing every
+# third call, a 200-session soak, generated malformed frames into both
+# fronts. Not part of make test; a few minutes on two cores.
+drills:
+	$(GO) test -race -tags '$(TAGS) drills' -run Drill -timeout 15m -v ./e2e/
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \

@@ -248,6 +248,9 @@ func (bi *budgeter) fit(ex *Exchange, bud fold.Budget) (delivery, fold.Charge) {
 	ch.Tokens = d.tokens
 	ch.Cut = true
 	ch.Rest = rest
+	// The archive keeps what was delivered; the remainder is stored once,
+	// under the handle, instead of twice.
+	ch.Result = d.result
 	ch.Level = bi.level(bud, d.tokens).String()
 	return d, ch
 }

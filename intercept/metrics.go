@@ -361,3 +361,14 @@ func reasonLabel(r string) string {
 	}
 	return otherLabel
 }
+
+// Redacted counts secrets removed outside a call's result (relayed
+// notifications and requests, catalogue text), by rule.
+func (m *Metrics) Redacted(counts map[string]int) {
+	if m == nil {
+		return
+	}
+	for rule, n := range counts {
+		m.redactions.WithLabelValues(rule).Add(float64(n))
+	}
+}

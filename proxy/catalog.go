@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -78,6 +79,22 @@ func (s *Server) invalidate() {
 	s.mu.Unlock()
 }
 
+// cleanItems scrubs the catalogue items of one upstream (descriptions and
+// titles are text the agent reads); an item that cannot be scanned is left
+// out, never listed unscanned.
+func (s *Server) cleanItems(up, kind string, items []json.RawMessage) []json.RawMessage {
+	if s.opts.Scrubber == nil {
+		return items
+	}
+	out := make([]json.RawMessage, 0, len(items))
+	for _, it := range items {
+		if clean, ok := s.scrub(context.Background(), up, kind, it); ok {
+			out = append(out, clean)
+		}
+	}
+	return out
+}
+
 func (s *Server) buildCatalog() *catalog {
 	c := &catalog{
 		foldTools:      make(map[string]bool),
@@ -92,6 +109,10 @@ func (s *Server) buildCatalog() *catalog {
 	inject := s.opts.Settings.BranchIDEnabled()
 	for _, up := range s.names {
 		cat := s.upstreams[up].Catalog()
+		cat.Tools = s.cleanItems(up, "tools/list", cat.Tools)
+		cat.Prompts = s.cleanItems(up, "prompts/list", cat.Prompts)
+		cat.Resources = s.cleanItems(up, "resources/list", cat.Resources)
+		cat.ResourceTemplates = s.cleanItems(up, "resources/templates/list", cat.ResourceTemplates)
 		for _, t := range cat.Tools {
 			name := stringField(t, "name")
 			if name == "" || !s.opts.Settings.ToolAllowed(up, name) {

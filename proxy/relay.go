@@ -80,16 +80,20 @@ func (s *Server) trackCall(upstream string, sess *Session, out Outbound) func() 
 	}
 }
 
-// scrub cleans a relayed message; ok is false when it could not be scanned
-// and must be dropped (fail closed).
-func (s *Server) scrub(ctx context.Context, raw json.RawMessage) (json.RawMessage, bool) {
+// scrub cleans a relayed message or catalogue text from upstream; ok is
+// false when it could not be scanned and must be dropped (fail closed).
+// Redactions are reported to the Observer.
+func (s *Server) scrub(ctx context.Context, upstream, method string, raw json.RawMessage) (json.RawMessage, bool) {
 	if s.opts.Scrubber == nil || len(raw) == 0 {
 		return raw, true
 	}
-	clean, _, err := s.opts.Scrubber.ScrubJSON(ctx, raw)
+	clean, counts, err := s.opts.Scrubber.ScrubJSON(ctx, raw)
 	if err != nil {
-		s.log.Warn("relayed message withheld: it could not be scanned for secrets", "err", err)
+		s.log.Warn("relayed message withheld: it could not be scanned for secrets", "upstream", upstream, "method", method, "err", err)
 		return nil, false
+	}
+	if len(counts) > 0 && s.opts.Observer != nil {
+		s.opts.Observer.Relayed(upstream, method, counts)
 	}
 	return clean, true
 }
@@ -116,11 +120,11 @@ func (s *Server) UpstreamNotification(upstream, method string, params json.RawMe
 		if err != nil {
 			return
 		}
-		if p, ok := s.scrub(ctx, p); ok {
+		if p, ok := s.scrub(ctx, upstream, method, p); ok {
 			r.sess.send(r.out, Notification(method, p))
 		}
 	case "notifications/message":
-		p, ok := s.scrub(ctx, params)
+		p, ok := s.scrub(ctx, upstream, method, params)
 		if !ok {
 			return
 		}
@@ -145,7 +149,7 @@ func (s *Server) UpstreamNotification(upstream, method string, params json.RawMe
 			}
 		}
 	case "notifications/resources/updated":
-		p, ok := s.scrub(ctx, params)
+		p, ok := s.scrub(ctx, upstream, method, params)
 		if !ok {
 			return
 		}
@@ -196,7 +200,7 @@ func (s *Server) UpstreamRequest(ctx context.Context, upstream, method string, p
 	if !sess.hasCapability(capName) {
 		return nil, &upstreams.RPCError{Code: CodeMethodNotFound, Message: fmt.Sprintf("the client does not support %s", capName)}
 	}
-	p, ok := s.scrub(ctx, params)
+	p, ok := s.scrub(ctx, upstream, method, params)
 	if !ok {
 		return nil, &upstreams.RPCError{Code: CodeInternalError, Message: "foldproxy withheld this request: it could not be scanned for secrets"}
 	}

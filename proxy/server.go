@@ -62,11 +62,13 @@ type Options struct {
 	// (branch_create, branch_return, branch_status): audit and metrics.
 	// branch_recall returns archived content and takes the full chain.
 	ControlInterceptors []intercept.Interceptor
-	// Scrubber cleans relayed notifications and requests; nil disables it.
+	// Scrubber cleans relayed notifications and requests and the text of
+	// the catalogue (descriptions, instructions); nil disables it.
 	Scrubber JSONScrubber
-	// ScrubFailed is told about each relayed message withheld because it
-	// could not be scanned (metrics); may be nil.
-	Logger  *slog.Logger
+	// Observer is told about sessions and about secrets removed from relayed
+	// messages (metrics, audit); nil: nobody.
+	Observer Observer
+	Logger   *slog.Logger
 	Name    string // serverInfo.name; default "foldproxy"
 	Version string
 	// PageSize bounds list results per page. Default 500.
@@ -76,6 +78,17 @@ type Options struct {
 	// lists tools right after starting sees them all. An upstream that is
 	// not up by then joins later with list_changed. Zero: no wait.
 	ReadyWait time.Duration
+}
+
+// Observer receives what the core sees outside the intercept chain.
+// Its methods must be safe for concurrent use and must not block.
+type Observer interface {
+	SessionOpened()
+	SessionClosed()
+	// Relayed reports a message relayed from upstream to the agent outside
+	// a call's result (a notification or a server-to-client request), with
+	// the secrets removed from it by rule.
+	Relayed(upstream, method string, redactions map[string]int)
 }
 
 // Server is the core: it implements Endpoint for the fronts.
@@ -174,6 +187,9 @@ func (s *Server) OpenSession(ctx context.Context, id, transport string, standalo
 	s.mu.Lock()
 	s.sessions[id] = sess
 	s.mu.Unlock()
+	if s.opts.Observer != nil {
+		s.opts.Observer.SessionOpened()
+	}
 	return sess
 }
 
@@ -202,6 +218,9 @@ func (s *Server) ResumeSession(ctx context.Context, id string) (*Session, bool) 
 	}
 	s.sessions[id] = sess
 	s.mu.Unlock()
+	if s.opts.Observer != nil {
+		s.opts.Observer.SessionOpened()
+	}
 	s.log.Info("session resumed from the store", "session", id)
 	return sess, true
 }
@@ -241,6 +260,9 @@ func (s *Server) CloseSession(sess *Session) {
 			s.log.Warn("ending session", "session", sess.id, "err", err)
 		}
 		cancel()
+	}
+	if s.opts.Observer != nil {
+		s.opts.Observer.SessionClosed()
 	}
 	close(sess.done)
 }
@@ -392,7 +414,14 @@ func (s *Server) instructions() string {
 	b.WriteString(".\nUse branch_create before a sub-task whose tool output you will not need verbatim (exploring code, reading many files, test logs), do the work, then branch_return with a short summary: only the summary stays in your context. Every tool result is counted against the current branch's token budget.")
 	for _, name := range s.names {
 		if in := s.upstreams[name].Catalog().Instructions; in != "" {
-			fmt.Fprintf(&b, "\n\n[%s]\n%s", name, in)
+			clean, ok := s.scrub(context.Background(), name, "instructions", quote(in))
+			if !ok {
+				continue
+			}
+			var text string
+			if json.Unmarshal(clean, &text) == nil {
+				fmt.Fprintf(&b, "\n\n[%s]\n%s", name, text)
+			}
 		}
 	}
 	return b.String()

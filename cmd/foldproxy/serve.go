@@ -170,16 +170,78 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	scrubber, err := intercept.NewScrubber(st.Scrub, logger)
-	if err != nil {
-		return err
+	// Compiling gitleaks' rules is the slowest step of start-up (about half
+	// a second): it runs while the upstreams start. scrubReady is closed
+	// once scrubber is set (nil if it failed).
+	var scrubber *intercept.Scrubber
+	scrubReady := make(chan struct{})
+	var scrubErr error
+	go func() {
+		defer close(scrubReady)
+		scrubber, scrubErr = intercept.NewScrubber(st.Scrub, logger)
+	}()
+	metrics := intercept.NewMetrics()
+	var srvp atomic.Pointer[proxy.Server]
+	// restartsSeen is each upstream's restart count already added to
+	// foldproxy_upstream_restarts_total: OnState reports states, not
+	// restarts, so the counter follows Upstream.Restarts.
+	var restartsMu sync.Mutex
+	restartsSeen := map[string]int{}
+	set := upstreams.NewSet(cfg.Servers, upstreams.Options{
+		Logger:       logger,
+		ClientInfo:   json.RawMessage(fmt.Sprintf(`{"name":"foldproxy","version":%q}`, version)),
+		Capabilities: json.RawMessage(`{"sampling":{},"elicitation":{},"roots":{"listChanged":true}}`),
+		OnNotification: func(u *upstreams.Upstream, method string, params json.RawMessage) {
+			if srv := srvp.Load(); srv != nil {
+				srv.UpstreamNotification(u.Name(), method, params)
+			}
+		},
+		OnRequest: func(ctx context.Context, u *upstreams.Upstream, method string, params json.RawMessage) (json.RawMessage, error) {
+			srv := srvp.Load()
+			if srv == nil {
+				return nil, &upstreams.RPCError{Code: proxy.CodeInternalError, Message: "foldproxy is starting"}
+			}
+			return srv.UpstreamRequest(ctx, u.Name(), method, params)
+		},
+		// A server's stderr may print secrets: it is scrubbed like
+		// everything else before it reaches foldproxy's log.
+		Stderr: func(u *upstreams.Upstream, line string) {
+			<-scrubReady
+			if scrubber == nil {
+				return
+			}
+			sctx, cancel := context.WithTimeout(ctx, st.Scrub.Timeout.D())
+			clean, _, err := scrubber.ScrubText(sctx, line)
+			cancel()
+			if err != nil {
+				logger.Info("upstream stderr withheld: it could not be scanned for secrets", "upstream", u.Name())
+				return
+			}
+			logger.Info("upstream stderr", "upstream", u.Name(), "line", clean)
+		},
+		OnState: func(u *upstreams.Upstream, s upstreams.State) {
+			metrics.UpstreamState(u.Name(), s == upstreams.StateUp)
+			restartsMu.Lock()
+			for n := u.Restarts(); restartsSeen[u.Name()] < n; restartsSeen[u.Name()]++ {
+				metrics.UpstreamRestart(u.Name())
+			}
+			restartsMu.Unlock()
+			if srv := srvp.Load(); srv != nil {
+				srv.UpstreamChanged(u.Name())
+			}
+		},
+	})
+	defer set.Close()
+	set.Start(ctx)
+	<-scrubReady
+	if scrubErr != nil {
+		return scrubErr
 	}
 	auditor, err := intercept.NewAuditor(st.Audit, auditPath, logger)
 	if err != nil {
 		return err
 	}
 	defer auditor.Close()
-	metrics := intercept.NewMetrics()
 	mgr, err := fold.NewManager(ctx, fold.Options{
 		Settings: st.Fold, Store: store, Scanner: scrubber, Counter: counter,
 		Events: sinks{auditor, metrics}, Logger: logger,
@@ -201,43 +263,6 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("recovering branches from the store: %w", err)
 	}
 
-	var srvp atomic.Pointer[proxy.Server]
-	set := upstreams.NewSet(cfg.Servers, upstreams.Options{
-		Logger:       logger,
-		ClientInfo:   json.RawMessage(fmt.Sprintf(`{"name":"foldproxy","version":%q}`, version)),
-		Capabilities: json.RawMessage(`{"sampling":{},"elicitation":{},"roots":{"listChanged":true}}`),
-		OnNotification: func(u *upstreams.Upstream, method string, params json.RawMessage) {
-			if srv := srvp.Load(); srv != nil {
-				srv.UpstreamNotification(u.Name(), method, params)
-			}
-		},
-		OnRequest: func(ctx context.Context, u *upstreams.Upstream, method string, params json.RawMessage) (json.RawMessage, error) {
-			srv := srvp.Load()
-			if srv == nil {
-				return nil, &upstreams.RPCError{Code: proxy.CodeInternalError, Message: "foldproxy is starting"}
-			}
-			return srv.UpstreamRequest(ctx, u.Name(), method, params)
-		},
-		// A server's stderr may print secrets: it is scrubbed like
-		// everything else before it reaches foldproxy's log.
-		Stderr: func(u *upstreams.Upstream, line string) {
-			sctx, cancel := context.WithTimeout(ctx, st.Scrub.Timeout.D())
-			clean, _, err := scrubber.ScrubText(sctx, line)
-			cancel()
-			if err != nil {
-				logger.Info("upstream stderr withheld: it could not be scanned for secrets", "upstream", u.Name())
-				return
-			}
-			logger.Info("upstream stderr", "upstream", u.Name(), "line", clean)
-		},
-		OnState: func(u *upstreams.Upstream, s upstreams.State) {
-			metrics.UpstreamState(u.Name(), s == upstreams.StateUp)
-			if srv := srvp.Load(); srv != nil {
-				srv.UpstreamChanged(u.Name())
-			}
-		},
-	})
-	defer set.Close()
 	ups := make([]proxy.Upstream, 0, len(cfg.Servers))
 	for _, u := range set.All() {
 		ups = append(ups, u)
@@ -255,6 +280,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 		},
 		ControlInterceptors: []intercept.Interceptor{intercept.Audit(auditor), intercept.Observe(metrics)},
 		Scrubber:            scrubber,
+		Observer:            observer{auditor: auditor, metrics: metrics, logger: logger},
 		Logger:              logger,
 		Version:             version,
 		ReadyWait:           10 * time.Second,
@@ -264,7 +290,6 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	}
 	srvp.Store(srv)
 	defer srv.Close()
-	set.Start(ctx)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
@@ -340,6 +365,25 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return nil
+}
+
+// observer feeds what the proxy core sees outside the intercept chain to
+// the metrics and the audit log.
+type observer struct {
+	auditor *intercept.Auditor
+	metrics *intercept.Metrics
+	logger  *slog.Logger
+}
+
+func (o observer) SessionOpened() { o.metrics.SessionOpened() }
+func (o observer) SessionClosed() { o.metrics.SessionClosed() }
+
+func (o observer) Relayed(upstream, method string, redactions map[string]int) {
+	o.metrics.Redacted(redactions)
+	rec := intercept.Record{Time: time.Now(), Kind: "relay", Upstream: upstream, Method: method, Redactions: redactions, Outcome: intercept.OutcomeOK}
+	if err := o.auditor.Write(rec); err != nil {
+		o.logger.Warn("audit record of a relayed message", "err", err)
+	}
 }
 
 // sinks fans branch events out to several sinks.

@@ -6,8 +6,12 @@
 // notification messages, elicitation requests and sampling requests. Each
 // channel carries the secrets plain, base64-encoded and inside escaped JSON.
 //
-// With -manifest FILE it writes what it planted (the values and the exact
-// encoded forms) to FILE, so a test knows what must never reach the agent.
+// The secrets come from intercept/secretgen: one for each of the more than
+// 30 gitleaks default rules it supports, drawn from a generator seeded by
+// -seed (or $LEAKY_SEED), so the same seed plants the same values (see
+// Rand). With -manifest FILE it writes what it planted (the values, their
+// context lines and the exact encoded forms) to FILE, so a test knows what
+// must never reach the agent.
 //
 // Logs go to stderr; stdout carries JSON-RPC only.
 package main
@@ -19,20 +23,29 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
 
 func main() {
-	seed := flag.Uint64("seed", 1, "seed of the generated secrets: the same seed plants the same values")
+	defSeed := uint64(1)
+	if v := os.Getenv("LEAKY_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "leaky: LEAKY_SEED=%q is not an unsigned integer\n", v)
+			os.Exit(2)
+		}
+		defSeed = n
+	}
+	seed := flag.Uint64("seed", defSeed, "seed of the generated secrets (default $LEAKY_SEED, else 1): the same seed plants the same values")
 	manifest := flag.String("manifest", "", "write the planted secrets and their encoded forms to this JSON file")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
-	// The planter is the seam to intercept/secretgen (being written):
-	// replace newFormatPlanter with a secretgen-backed Planter when it lands.
-	var p Planter = newFormatPlanter(*seed)
+	var p Planter = genPlanter{seed: *seed}
 	l, err := newLeaky(p)
 	if err != nil {
 		log.Error("leaky: planting", "err", err)
@@ -56,6 +69,8 @@ var encodings = []string{"plain", "base64", "json"}
 type leaky struct {
 	secrets []Secret
 	forms   map[string]string // encoding → payload text
+	// releases ends a held leak_progress call (see leakProgress).
+	releases chan struct{}
 }
 
 func newLeaky(p Planter) (*leaky, error) {
@@ -63,7 +78,7 @@ func newLeaky(p Planter) (*leaky, error) {
 	if len(secrets) == 0 {
 		return nil, fmt.Errorf("planter %T gave no secrets", p)
 	}
-	l := &leaky{secrets: secrets, forms: map[string]string{}}
+	l := &leaky{secrets: secrets, forms: map[string]string{}, releases: make(chan struct{}, 16)}
 	for _, enc := range encodings {
 		text, err := payload(secrets, enc)
 		if err != nil {
@@ -140,12 +155,17 @@ func (l *leaky) server() *server.MCPServer {
 		{"leak_error", "Returns a tool error (isError) whose text holds secrets.", l.leakError},
 		{"leak_rpc_error", "Fails with an error whose message holds secrets.", l.leakRPCError},
 		{"leak_log", "Sends a logging notification holding secrets, then returns ok.", l.leakLog},
-		{"leak_progress", "Sends a progress notification whose message holds secrets (needs a progress token), then returns ok.", l.leakProgress},
+		{"leak_progress", "Sends a progress notification whose message holds secrets (needs a progress token), then returns ok; with hold, only once leak_release is called.", l.leakProgress},
+		{"leak_release", "Ends one held leak_progress call.", l.leakRelease},
 		{"leak_elicit", "Sends an elicitation request whose message holds secrets and returns the action taken.", l.leakElicit},
 		{"leak_sample", "Sends a sampling request whose messages hold secrets and returns the model's text.", l.leakSample},
 	}
 	for _, t := range tools {
-		s.AddTool(mcp.NewTool(t.name, mcp.WithDescription(t.desc), encodingArg()), t.h)
+		opts := []mcp.ToolOption{mcp.WithDescription(t.desc), encodingArg()}
+		if t.name == "leak_progress" {
+			opts = append(opts, mcp.WithBoolean("hold", mcp.Description("return only when leak_release is called (at most a minute later)")))
+		}
+		s.AddTool(mcp.NewTool(t.name, opts...), t.h)
 	}
 	for _, enc := range encodings {
 		uri := "leaky://secrets/" + enc
@@ -174,12 +194,21 @@ func (l *leaky) leakStructured(_ context.Context, req mcp.CallToolRequest) (*mcp
 	if err != nil {
 		return mcp.NewToolResultError(err.Error()), nil
 	}
+	// Besides the payload, each secret sits bare under a key that names
+	// its rule ("datadog-access-token": "..."), the shape of a parsed
+	// config; keys are numbered where a rule has several secrets.
+	byRule := map[string]any{}
+	for _, s := range l.secrets {
+		key := s.Rule
+		for i := 2; byRule[key] != nil; i++ {
+			key = fmt.Sprintf("%s-%d", s.Rule, i)
+		}
+		byRule[key] = s.Value
+	}
 	structured := map[string]any{
 		"config": map[string]any{"credentials": text},
 		"list":   []any{text},
-	}
-	for _, s := range l.secrets {
-		structured[s.Rule] = s.Value
+		"env":    byRule,
 	}
 	return mcp.NewToolResultStructured(structured, text), nil
 }
@@ -242,7 +271,30 @@ func (l *leaky) leakProgress(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	if err != nil {
 		return mcp.NewToolResultErrorf("leak_progress: sending the notification: %v", err), nil
 	}
+	// mcp-go writes notifications from a goroutine of their own, so the
+	// response can overtake the notification on the wire, and a proxy
+	// rightly drops progress that comes after its request's response.
+	// With hold the call stays open until the client, having seen the
+	// notification, calls leak_release.
+	if req.GetBool("hold", false) {
+		select {
+		case <-l.releases:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Minute):
+			return mcp.NewToolResultError("leak_progress: not released within a minute"), nil
+		}
+	}
 	return mcp.NewToolResultText("ok"), nil
+}
+
+func (l *leaky) leakRelease(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	select {
+	case l.releases <- struct{}{}:
+		return mcp.NewToolResultText("released"), nil
+	default:
+		return mcp.NewToolResultError("leak_release: too many releases pending"), nil
+	}
 }
 
 func (l *leaky) leakElicit(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {

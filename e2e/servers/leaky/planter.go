@@ -6,86 +6,75 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/foldproxy/foldproxy/intercept/secretgen"
 )
 
-// Secret is one planted value and the id of the gitleaks rule expected to
-// catch it.
+// Secret is one planted value, the id of the gitleaks rule expected to
+// catch it, and the line (several for a private key) that embeds it as
+// real output would.
 type Secret struct {
-	Rule  string `json:"rule"`
-	Value string `json:"value"`
+	Rule    string `json:"rule"`
+	Value   string `json:"value"`
+	Context string `json:"context"`
 }
 
 // Planter supplies the secrets leaky plants.
-//
-// It is the seam to intercept/secretgen, the generator another engineer is
-// writing: until it lands, formatPlanter below generates a few values in
-// hard-coded formats. Switch main to a secretgen-backed Planter then, and
-// delete formatPlanter.
 type Planter interface {
 	Secrets() []Secret
 }
 
-// formatPlanter generates random values in the formats of a few gitleaks
-// default rules. Values are made at run time so that no secret-shaped
-// literal sits in the source.
-//
-// Stopgap: to be replaced by intercept/secretgen.
-type formatPlanter struct {
-	rng *rand.Rand
+// genPlanter plants the secrets of intercept/secretgen: one fresh secret
+// for each rule the generator supports (more than 30 of gitleaks' default
+// rules), each in its context line.
+type genPlanter struct {
+	seed uint64
 }
 
-func newFormatPlanter(seed uint64) *formatPlanter {
-	return &formatPlanter{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
-}
+var _ Planter = genPlanter{}
 
-const (
-	upperBase32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-	alnum       = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-	digits      = "0123456789"
-)
+// Rand returns the generator leaky draws its secrets from for a seed. A
+// test that wants to know the secrets without reading the manifest builds
+// the same one: rand.New(rand.NewPCG(seed, ^seed)).
+func Rand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, ^seed)) }
 
-func (p *formatPlanter) pick(alphabet string, n int) string {
-	var b strings.Builder
-	for range n {
-		b.WriteByte(alphabet[p.rng.IntN(len(alphabet))])
+// Secrets returns secretgen.Generate's secrets for the planter's seed, in
+// secretgen's order. The same seed gives the same secrets.
+func (p genPlanter) Secrets() []Secret {
+	gen := secretgen.Generate(Rand(p.seed))
+	out := make([]Secret, len(gen))
+	for i, s := range gen {
+		out[i] = Secret{Rule: s.RuleID, Value: s.Value, Context: s.Context}
 	}
-	return b.String()
-}
-
-// Secrets returns one value per format, in a fixed order.
-func (p *formatPlanter) Secrets() []Secret {
-	return []Secret{
-		{Rule: "aws-access-token", Value: "AKIA" + p.pick(upperBase32, 16)},
-		{Rule: "github-pat", Value: "ghp_" + p.pick(alnum, 36)},
-		{Rule: "slack-bot-token", Value: "xoxb-" + p.pick(digits, 12) + "-" + p.pick(digits, 12) + "-" + p.pick(alnum, 24)},
-		{Rule: "stripe-access-token", Value: "sk_" + "live_" + p.pick(alnum, 24)},
-	}
+	return out
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
-// base64Form is how a secret appears base64-encoded: an env-file line.
-func base64Form(s Secret) string { return b64(envLine(s) + "\n") }
+// line is how a secret appears in plain text: its context line.
+func line(s Secret) string { return s.Context }
 
-func envLine(s Secret) string {
-	return strings.ToUpper(strings.ReplaceAll(s.Rule, "-", "_")) + "=" + s.Value
-}
+// base64Form is how a secret appears base64-encoded: its context line and
+// a newline, encoded, as a config file shipped inside JSON or YAML is.
+func base64Form(s Secret) string { return b64(line(s) + "\n") }
 
 // jsonForm is how a secret appears inside escaped JSON: a JSON document
-// holding a string that is itself a JSON document.
+// holding a string that is itself a JSON document holding the context
+// line, so that the secret sits under two levels of escaping once the
+// whole is put in a JSON-RPC message.
 func jsonForm(s Secret) string {
-	inner, _ := json.Marshal(map[string]string{"rule": s.Rule, "credential": s.Value})
+	inner, _ := json.Marshal(map[string]string{"rule": s.Rule, "line": line(s)})
 	outer, _ := json.Marshal(map[string]string{"config": string(inner)})
 	return string(outer)
 }
 
-// payload is the text planted for one encoding: one line per secret.
+// payload is the text planted for one encoding: one entry per secret.
 func payload(secrets []Secret, enc string) (string, error) {
 	var lines []string
 	for _, s := range secrets {
 		switch enc {
 		case "plain":
-			lines = append(lines, envLine(s))
+			lines = append(lines, line(s))
 		case "base64":
 			lines = append(lines, "blob: "+base64Form(s))
 		case "json":

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// runBranchOps measures section 3: branch_create and branch_return through
+// the real binary over stdio (Badger state, fsynced writes), next to ping
+// and a 10-byte upstream call measured in the same rounds.
+func runBranchOps(ctx context.Context, e *env, res *results) error {
+	const sec = "3 branch ops (stdio)"
+	n, warm := 150, 20
+	if e.quick {
+		n, warm = 40, 5
+	}
+	p, err := e.startProxy(ctx, "branchops", map[string]any{"replay": e.replayEntry()}, "replay__emit", "branch_create")
+	if err != nil {
+		return err
+	}
+	defer p.close()
+
+	var ping, tiny, create, ret roundStats
+	one := func(pings, tinies, creates, rets *[]time.Duration) error {
+		t0 := time.Now()
+		if err := p.Ping(ctx); err != nil {
+			return fmt.Errorf("ping: %w", err)
+		}
+		t1 := time.Now()
+		if _, err := p.call(ctx, "replay__emit", map[string]any{"bytes": 10}); err != nil {
+			return err
+		}
+		t2 := time.Now()
+		id, err := createBranch(ctx, p, map[string]any{"description": "bench branch", "timeout_seconds": 600})
+		if err != nil {
+			return err
+		}
+		t3 := time.Now()
+		if _, err := p.call(ctx, "branch_return", map[string]any{"branch_id": id, "message": "done: nothing to report"}); err != nil {
+			return err
+		}
+		t4 := time.Now()
+		if pings != nil {
+			*pings = append(*pings, t1.Sub(t0))
+			*tinies = append(*tinies, t2.Sub(t1))
+			*creates = append(*creates, t3.Sub(t2))
+			*rets = append(*rets, t4.Sub(t3))
+		}
+		return nil
+	}
+	for range warm {
+		if err := one(nil, nil, nil, nil); err != nil {
+			return err
+		}
+	}
+	e.log.Info("branch ops", "pairs", n, "rounds", e.rounds)
+	for range e.rounds {
+		var a, b, c, d []time.Duration
+		for range n {
+			if err := one(&a, &b, &c, &d); err != nil {
+				return err
+			}
+		}
+		ping.add(a)
+		tiny.add(b)
+		create.add(c)
+		ret.add(d)
+	}
+	note := fmt.Sprintf("%d ops x %d rounds; durable Badger", n, e.rounds)
+	for _, x := range []struct {
+		name string
+		st   *roundStats
+	}{{"branch_create", &create}, {"branch_return", &ret}} {
+		res.add(row{Section: sec, Metric: x.name + " p50", Value: ms(x.st.P50()), Baseline: ms(ping.P50()) + " ping",
+			Ratio: ratio(float64(x.st.P50()), float64(ping.P50())), Num: msf(x.st.P50()), Base: msf(ping.P50()), Unit: "ms", Note: note})
+		res.add(row{Section: sec, Metric: x.name + " p99", Value: ms(x.st.P99()), Baseline: ms(ping.P99()) + " ping",
+			Ratio: ratio(float64(x.st.P99()), float64(ping.P99())), Num: msf(x.st.P99()), Base: msf(ping.P99()), Unit: "ms",
+			Target: "<= 0.35 ms", Met: met(x.st.P99() <= 350*time.Microsecond)})
+	}
+	res.add(row{Section: sec, Metric: "10 B upstream call p50/p99", Value: ms(tiny.P50()) + " / " + ms(tiny.P99()),
+		Baseline: ms(ping.P50()) + " / " + ms(ping.P99()) + " ping", Num: msf(tiny.P50()), Base: msf(ping.P50()), Unit: "ms",
+		Note: "no-op round trips, same rounds"})
+	return nil
+}
+
+// createBranch calls branch_create and returns the new branch's id.
+func createBranch(ctx context.Context, p *mcpPeer, args map[string]any) (string, error) {
+	r, err := p.call(ctx, "branch_create", args)
+	if err != nil {
+		return "", err
+	}
+	var ans struct {
+		BranchID string `json:"branch_id"`
+	}
+	if err := json.Unmarshal([]byte(resultText(r)), &ans); err != nil || ans.BranchID == "" {
+		return "", fmt.Errorf("branch_create: no branch_id in %q (%v)", truncate(resultText(r), 200), err)
+	}
+	return ans.BranchID, nil
+}

@@ -1,0 +1,223 @@
+// Command bench is foldproxy's benchmark harness: it builds the binary and
+// the replay server, runs six sections against them and in process, and
+// prints one table on stdout (logs go to stderr).
+//
+//	go run -tags gore2regex ./e2e/cmd/bench [-rounds N] [-quick] [-json FILE] [-only SECTION,...]
+//
+// Sections: overhead (per-call latency through the proxy against the same
+// server directly), pipeline (scrub/count/full-chain throughput on real tool
+// output), branch (branch_create/branch_return latency), cut (a 10 MB result
+// cut into an 8K budget), memory (RSS with 1,000 HTTP sessions holding
+// 10,000 branches) and startup (exec to a served tools/list with three
+// upstreams).
+//
+// Every figure is measured in the same run as its baseline, in alternating
+// rounds, and reported as the median over rounds. Targets are printed beside
+// the figures; they are never assertions. Loopback only.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// sections in the order they run.
+var sections = []struct {
+	name string
+	run  func(context.Context, *env, *results) error
+}{
+	{"overhead", runOverhead},
+	{"pipeline", runPipeline},
+	{"branch", runBranchOps},
+	{"cut", runCut},
+	{"memory", runMemory},
+	{"startup", runStartup},
+}
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	rounds := flag.Int("rounds", 5, "rounds per measurement; each figure is the median over rounds")
+	quick := flag.Bool("quick", false, "fewer calls, sessions and rounds: a smoke run of every section")
+	jsonOut := flag.String("json", "", "also write the results as JSON to this file (- for stdout)")
+	only := flag.String("only", "", "comma-separated sections to run: overhead, pipeline, branch, cut, memory, startup")
+	data := flag.String("data", "", "trajectory file (default ../shared/data/trajectories/swe-dev.jsonl.gz from the repository root)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process sections: pipeline, cut) to this file")
+	worker := flag.Bool("scrub-worker", false, "internal: run as the stdlib-regexp scrub child of the pipeline section")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	if *worker {
+		if err := scrubWorker(*data); err != nil {
+			log.Error("scrub worker", "err", err)
+			return 1
+		}
+		return 0
+	}
+
+	want := map[string]bool{}
+	if *only != "" {
+		for _, s := range strings.Split(*only, ",") {
+			s = strings.TrimSpace(s)
+			if !slices.ContainsFunc(sections[:], func(x struct {
+				name string
+				run  func(context.Context, *env, *results) error
+			}) bool {
+				return x.name == s
+			}) {
+				log.Error("unknown section", "section", s)
+				return 2
+			}
+			want[s] = true
+		}
+	}
+	if *rounds < 1 {
+		log.Error("-rounds must be at least 1")
+		return 2
+	}
+	if *quick && !isFlagSet("rounds") {
+		*rounds = 3
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
+	defer cancel()
+
+	e, err := setup(ctx, log, *data)
+	if err != nil {
+		log.Error("setup", "err", err)
+		return 1
+	}
+	defer os.RemoveAll(e.tmp)
+	e.quick, e.rounds = *quick, *rounds
+
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Error("cpuprofile", "err", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Error("cpuprofile", "err", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	start := time.Now()
+	loadStart := loadAvg()
+	res := &results{}
+	for _, s := range sections {
+		if len(want) > 0 && !want[s.name] {
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		log.Info("section", "name", s.name)
+		t0 := time.Now()
+		if err := s.run(ctx, e, res); err != nil {
+			log.Error("section failed", "name", s.name, "err", err)
+			res.fail(s.name, err)
+		}
+		log.Info("section done", "name", s.name, "seconds", time.Since(t0).Seconds())
+	}
+
+	loadEnd := loadAvg()
+	header := fmt.Sprintf("foldproxy bench — %s, %s/%s, %d CPUs, GOMAXPROCS %d, gitleaks regexp: %s, rounds %d%s, %.0fs, load average %s at start, %s at end",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), regexEngine, e.rounds,
+		map[bool]string{true: " (quick)", false: ""}[e.quick], time.Since(start).Seconds(), loadStart, loadEnd)
+	res.print(os.Stdout, header)
+	if *jsonOut != "" {
+		meta := map[string]any{
+			"go": runtime.Version(), "os": runtime.GOOS, "arch": runtime.GOARCH, "cpus": runtime.NumCPU(),
+			"regexp": regexEngine, "rounds": e.rounds, "quick": e.quick, "time": start.UTC().Format(time.RFC3339),
+			"seconds": time.Since(start).Seconds(), "loadavgStart": loadStart, "loadavgEnd": loadEnd,
+		}
+		if err := res.writeJSON(*jsonOut, meta); err != nil {
+			log.Error("writing JSON", "err", err)
+			return 1
+		}
+	}
+	if len(res.errors) > 0 {
+		return 1
+	}
+	return 0
+}
+
+func isFlagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+// setup finds the repository and the data, builds the binaries and locates
+// the Node servers.
+func setup(ctx context.Context, log *slog.Logger, data string) (*env, error) {
+	repo, err := findRepo()
+	if err != nil {
+		return nil, err
+	}
+	e := &env{repo: repo, log: log}
+	e.data = data
+	if e.data == "" {
+		e.data = filepath.Join(repo, dataRel)
+	}
+	if e.data, err = filepath.Abs(e.data); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(e.data); err != nil {
+		return nil, fmt.Errorf("trajectory data: %w", err)
+	}
+	if e.tmp, err = os.MkdirTemp("", "foldproxy-bench-"); err != nil {
+		return nil, err
+	}
+	log.Info("building foldproxy (-tags gore2regex) and the replay server", "into", e.tmp)
+	if err := e.buildBinaries(ctx); err != nil {
+		os.RemoveAll(e.tmp)
+		return nil, err
+	}
+	node := filepath.Join(repo, "e2e", "node_modules", "node", "bin", "node")
+	fs := filepath.Join(repo, "e2e", "node_modules", "@modelcontextprotocol", "server-filesystem", "dist", "index.js")
+	if fileExists(node) && fileExists(fs) {
+		e.node, e.fsScript = node, fs
+	}
+	return e, nil
+}
+
+// loadAvg returns the 1-minute load average, which says how noisy the
+// machine was, or "?" when it cannot be read.
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(data)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+func mcpListToolsRequest() mcp.ListToolsRequest { return mcp.ListToolsRequest{} }
+
+// sizeCase is one result size of the overhead section.
+type sizeCase struct {
+	label string
+	bytes int
+	calls int // per round
+	warm  int
+}
+
+// runOverhead measures section 1: the per-call latency of replay's emit
+// through foldproxy over stdio against the same server over stdio directly.
+// Both clients are up for the whole section and each round measures the two
+// back to back, in alternating order, so that they see the same machine.
+func runOverhead(ctx context.Context, e *env, res *results) error {
+	const sec = "1 call overhead"
+	cases := []sizeCase{
+		{"10 B", 10, 300, 50},
+		{"1 KB", 1000, 300, 50},
+		{"100 KB", 100_000, 60, 10},
+		{"1 MB", 1_000_000, 12, 3},
+	}
+	if e.quick {
+		for i := range cases {
+			cases[i].calls = max(cases[i].calls/4, 5)
+			cases[i].warm = max(cases[i].warm/4, 2)
+		}
+	}
+	direct, err := connectStdio(ctx, "direct replay", e.replay, "-data", e.data)
+	if err != nil {
+		return err
+	}
+	defer direct.close()
+	proxied, err := e.startProxy(ctx, "overhead", map[string]any{"replay": e.replayEntry()}, "replay__emit")
+	if err != nil {
+		return err
+	}
+	defer proxied.close()
+
+	type side struct {
+		p    *mcpPeer
+		tool string
+	}
+	sides := [2]side{{direct, "emit"}, {proxied, "replay__emit"}}
+	for _, c := range cases {
+		e.log.Info("overhead", "size", c.label, "calls", c.calls, "rounds", e.rounds)
+		var st [2]roundStats
+		for i, s := range sides {
+			if _, err := timeCalls(ctx, s.p, s.tool, c.bytes, c.warm); err != nil {
+				return fmt.Errorf("warm-up %s: %w", sides[i].p.name, err)
+			}
+		}
+		for r := 0; r < e.rounds; r++ {
+			order := []int{0, 1}
+			if r%2 == 1 {
+				order = []int{1, 0}
+			}
+			for _, i := range order {
+				samples, err := timeCalls(ctx, sides[i].p, sides[i].tool, c.bytes, c.calls)
+				if err != nil {
+					return err
+				}
+				st[i].add(samples)
+			}
+		}
+		d50, p50 := st[0].P50(), st[1].P50()
+		d99, p99 := st[0].P99(), st[1].P99()
+		r50 := float64(p50) / float64(d50)
+		x := row{Section: sec, Metric: c.label + " p50", Value: ms(p50), Baseline: ms(d50) + " direct",
+			Ratio: ratio(float64(p50), float64(d50)), Num: msf(p50), Base: msf(d50), Unit: "ms",
+			Note: fmt.Sprintf("%d calls x %d rounds", c.calls, e.rounds)}
+		if c.bytes == 10 {
+			x.Target, x.Met = "<= 1.30x direct", met(r50 <= 1.3)
+		}
+		res.add(x)
+		res.add(row{Section: sec, Metric: c.label + " p99", Value: ms(p99), Baseline: ms(d99) + " direct",
+			Ratio: ratio(float64(p99), float64(d99)), Num: msf(p99), Base: msf(d99), Unit: "ms",
+			Note: fmt.Sprintf("+%s per call at p50", ms(p50-d50))})
+	}
+	return nil
+}
+
+// timeCalls calls tool(bytes) n times in a row and returns each latency.
+func timeCalls(ctx context.Context, p *mcpPeer, tool string, bytes, n int) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, n)
+	args := map[string]any{"bytes": bytes}
+	for range n {
+		t0 := time.Now()
+		r, err := p.call(ctx, tool, args)
+		d := time.Since(t0)
+		if err != nil {
+			return nil, err
+		}
+		if got := len(resultText(r)); got != bytes {
+			return nil, fmt.Errorf("%s: %s(%d) returned %d bytes of text", p.name, tool, bytes, got)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// msf is a duration in milliseconds as a float.
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// upstreamSpec is one of the three upstreams of the start-up section.
+type upstreamSpec struct {
+	name    string
+	command string
+	args    []string
+	tool    string // a tool it lists, by its own name
+}
+
+// runStartup measures section 6: wall time from exec to the first
+// tools/list that lists the tools of all three upstreams, against the same
+// three servers started directly and concurrently (until each has answered
+// tools/list). The upstreams are two replay servers and server-filesystem
+// on Node when e2e/node_modules is installed, else three replay servers.
+func runStartup(ctx context.Context, e *env, res *results) error {
+	const sec = "6 start-up"
+	specs := []upstreamSpec{
+		{"a", e.replay, []string{"-data", e.data}, "emit"},
+		{"b", e.replay, []string{"-data", e.data}, "emit"},
+	}
+	which := "replay x2 + server-filesystem (node)"
+	if e.node != "" && e.fsScript != "" {
+		root, err := os.MkdirTemp(e.tmp, "fsroot-")
+		if err != nil {
+			return err
+		}
+		specs = append(specs, upstreamSpec{"fs", e.node, []string{e.fsScript, root}, "read_text_file"})
+	} else {
+		which = "replay x3 (e2e/node_modules not installed)"
+		specs = append(specs, upstreamSpec{"c", e.replay, []string{"-data", e.data}, "emit"})
+	}
+	servers := map[string]any{}
+	var want []string
+	for _, s := range specs {
+		servers[s.name] = map[string]any{"command": s.command, "args": s.args}
+		want = append(want, s.name+"__"+s.tool)
+	}
+	cfg, err := e.writeConfig("startup.json", servers, benchSettings())
+	if err != nil {
+		return err
+	}
+
+	var inits []time.Duration // exec to initialize answered, proxy rounds
+	proxyOnce := func() (time.Duration, error) {
+		state, err := e.stateDir("startup")
+		if err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		p, err := startStdio("foldproxy startup", e.proxy, "serve", "--config", cfg, "--state", state, "--log-level", "warn")
+		if err != nil {
+			return 0, err
+		}
+		defer p.close()
+		if err := p.initialize(ctx); err != nil {
+			return 0, err
+		}
+		tInit := time.Since(t0)
+		if err := waitTools(ctx, p, want...); err != nil {
+			return 0, err
+		}
+		inits = append(inits, tInit)
+		return time.Since(t0), nil
+	}
+	directOnce := func() (time.Duration, error) {
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		peers := make([]*mcpPeer, len(specs))
+		errs := make([]error, len(specs))
+		ends := make([]time.Duration, len(specs))
+		for i, s := range specs {
+			wg.Go(func() {
+				p, err := startStdio("direct "+s.name, s.command, s.args...)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				peers[i] = p
+				if err := p.initialize(ctx); err != nil {
+					errs[i] = err
+					return
+				}
+				if err := waitTools(ctx, p, s.tool); err != nil {
+					errs[i] = err
+					return
+				}
+				ends[i] = time.Since(t0)
+			})
+		}
+		wg.Wait()
+		var end time.Duration
+		for _, d := range ends {
+			end = max(end, d)
+		}
+		for _, p := range peers {
+			if p != nil {
+				p.close()
+			}
+		}
+		return end, errors.Join(errs...)
+	}
+	// One untimed round of each warms the page cache (binaries, Node's
+	// modules).
+	if _, err := proxyOnce(); err != nil {
+		return err
+	}
+	inits = inits[:0]
+	if _, err := directOnce(); err != nil {
+		return err
+	}
+	var px, dx []time.Duration
+	e.log.Info("start-up", "rounds", e.rounds, "upstreams", which)
+	for r := range e.rounds {
+		first, second := proxyOnce, directOnce
+		if r%2 == 1 {
+			first, second = directOnce, proxyOnce
+		}
+		a, err := first()
+		if err != nil {
+			return err
+		}
+		b, err := second()
+		if err != nil {
+			return err
+		}
+		if r%2 == 1 {
+			a, b = b, a
+		}
+		px, dx = append(px, a), append(dx, b)
+	}
+	p50, d50 := median(px), median(dx)
+	res.add(row{Section: sec, Metric: "exec to tools/list with 3 upstreams, median", Value: ms(p50), Baseline: ms(d50) + " direct",
+		Ratio: ratio(float64(p50), float64(d50)), Num: msf(p50), Base: msf(d50), Unit: "ms",
+		Note: fmt.Sprintf("%s; %d rounds; tools: %s", which, e.rounds, strings.Join(want, ", "))})
+	i50 := median(inits)
+	res.add(row{Section: sec, Metric: "exec to initialize answered, median", Value: ms(i50), Num: msf(i50), Unit: "ms",
+		Note: "foldproxy's own start (state store, scrubber rules, tokenizer) before the upstreams matter"})
+	return nil
+}

@@ -1,0 +1,284 @@
+package intercept
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+// Benchmarks of the result path, for profiling (go test -bench -cpuprofile).
+// The table with baselines is e2e/cmd/bench; these use the same data, the
+// trajectory outputs. Helpers are prefixed "pipe" so that this file depends
+// on no other test file of the package.
+
+// pipeTrajectories is the trajectory file, relative to this package's
+// folder (shared/ sits beside the checkout).
+const pipeTrajectories = "../../shared/data/trajectories/swe-dev.jsonl.gz"
+
+// pipeResults returns every step output of the trajectories as a tools/call
+// result, skipping the benchmark when the file is absent.
+func pipeResults(tb testing.TB) []json.RawMessage {
+	tb.Helper()
+	f, err := os.Open(pipeTrajectories)
+	if err != nil {
+		tb.Skipf("trajectory data not available: %v", err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sc := bufio.NewScanner(zr)
+	sc.Buffer(nil, 64<<20)
+	var res []json.RawMessage
+	for sc.Scan() {
+		var rec struct {
+			Steps []struct {
+				Output string `json:"output"`
+			} `json:"steps"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			tb.Fatal(err)
+		}
+		for _, s := range rec.Steps {
+			res = append(res, pipeToolResult(s.Output))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return res
+}
+
+// pipeToolResult wraps text as a tools/call result.
+func pipeToolResult(text string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"content": []map[string]string{{"type": "text", "text": text}}})
+	return b
+}
+
+// pipeStack is the pipeline as serve.go wires it, on a Badger store and an
+// audit log in a temporary folder.
+type pipeStack struct {
+	set     policy.Settings
+	counter *Counter
+	scrub   *Scrubber
+	mgr     *fold.Manager
+	audit   *Auditor
+	metrics *Metrics
+}
+
+func newPipeStack(tb testing.TB) *pipeStack {
+	tb.Helper()
+	set, err := policy.Parse([]byte(`{"fold":{"createsPerMinute":100000,"maxActivePerSession":1000,"maxActivePerInstance":100000}}`))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir := tb.TempDir()
+	store, err := fold.OpenBadgerFsync(filepath.Join(dir, "badger"), nil, false) // as serve does by default
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { store.Close() })
+	s := &pipeStack{set: set, metrics: NewMetrics()}
+	if s.counter, err = NewCounter(set.Tokens); err != nil {
+		tb.Fatal(err)
+	}
+	if s.scrub, err = NewScrubber(set.Scrub, nil); err != nil {
+		tb.Fatal(err)
+	}
+	if s.audit, err = NewAuditor(set.Audit, filepath.Join(dir, "audit.jsonl"), nil); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.audit.Close() })
+	s.mgr, err = fold.NewManager(context.Background(), fold.Options{
+		Settings: set.Fold, Store: store, Scanner: s.scrub, Counter: s.counter, PruneInterval: -1,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.mgr.Close() })
+	return s
+}
+
+func (s *pipeStack) session(tb testing.TB, id string) {
+	tb.Helper()
+	if err := s.mgr.OpenSession(context.Background(), fold.SessionRecord{ID: id, Transport: "stdio"}); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func (s *pipeStack) branch(tb testing.TB, session string, budget int) string {
+	tb.Helper()
+	raw, _ := json.Marshal(map[string]any{"description": "bench", "budget": budget, "timeout_seconds": 600})
+	out, err := s.mgr.CallTool(context.Background(), session, fold.ToolCreate, raw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var res struct {
+		StructuredContent struct {
+			BranchID string `json:"branch_id"`
+		} `json:"structuredContent"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || res.StructuredContent.BranchID == "" {
+		tb.Fatalf("branch_create: %s", out)
+	}
+	return res.StructuredContent.BranchID
+}
+
+func pipeBytes(rs []json.RawMessage) int64 {
+	var n int64
+	for _, r := range rs {
+		n += int64(len(r))
+	}
+	return n
+}
+
+func BenchmarkPipelineCount(b *testing.B) {
+	res := pipeResults(b)
+	c, err := NewCounter(policy.Tokens{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(pipeBytes(res))
+	for b.Loop() {
+		for _, r := range res {
+			if _, _, err := c.CountResult("tools/call", r, -1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkPipelineCountParallel runs the count on every P with RunParallel:
+// with -cpu 1,2 it shows whether counting scales.
+func BenchmarkPipelineCountParallel(b *testing.B) {
+	res := pipeResults(b)
+	c, err := NewCounter(policy.Tokens{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(pipeBytes(res) / int64(len(res)))
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if _, _, err := c.CountResult("tools/call", res[i%len(res)], -1); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}
+
+// BenchmarkPipelineChainFull is the whole chain (scrub, tokens, budget, audit,
+// metrics) around an in-memory upstream, at the root of one session.
+func BenchmarkPipelineChainFull(b *testing.B) {
+	res := pipeResults(b)
+	s := newPipeStack(b)
+	s.session(b, "s")
+	var cur json.RawMessage
+	h := Chain(func(_ context.Context, ex *Exchange) error { ex.Result = cur; return nil },
+		Scrub(s.scrub), Tokens(s.counter), Budget(s.mgr, s.counter, nil), Audit(s.audit), Observe(s.metrics))
+	ctx := context.Background()
+	b.SetBytes(pipeBytes(res))
+	for b.Loop() {
+		for _, r := range res {
+			cur = r
+			ex := &Exchange{Session: "s", Upstream: "replay", Method: "tools/call", Name: "run", Args: json.RawMessage(`{}`)}
+			if err := h(ctx, ex); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// pipeProse is n bytes of prose-like lines, as replay's emit "text" kind.
+func pipeProse(n int) string {
+	words := strings.Fields("the agent reads a file then runs the tests and folds the branch back into a short summary of what it found")
+	var sb strings.Builder
+	for i := 0; sb.Len() < n; i++ {
+		for j := range 12 {
+			if j > 0 {
+				sb.WriteByte(' ')
+			}
+			sb.WriteString(words[(i*7+j*3)%len(words)])
+		}
+		sb.WriteString(".\n")
+	}
+	return sb.String()[:n]
+}
+
+// BenchmarkPipelineCutBadger10MB is a 10 MB result arriving in a fresh
+// branch with 8,192 tokens: tokens and budget interceptors with a real
+// Manager on Badger (BenchmarkCut10MB uses a fake Brancher). Each iteration
+// creates its branch outside the timer.
+func BenchmarkPipelineCutBadger10MB(b *testing.B) {
+	res := pipeToolResult(pipeProse(10_000_000))
+	s := newPipeStack(b)
+	s.session(b, "s")
+	h := Chain(func(_ context.Context, ex *Exchange) error { ex.Result = res; return nil },
+		Tokens(s.counter), Budget(s.mgr, s.counter, nil))
+	ctx := context.Background()
+	for b.Loop() {
+		b.StopTimer()
+		id := s.branch(b, "s", 8192)
+		b.StartTimer()
+		ex := &Exchange{Session: "s", Upstream: "replay", Method: "tools/call", Name: "emit", ExplicitBranch: id, Args: json.RawMessage(`{}`)}
+		if err := h(ctx, ex); err != nil {
+			b.Fatal(err)
+		}
+		if ex.Outcome != OutcomeCut {
+			b.Fatalf("outcome %q", ex.Outcome)
+		}
+	}
+}
+
+// BenchmarkPipelineChainTiny is one 10-byte tools/call result through the
+// whole chain at the root, on Badger (durable, as served) and on the
+// in-memory store: the difference is what durability costs a tiny call.
+func BenchmarkPipelineChainTiny(b *testing.B) {
+	res := pipeToolResult("0123456789")
+	for _, store := range []string{"badger", "mem"} {
+		b.Run(store, func(b *testing.B) {
+			s := newPipeStack(b)
+			if store == "mem" {
+				mgr, err := fold.NewManager(context.Background(), fold.Options{
+					Settings: s.set.Fold, Store: fold.NewMemStore(), Scanner: s.scrub, Counter: s.counter, PruneInterval: -1,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { mgr.Close() })
+				s.mgr = mgr
+			}
+			s.session(b, "s")
+			h := Chain(func(_ context.Context, ex *Exchange) error { ex.Result = res; return nil },
+				Scrub(s.scrub), Tokens(s.counter), Budget(s.mgr, s.counter, nil), Audit(s.audit), Observe(s.metrics))
+			ctx := context.Background()
+			for b.Loop() {
+				ex := &Exchange{Session: "s", Upstream: "replay", Method: "tools/call", Name: "emit", Args: json.RawMessage(`{"bytes":10}`)}
+				if err := h(ctx, ex); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPipelineNewScrubber is building the scrubber (gitleaks' default
+// rules compiled), which every start of the proxy pays before serving.
+func BenchmarkPipelineNewScrubber(b *testing.B) {
+	for b.Loop() {
+		if _, err := NewScrubber(policy.Scrub{}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
