@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // JSON-RPC and MCP error codes, coded in one place.
@@ -105,6 +106,10 @@ func parseOne(data []byte) (*Message, *Error) {
 	}
 	if m.JSONRPC != "2.0" {
 		return nil, Errorf(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0", got %q`, m.JSONRPC)
+	}
+	if len(m.ID) > 0 && !utf8.Valid(m.ID) {
+		// Echoing it would make the answer invalid JSON (RFC 8259 wants UTF-8).
+		return nil, Errorf(CodeInvalidRequest, "invalid request: the id is not valid UTF-8")
 	}
 	if len(m.ID) > 0 {
 		switch m.ID[0] {

@@ -24,7 +24,7 @@ const usage = `foldproxy: one MCP entry that wraps all your MCP servers and adds
 Usage:
   foldproxy serve  --config FILE [--listen ADDR] [--state DIR] [--metrics ADDR]
   foldproxy import [--from PATH] [--write] [--project DIR] [--name ENTRY] [--out FILE]
-  foldproxy report [--audit FILE] [--session S] [--json]
+  foldproxy report [--audit FILE] [--state DIR] [--session S] [--json]
   foldproxy version
 
 Run "foldproxy <command> -h" for a command's flags.
