@@ -69,8 +69,8 @@ type Options struct {
 	// messages (metrics, audit); nil: nobody.
 	Observer Observer
 	Logger   *slog.Logger
-	Name    string // serverInfo.name; default "foldproxy"
-	Version string
+	Name     string // serverInfo.name; default "foldproxy"
+	Version  string
 	// PageSize bounds list results per page. Default 500.
 	PageSize int
 	// ReadyWait bounds, from New, how long catalogue requests wait for
