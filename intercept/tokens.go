@@ -22,18 +22,25 @@ var ErrNotCuttable = errors.New("result cannot be cut")
 
 // Counter counts tokens in the configured encoding and cuts text and results
 // to a token limit. It is safe for concurrent use: the codec it wraps keeps
-// no per-call state.
+// no per-call state, and its caches are either per goroutine or locked.
 //
-// Counting a long text is the expensive part of the proxy's path (the
-// tokenizer runs at a few MB/s), so everything that takes a limit does work
-// in proportion to the limit, not to the length of the text: text is counted
-// in chunks that end at split points, places where the encoding's
+// Counts are exactly the codec's, but most of the work is done without it:
+// ASCII text is split into the encoding's pieces by hand and the count of
+// each piece is cached (tokens_fast.go), which is an order of magnitude
+// faster than the codec (a few MB/s). Counting a long text is still the
+// expensive part of the proxy's path, so everything that takes a limit does
+// work in proportion to the limit, not to the length of the text: text is
+// counted in chunks that end at split points, places where the encoding's
 // pre-tokenizer always splits, so that the count of a text is exactly the sum
 // of the counts of its chunks.
 type Counter struct {
 	codec tokenizer.Codec
 	image int
 	audio int
+	// fast splits and caches (tokens_fast.go); with lib set, every count
+	// goes to the codec, as a reference for tests and benchmarks.
+	fast *fastCounter
+	lib  bool
 }
 
 // NewCounter returns a Counter for t.Encoding ("o200k_base" when empty, or
@@ -59,7 +66,12 @@ func NewCounter(t policy.Tokens) (*Counter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokens.encoding %q: %w", enc, err)
 	}
-	c := &Counter{codec: codec, image: t.ImageTokens, audio: t.AudioTokens}
+	c := &Counter{
+		codec: codec,
+		image: t.ImageTokens,
+		audio: t.AudioTokens,
+		fast:  newFastCounter(name == tokenizer.O200kBase),
+	}
 	if c.image <= 0 {
 		c.image = def.ImageTokens
 	}
@@ -73,18 +85,24 @@ func NewCounter(t policy.Tokens) (*Counter, error) {
 func (c *Counter) Encoding() string { return c.codec.GetName() }
 
 // CountText returns the number of tokens of s. It satisfies fold.Counter.
+// The count is the codec's, computed by the fast path of tokens_fast.go.
 func (c *Counter) CountText(s string) int {
 	if s == "" {
 		return 0
 	}
-	n, err := c.codec.Count(s)
-	if err != nil {
-		// The codec fails only on a regexp timeout, which is not set, or on
-		// invalid UTF-8 in strict mode, which is not used. A token is at
-		// least one byte, so len(s) never undercounts.
-		return len(s)
+	if c.lib {
+		return c.countLib(s)
 	}
-	return n
+	return c.countFast(s)
+}
+
+// encode returns the tokens of s as strings, as the codec's Encode does.
+func (c *Counter) encode(s string) ([]string, error) {
+	if c.lib {
+		_, toks, err := c.codec.Encode(s)
+		return toks, err
+	}
+	return c.encodeFast(s)
 }
 
 // CountArgs returns the tokens of a call's arguments: their JSON text.
@@ -232,12 +250,14 @@ func (c *Counter) cutText(s string, limit int) (prefix, tokens int) {
 		want := c.chunkBytes(limit-n+1, n, start)
 		end := c.chunkEnd(s, start, want)
 		chunk := s[start:end]
-		_, toks, err := c.codec.Encode(chunk)
-		if err == nil && n+len(toks) <= limit {
-			n += len(toks)
+		// Counting is cheaper than encoding: encode only the chunk that
+		// does not fit.
+		if k := c.CountText(chunk); n+k <= limit {
+			n += k
 			start = end
 			continue
 		}
+		toks, err := c.encode(chunk)
 		if err != nil || !spans(toks, len(chunk)) {
 			// The tokens do not map onto the bytes (invalid UTF-8, or
 			// characters the encoding drops): cut this chunk by counting

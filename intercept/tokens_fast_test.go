@@ -1,0 +1,299 @@
+package intercept
+
+import (
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/dlclark/regexp2/v2"
+
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+// The split patterns of the library (tiktoken-go/tokenizer v0.10.0,
+// codec/o200k_base.go and codec/cl100k_base.go), compiled here to check the
+// hand-written splitter piece by piece.
+var splitPatterns = map[string]string{
+	"o200k_base":  `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+	"cl100k_base": `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+}
+
+// exactCase holds what the exactness tests need for one encoding: the fast
+// counter, a counter that always asks the library, and the library's split
+// pattern.
+type exactCase struct {
+	enc       string
+	fast, lib *Counter
+	re        *regexp2.Regexp
+}
+
+func exactCases(tb testing.TB) []exactCase {
+	tb.Helper()
+	var cs []exactCase
+	for _, enc := range policy.Encodings {
+		lib := newCounter(tb, enc)
+		lib.lib = true
+		pat, ok := splitPatterns[enc]
+		if !ok {
+			tb.Fatalf("no split pattern for %s", enc)
+		}
+		cs = append(cs, exactCase{enc: enc, fast: newCounter(tb, enc), lib: lib, re: regexp2.MustCompile(pat, regexp2.None)})
+	}
+	return cs
+}
+
+// libPieces returns the pieces of s by the library's pattern.
+func (ec exactCase) libPieces(tb testing.TB, s string) []string {
+	tb.Helper()
+	var ps []string
+	m, err := ec.re.FindStringMatch(s)
+	for ; m != nil && err == nil; m, err = ec.re.FindNextMatch(m) {
+		ps = append(ps, m.String())
+	}
+	if err != nil {
+		tb.Fatalf("%s: split %q: %v", ec.enc, s, err)
+	}
+	return ps
+}
+
+// fastPieces returns the pieces of the ASCII text s by the splitter, but
+// DEL, which the library skips.
+func (ec exactCase) fastPieces(s string) []string {
+	var ps []string
+	for p := 0; p < len(s); {
+		e := ec.fast.fast.split.next(s, p)
+		if s[p:e] != "\x7f" {
+			ps = append(ps, s[p:e])
+		}
+		p = e
+	}
+	return ps
+}
+
+// check compares the fast path with the library on s: the count, the
+// tokens, and for ASCII text the pieces.
+func (ec exactCase) check(tb testing.TB, s string) {
+	tb.Helper()
+	want := ec.lib.CountText(s)
+	if got := ec.fast.CountText(s); got != want {
+		tb.Fatalf("%s: CountText(%q) = %d, library %d", ec.enc, clip(s), got, want)
+	}
+	if allASCII(s) {
+		if got, want := ec.fastPieces(s), ec.libPieces(tb, s); !slices.Equal(got, want) {
+			tb.Fatalf("%s: pieces of %q:\n got %q\nwant %q", ec.enc, clip(s), got, want)
+		}
+	}
+	_, wantToks, wantErr := ec.lib.codec.Encode(s)
+	gotToks, err := ec.fast.encodeFast(s)
+	if (err != nil) != (wantErr != nil) || !slices.Equal(gotToks, wantToks) {
+		tb.Fatalf("%s: tokens of %q:\n got %q, %v\nwant %q, %v", ec.enc, clip(s), gotToks, err, wantToks, wantErr)
+	}
+}
+
+func clip(s string) string {
+	if len(s) > 300 {
+		return s[:300] + fmt.Sprintf("...(%d bytes)", len(s))
+	}
+	return s
+}
+
+func allASCII(s string) bool { return indexNonASCII(s, 0) < 0 }
+
+// trickyTexts are inputs at the edges of the split patterns.
+var trickyTexts = []string{
+	"",
+	"a", "A", "'", " ", "\n", "\t", "/", "0",
+	// Contractions, in both cases, alone, after words and in the middle.
+	"'s", "'S", "'t", "'re", "'RE", "'rE", "'ve", "'Ve", "'m", "'ll", "'lL", "'LL", "'d", "'D",
+	"it's", "IT'S", "It'S", "don't", "DON'T", "we're", "they've", "I'm", "you'll", "he'd",
+	"'sup", "'Sup", "'store", "'tis", "'r", "'l", "'v", "'x", "''s", "x''s", "a'", "a'l", "a're'", "A'LLx",
+	"rock'n'roll", "o'clock", "'s's's", "'ss", "HELLO'S", "helloWorld's", "HTTPServer's", "x 's", "1's", ".'s",
+	// Letters by case.
+	"HelloWorld", "helloWORLD", "HELLOworld", "XMLHttpRequest", "getHTTPResponseCode", "aBcDeF", "ABC", "abc",
+	// Digit runs of one to seven digits, next to letters and spaces.
+	"1", "12", "123", "1234", "12345", "123456", "1234567", "a1234567b", " 1234567 ", "x1 y22 z333 w4444",
+	"3.14159", "1,000,000", "0x1F2e3D", "v1.2.3-rc4",
+	// White space runs.
+	"  \n\n  ", "  \n\n  x", "a  \n\n  b", "   ", "a   ", "a   b", "a \tb", "a\t\tb", "\t\tx", " \tx", "\t x",
+	"trailing   ", "trailing \t ", "\n", "\n\n", "\n \n", " \n", "\n ", "\n  x", "\n\tx", "x\n", "x \n", "x\t\n",
+	"\r\n", "a\r\nb", "\r\n\r\n", "  \r\n  x", "\r", "\r\r\n\n", "\v\f", "a\v\fb", " \v x", "\f\n",
+	// Punctuation runs followed by line breaks and slashes.
+	"}\n", "}\n\n", "}\n/x", "}\n/\n//x", "};\r\n", "...\n\n\nfoo", " ...\n", " //\n/", "\n/x", "\n//", "/\n/", "x/\n/y",
+	"!=\n\n", "a) {\n\treturn\n}\n", " ->\n", " (\n", "( x", " (x", "((x", "\t(x", "\t.", " .x", "  .x", "\n.x",
+	// Control characters are punctuation.
+	"\x00", "a\x00b", "\x00\n", " \x01x", "\x7f\x7f", "\x1c\x1d\x1e\x1f", " \x1c", "\x1c ",
+	// Code and prose.
+	"func (c *Counter) CountText(s string) int {\n\tif s == \"\" {\n\t\treturn 0\n\t}\n}\n",
+	"diff --git a/x.go b/x.go\n--- a/x.go\n+++ b/x.go\n@@ -1,3 +1,4 @@\n-old\n+new\n",
+	"    at com.example.Foo.bar(Foo.java:42)\n    at com.example.Main.main(Main.java:7)\n",
+	"Traceback (most recent call last):\n  File \"/usr/lib/python3.11/x.py\", line 12, in <module>\n",
+	"{\"key\": [1, 2, 3], \"nested\": {\"a\": null}}",
+	"https://example.com/path/to/page?query=value&x=1#frag",
+	"I'd say it's 9 o'clock; we've got 12345 items, they'll arrive.",
+	// Non-ASCII, handled by the library between split points.
+	"résumé", "naïve café\nçava 42", "a\u00a0b", "x \u00a0 y", "a\u3000b c", "日本語のテキスト", "emoji 😀 here",
+	"tree\n├── a\n│   └── b\n", "em—dash – en", "\u0085x\u0085", "x\n\u2028y", "'ſ", "Straße's", "ÀB'S",
+	"\xff", "a\xffb", "\xe2\x82", "x \xe2\x82 y", "\xff\n\xfe", "ok\xc3(", "\u00a0\n x",
+}
+
+func TestFastCountTricky(t *testing.T) {
+	for _, ec := range exactCases(t) {
+		for _, s := range trickyTexts {
+			ec.check(t, s)
+		}
+		// Every ASCII byte, alone and around others.
+		for b := range 128 {
+			for _, s := range []string{string(rune(b)), "a" + string(rune(b)) + "b", " " + string(rune(b)) + "1", "'" + string(rune(b)), string(rune(b)) + "\n/"} {
+				ec.check(t, s)
+			}
+		}
+	}
+}
+
+// TestFastCountTrajectories compares the fast count with the library's on
+// every step output of the trajectory file.
+func TestFastCountTrajectories(t *testing.T) {
+	outs := trajectoryOutputs(t)
+	nonASCII := 0
+	for _, s := range outs {
+		if !allASCII(s) {
+			nonASCII++
+		}
+	}
+	t.Logf("%d step outputs, %d with non-ASCII bytes", len(outs), nonASCII)
+	for _, ec := range exactCases(t) {
+		for _, s := range outs {
+			ec.check(t, s)
+		}
+	}
+}
+
+// TestFastCountConcurrent counts from many goroutines at once with one
+// Counter (run with -race).
+func TestFastCountConcurrent(t *testing.T) {
+	c := newCounter(t, "")
+	lib := newCounter(t, "")
+	lib.lib = true
+	texts := trickyTexts[:60]
+	want := make([]int, len(texts))
+	for i, s := range texts {
+		want[i] = lib.CountText(s)
+	}
+	done := make(chan error)
+	for g := range 8 {
+		go func() {
+			var err error
+			for i := range 200 {
+				k := (i + g) % len(texts)
+				if got := c.CountText(texts[k]); got != want[k] && err == nil {
+					err = fmt.Errorf("CountText(%q) = %d, want %d", texts[k], got, want[k])
+				}
+			}
+			done <- err
+		}()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestPieceCacheBounds fills the caches past their bounds.
+func TestPieceCacheBounds(t *testing.T) {
+	const size = 100
+	g := generations[string]{size: size}
+	for i := range 3 * size {
+		g.put(fmt.Sprint("piece", i), uint16(i%7))
+		if len(g.cur) > size || len(g.old) > size {
+			t.Fatalf("after %d puts: %d+%d entries", i+1, len(g.cur), len(g.old))
+		}
+	}
+	last := fmt.Sprint("piece", 3*size-1)
+	if n, ok := g.get(last); !ok || n != uint16((3*size-1)%7) {
+		t.Fatalf("get(%q) = %d, %v", last, n, ok)
+	}
+	if _, ok := g.get("piece0"); ok {
+		t.Fatal("piece0 survived two generations")
+	}
+	sc := sharedCache{seed: maphash.MakeSeed()}
+	for i := range 2 * sharedShards * shardEntries {
+		sc.put(fmt.Sprint("piece", i), 1)
+	}
+	for i := range sc.shards {
+		if n := len(sc.shards[i].m); n > shardEntries {
+			t.Fatalf("shard %d holds %d pieces", i, n)
+		}
+	}
+}
+
+func TestPack(t *testing.T) {
+	seen := map[uint64]string{}
+	for _, p := range []string{"a", "ab", "a\x00", "\x00", "\x00\x00", "ab\x00", "abcdefgh", "abcdefg", "\x00abcdefg", "\x7f", "zzzzzzzz"} {
+		k := pack(p)
+		if q, dup := seen[k]; dup {
+			t.Fatalf("pack(%q) = pack(%q) = %#x", p, q, k)
+		}
+		seen[k] = p
+	}
+}
+
+// asciiAlphabet is where FuzzFastCountExact maps bytes to when it wants
+// input dense in the patterns' edge cases.
+const asciiAlphabet = " \t\n\r\v'sStTrReEvVlLmMdDaAzZ019/.,;(){}-_\"\x00"
+
+func FuzzFastCountExact(f *testing.F) {
+	ecs := exactCases(f)
+	for _, s := range trickyTexts {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 1024 {
+			t.Skip()
+		}
+		ascii := []byte(s)
+		dense := []byte(s)
+		for i, b := range ascii {
+			ascii[i] = b & 0x7f
+			dense[i] = asciiAlphabet[int(b)%len(asciiAlphabet)]
+		}
+		for _, ec := range ecs {
+			ec.check(t, s)
+			ec.check(t, string(ascii))
+			ec.check(t, string(dense))
+		}
+		if utf8.ValidString(s) {
+			// Non-ASCII segments next to ASCII ones.
+			for _, ec := range ecs {
+				ec.check(t, "x "+s+"\nend")
+			}
+		}
+	})
+}
+
+// BenchmarkCount compares the fast path with the library on real tool
+// output, in both encodings: lib is the codec alone, fast the fast path
+// with warm caches, cold the fast path with a new Counter for each count.
+func BenchmarkCount(b *testing.B) {
+	s := strings.Join(trajectoryOutputs(b), "\n")
+	for _, enc := range policy.Encodings {
+		for _, path := range []string{"lib", "fast", "cold"} {
+			b.Run(enc+"/"+path, func(b *testing.B) {
+				c := newCounter(b, enc)
+				c.lib = path == "lib"
+				b.SetBytes(int64(len(s)))
+				for b.Loop() {
+					if path == "cold" {
+						b.StopTimer()
+						c = newCounter(b, enc)
+						b.StartTimer()
+					}
+					c.CountText(s)
+				}
+			})
+		}
+	}
+}
