@@ -414,9 +414,12 @@ func Tokens(c *Counter) Interceptor {
 //
 //   - tools/call: each content block (text: its text; image and audio: the
 //     flat estimates; resource_link: its uri, name and description; an
-//     embedded resource: its text, or the blob estimate), plus
-//     structuredContent as JSON text, counted in addition because clients
-//     receive both.
+//     embedded resource: its text, or the blob estimate); when the result
+//     also has structuredContent, it costs the larger of the two counts
+//     (content, or structuredContent as JSON text): the spec has tools send
+//     their structured result again as text for older clients, and a client
+//     shows the model one of the two, so charging both would charge the same
+//     output twice.
 //   - resources/read: each of contents: its text, or the blob estimate.
 //   - prompts/get: the description, then each message's content block as
 //     for tools/call.
@@ -457,8 +460,8 @@ func (c *Counter) CountResult(method string, result json.RawMessage, limit int) 
 		}
 	}
 	if sh.sc >= 0 {
-		k, o := c.CountUpTo(string(sh.value(sh.sc)), sub(limit, n))
-		n += k
+		k, o := c.CountUpTo(string(sh.value(sh.sc)), limit)
+		n = max(n, k)
 		if o {
 			return n, true, nil
 		}
@@ -556,9 +559,9 @@ func (c *Counter) CutResult(method string, result json.RawMessage, limit int) (c
 		if sh.sc < 0 {
 			return result, nil, n, nil
 		}
-		t, over := c.CountUpTo(string(sh.value(sh.sc)), limit-n)
-		if !over && n+t <= limit {
-			return result, nil, n + t, nil
+		t, over := c.CountUpTo(string(sh.value(sh.sc)), limit)
+		if !over && t <= limit {
+			return result, nil, max(n, t), nil
 		}
 	}
 	dropSC := sh.sc >= 0
