@@ -273,6 +273,46 @@ func BenchmarkPipelineChainTiny(b *testing.B) {
 	}
 }
 
+// BenchmarkPipelineScrubOnOff is the per-call cost of scrubbing: the full
+// chain on 1 KB of real tool output, with the scrubber on and with it
+// disabled (scrub.disabled), in the same run.
+func BenchmarkPipelineScrubOnOff(b *testing.B) {
+	all := pipeResults(b)
+	var res json.RawMessage
+	for _, r := range all {
+		if len(r) >= 1024 && len(r) < 2048 {
+			res = r
+			break
+		}
+	}
+	if res == nil {
+		b.Skip("no 1-2 KB result in the trajectory file")
+	}
+	for _, mode := range []string{"on", "off"} {
+		b.Run(mode, func(b *testing.B) {
+			s := newPipeStack(b)
+			sc := s.scrub
+			if mode == "off" {
+				var err error
+				if sc, err = NewScrubber(policy.Scrub{Disabled: true}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s.session(b, "s")
+			h := Chain(func(_ context.Context, ex *Exchange) error { ex.Result = res; return nil },
+				Scrub(sc), Tokens(s.counter), Budget(s.mgr, s.counter, nil), Audit(s.audit), Observe(s.metrics))
+			ctx := context.Background()
+			b.SetBytes(int64(len(res)))
+			for b.Loop() {
+				ex := &Exchange{Session: "s", Upstream: "replay", Method: "tools/call", Name: "run", Args: json.RawMessage(`{}`)}
+				if err := h(ctx, ex); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkPipelineNewScrubber is building the scrubber (gitleaks' default
 // rules compiled), which every start of the proxy pays before serving.
 func BenchmarkPipelineNewScrubber(b *testing.B) {
