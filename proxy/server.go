@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -403,8 +404,19 @@ func (s *Server) initialize(ctx context.Context, sess *Session, params json.RawM
 		"serverInfo":   map[string]any{"name": s.opts.Name, "version": s.opts.Version},
 		"instructions": s.instructions(),
 	}
-	b, _ := json.Marshal(result)
-	return b, nil
+	return marshalNoEscape(result), nil
+}
+
+// marshalNoEscape encodes v without HTML escaping, so that "<" in text
+// stays "<" on the wire as upstream servers send it.
+func marshalNoEscape(v any) json.RawMessage {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err) // only called with values that always encode
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n")
 }
 
 func (s *Server) instructions() string {
@@ -811,6 +823,16 @@ func (s *Server) handleNotification(ctx context.Context, sess *Session, msg *Mes
 		sess.mu.Lock()
 		sess.initialized = true
 		sess.mu.Unlock()
+		// Servers ask for roots when they start, usually before any agent
+		// is connected: tell them the roots changed so that they ask the
+		// agent that now can answer.
+		if sess.hasCapability("roots") {
+			for _, name := range s.names {
+				if err := s.upstreams[name].Notify(ctx, "notifications/roots/list_changed", nil); err != nil {
+					s.log.Debug("relaying roots/list_changed", "upstream", name, "err", err)
+				}
+			}
+		}
 	case "notifications/cancelled":
 		var p struct {
 			RequestID json.RawMessage `json:"requestId"`
@@ -884,11 +906,10 @@ func (s *Server) request(ctx context.Context, sess *Session, out Outbound, metho
 }
 
 func toolError(text string) json.RawMessage {
-	b, _ := json.Marshal(map[string]any{
+	return marshalNoEscape(map[string]any{
 		"content": []map[string]string{{"type": "text", "text": text}},
 		"isError": true,
 	})
-	return b
 }
 
 func mustJSON(v any) json.RawMessage {

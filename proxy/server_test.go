@@ -488,3 +488,21 @@ func TestListChangedOnCatalogueChange(t *testing.T) {
 		t.Errorf("new tool missing: %s", resp.Result)
 	}
 }
+
+func TestInitializedWithRootsAsksUpstreamsAgain(t *testing.T) {
+	up := &fakeUpstream{name: "fs"}
+	s, _ := newTestServer(t, []Upstream{up}, nil)
+	for _, caps := range []string{`{}`, `{"roots":{"listChanged":true}}`} {
+		sess := initSession(t, s, caps)
+		s.Deliver(context.Background(), sess, &Message{JSONRPC: "2.0", Method: "notifications/initialized"}, nil)
+	}
+	var n int
+	for _, c := range up.calls() {
+		if c.method == "notifications/roots/list_changed" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("roots/list_changed sent %d times, want once (only the client with roots)", n)
+	}
+}
