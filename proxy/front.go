@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"unicode/utf8"
 )
 
 // This file holds what the two downstream fronts (stdio.go, http.go) share:
@@ -77,8 +78,8 @@ func frontRecoverID(data []byte) json.RawMessage {
 	var v struct {
 		ID json.RawMessage `json:"id"`
 	}
-	if json.Unmarshal(data, &v) != nil || len(v.ID) == 0 {
-		return nil
+	if json.Unmarshal(data, &v) != nil || len(v.ID) == 0 || !utf8.Valid(v.ID) {
+		return nil // an id that is not UTF-8 cannot be echoed in valid JSON
 	}
 	switch v.ID[0] {
 	case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
