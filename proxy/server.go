@@ -235,13 +235,10 @@ func (s *Server) CloseSession(sess *Session) {
 	}
 	sess.closed = true
 	initialized := sess.initialized
-	pending := sess.pending
-	sess.pending = make(map[string]chan *Message)
 	sess.mu.Unlock()
+	// Requests waiting for the agent's answers see sess.ctx end; their
+	// channels are never closed, so a late answer cannot panic a sender.
 	sess.cancel()
-	for _, ch := range pending {
-		close(ch)
-	}
 	s.mu.Lock()
 	delete(s.sessions, sess.id)
 	for uri, set := range s.subs {
@@ -890,10 +887,9 @@ func (s *Server) request(ctx context.Context, sess *Session, out Outbound, metho
 		return nil, fmt.Errorf("cannot reach the agent to ask %s: no open stream", method)
 	}
 	select {
-	case m, ok := <-ch:
-		if !ok {
-			return nil, errors.New("the agent's session has ended")
-		}
+	case <-sess.ctx.Done():
+		return nil, errors.New("the agent's session has ended")
+	case m := <-ch:
 		if m.Error != nil {
 			return nil, &upstreams.RPCError{Code: m.Error.Code, Message: m.Error.Message, Data: m.Error.Data}
 		}

@@ -506,3 +506,26 @@ func TestInitializedWithRootsAsksUpstreamsAgain(t *testing.T) {
 		t.Errorf("roots/list_changed sent %d times, want once (only the client with roots)", n)
 	}
 }
+
+func TestLateAnswerAfterCloseDoesNotPanic(t *testing.T) {
+	up := &fakeUpstream{name: "ev"}
+	s, _ := newTestServer(t, []Upstream{up}, nil)
+	sess := initSession(t, s, `{"sampling":{}}`)
+	out := newRecorder()
+	sess.SetStandalone(out)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.UpstreamRequest(context.Background(), "ev", "sampling/createMessage", json.RawMessage(`{}`))
+		errc <- err
+	}()
+	var req Message
+	if err := json.Unmarshal([]byte(out.next(t)), &req); err != nil {
+		t.Fatal(err)
+	}
+	s.CloseSession(sess)
+	if err := <-errc; err == nil || !strings.Contains(err.Error(), "session has ended") {
+		t.Errorf("got %v, want the session-ended error", err)
+	}
+	// The agent's answer arriving after the close is dropped quietly.
+	s.Deliver(context.Background(), sess, &Message{JSONRPC: "2.0", ID: req.ID, Result: json.RawMessage(`{}`)}, nil)
+}
