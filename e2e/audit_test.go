@@ -20,12 +20,6 @@ import (
 // upstream, method, tool, outcome, branch and token counts; branch
 // lifecycle events leave "branch" records.
 
-// replayDataEntry runs the replay helper on the shared trajectories.
-func replayDataEntry(t testing.TB) map[string]any {
-	t.Helper()
-	return stdioEntry(helperBin(t, "replay"), "-data", filepath.Join(repoDir, "..", "shared", "data", "trajectories", "swe-dev.jsonl.gz"))
-}
-
 // auditTail reads the records an audit log gained since the last read.
 type auditTail struct {
 	path string
@@ -193,7 +187,7 @@ func TestAuditRecordsEveryCall(t *testing.T) {
 	dir := t.TempDir()
 	auditPath, manifest := filepath.Join(dir, "audit.jsonl"), filepath.Join(dir, "manifest.json")
 	cfg := leakConfig(t, map[string]any{
-		"replay": replayDataEntry(t),
+		"replay": replayEntry(t),
 		"leaky":  leakyEntry(t, leakSeed, manifest),
 	}, auditPath, true)
 	run := startTappedStdio(t, cfg, nil)

@@ -176,7 +176,7 @@ func TestMetricsHTTP(t *testing.T) {
 	dir := t.TempDir()
 	auditPath, manifest := filepath.Join(dir, "audit.jsonl"), filepath.Join(dir, "manifest.json")
 	cfg := leakConfig(t, map[string]any{
-		"replay": replayDataEntry(t),
+		"replay": replayEntry(t),
 		"leaky":  leakyEntry(t, leakSeed, manifest),
 	}, auditPath, true)
 	run := startTappedHTTP(t, cfg, nil)
@@ -260,7 +260,7 @@ func TestMetricsHTTP(t *testing.T) {
 func TestMetricsStdioFlag(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	dir := t.TempDir()
-	cfg := leakConfig(t, map[string]any{"replay": replayDataEntry(t)}, filepath.Join(dir, "audit.jsonl"), true)
+	cfg := leakConfig(t, map[string]any{"replay": replayEntry(t)}, filepath.Join(dir, "audit.jsonl"), true)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	run := startTappedStdio(t, cfg, nil, "--metrics", addr)
 	metricsURL := "http://" + addr + "/metrics"

@@ -613,7 +613,7 @@ func (s *Server) readResource(ctx context.Context, sess *Session, params json.Ra
 	}
 	up, ok := s.catalog().resourceUpstream(uri)
 	if !ok {
-		return nil, &Error{Code: CodeResourceNotFound, Message: fmt.Sprintf("resource not found: %s", uri), Data: mustJSON(map[string]string{"uri": uri})}
+		return nil, &Error{Code: CodeResourceNotFound, Message: fmt.Sprintf("resource not found: %s", uri), Data: marshalNoEscape(map[string]string{"uri": uri})}
 	}
 	ex := &intercept.Exchange{Session: sess.id, Upstream: up, Method: "resources/read", Name: uri, Params: params, Start: time.Now()}
 	return s.finish(ctx, sess, ex, s.forward, out)
@@ -767,7 +767,7 @@ func (s *Server) setLevel(ctx context.Context, sess *Session, params json.RawMes
 		o.mu.Unlock()
 	}
 	s.mu.Unlock()
-	p := mustJSON(map[string]string{"level": logLevels[lowest]})
+	p := marshalNoEscape(map[string]string{"level": logLevels[lowest]})
 	for _, name := range s.names {
 		u := s.upstreams[name]
 		if !hasCap(u.Catalog().ServerCapabilities, "logging") {
@@ -906,14 +906,6 @@ func toolError(text string) json.RawMessage {
 		"content": []map[string]string{{"type": "text", "text": text}},
 		"isError": true,
 	})
-}
-
-func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // only called with values that always marshal
-	}
-	return b
 }
 
 func hasCap(caps json.RawMessage, name string) bool {

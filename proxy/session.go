@@ -73,11 +73,7 @@ func (s *Session) hasCapability(name string) bool {
 	s.mu.Lock()
 	caps := s.clientCaps
 	s.mu.Unlock()
-	if len(caps) == 0 {
-		return false
-	}
-	_, ok := getField(caps, name)
-	return ok
+	return hasCap(caps, name)
 }
 
 func (s *Session) touch() {
