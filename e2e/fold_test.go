@@ -260,16 +260,17 @@ func foldProxyConfig(t testing.TB, servers map[string]any, foldSet map[string]an
 	return writeConfig(t, servers, settings)
 }
 
-// replayEntry runs the replay helper server on the shared trajectories.
+// replayEntry runs the replay helper server on the trajectories the repository holds.
 func replayEntry(t testing.TB) map[string]any {
 	t.Helper()
 	return stdioEntry(helperBin(t, "replay"), "-data", trajectoriesPath(t))
 }
 
-// trajectoriesPath is the shared trajectories file beside the checkout.
+// trajectoriesPath is the trajectories file under e2e/testdata (a copy of
+// the real agent tool output described in its README).
 func trajectoriesPath(t testing.TB) string {
 	t.Helper()
-	p := filepath.Join(repoDir, "..", "shared", "data", "trajectories", "swe-dev.jsonl.gz")
+	p := filepath.Join(repoDir, "e2e", "testdata", "trajectories", "swe-dev.jsonl.gz")
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("the trajectories: %v", err)
 	}

@@ -20,8 +20,8 @@ import (
 // on no other test file of the package.
 
 // pipeTrajectories is the trajectory file, relative to this package's
-// folder (shared/ sits beside the checkout).
-const pipeTrajectories = "../../shared/data/trajectories/swe-dev.jsonl.gz"
+// folder; the repository holds it under e2e/testdata.
+const pipeTrajectories = "../e2e/testdata/trajectories/swe-dev.jsonl.gz"
 
 // pipeResults returns every step output of the trajectories as a tools/call
 // result, skipping the benchmark when the file is absent.
@@ -29,7 +29,7 @@ func pipeResults(tb testing.TB) []json.RawMessage {
 	tb.Helper()
 	f, err := os.Open(pipeTrajectories)
 	if err != nil {
-		tb.Skipf("trajectory data not available: %v", err)
+		tb.Fatalf("trajectory data (held under e2e/testdata): %v", err)
 	}
 	defer f.Close()
 	zr, err := gzip.NewReader(f)

@@ -13,7 +13,7 @@ import (
 )
 
 // trajectoryPath holds real coding-agent tool output (see its README).
-const trajectoryPath = "/work/shared/data/trajectories/swe-dev.jsonl.gz"
+const trajectoryPath = "../e2e/testdata/trajectories/swe-dev.jsonl.gz"
 
 // loadOutputs returns the output of every step of the replay trajectories,
 // skipping the test when the file is absent.
@@ -21,7 +21,7 @@ func loadOutputs(tb testing.TB) []string {
 	tb.Helper()
 	f, err := os.Open(trajectoryPath)
 	if err != nil {
-		tb.Skipf("trajectory data not available: %v", err)
+		tb.Fatalf("trajectory data (held under e2e/testdata): %v", err)
 	}
 	defer f.Close()
 	zr, err := gzip.NewReader(f)

@@ -15,15 +15,13 @@ import (
 	"github.com/foldproxy/foldproxy/policy"
 )
 
-const trajectories = "../../shared/data/trajectories/swe-dev.jsonl.gz"
+const trajectories = "../e2e/testdata/trajectories/swe-dev.jsonl.gz"
 
-// tokTrajectoryPath returns the trajectory file, found from the module root
-// upwards, or "" when it is absent.
+// tokTrajectoryPath returns the trajectory file the repository holds, or ""
+// when it is absent.
 func tokTrajectoryPath() string {
-	for _, p := range []string{trajectories, "/work/shared/data/trajectories/swe-dev.jsonl.gz"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
+	if _, err := os.Stat(trajectories); err == nil {
+		return trajectories
 	}
 	return ""
 }
@@ -34,7 +32,7 @@ func trajectoryOutputs(tb testing.TB) []string {
 	tb.Helper()
 	p := tokTrajectoryPath()
 	if p == "" {
-		tb.Skip("trajectory file swe-dev.jsonl.gz is absent (looked in ../../shared/data/trajectories and /work/shared/data/trajectories)")
+		tb.Fatalf("trajectory file %s is absent: the repository holds it under e2e/testdata", trajectories)
 	}
 	f, err := os.Open(p)
 	if err != nil {

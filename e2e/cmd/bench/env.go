@@ -23,9 +23,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// dataRel is the trajectory file, relative to the repository root: shared/
-// sits beside the checkout.
-const dataRel = "../shared/data/trajectories/swe-dev.jsonl.gz"
+// dataRel is the trajectory file, relative to the repository root.
+const dataRel = "e2e/testdata/trajectories/swe-dev.jsonl.gz"
 
 // protocolVersion is what the bench clients ask for: the newest version
 // with the initialize handshake, as in the e2e tests.

@@ -54,7 +54,7 @@ func run() int {
 	quick := flag.Bool("quick", false, "fewer calls, sessions and rounds: a smoke run of every section")
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file (- for stdout)")
 	only := flag.String("only", "", "comma-separated sections to run: overhead, pipeline, branch, cut, memory, startup")
-	data := flag.String("data", "", "trajectory file (default ../shared/data/trajectories/swe-dev.jsonl.gz from the repository root)")
+	data := flag.String("data", "", "trajectory file (default e2e/testdata/trajectories/swe-dev.jsonl.gz from the repository root)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process sections: pipeline, cut) to this file")
 	worker := flag.Bool("scrub-worker", false, "internal: run as the stdlib-regexp scrub child of the pipeline section")
 	flag.Parse()

@@ -10,9 +10,9 @@
 //
 // The data file is gzip-compressed JSONL, one trajectory a line:
 // {"id": "...", "task": "...", "steps": [{"command": "...", "returncode": 0, "output": "..."}]}.
-// By default it is ../shared/data/trajectories/swe-dev.jsonl.gz relative to
+// By default it is e2e/testdata/trajectories/swe-dev.jsonl.gz relative to
 // the repository root (the folder holding go.mod, searched upwards from the
-// working directory): shared/ sits beside the checkout.
+// working directory).
 //
 // Logs go to stderr; stdout carries JSON-RPC only.
 package main
@@ -37,7 +37,7 @@ import (
 )
 
 // defaultData is the data file, relative to the repository root.
-const defaultData = "../shared/data/trajectories/swe-dev.jsonl.gz"
+const defaultData = "e2e/testdata/trajectories/swe-dev.jsonl.gz"
 
 // maxEmit bounds emit's size argument.
 const maxEmit = 64 << 20
