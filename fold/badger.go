@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,6 +40,8 @@ import (
 type BadgerStore struct {
 	db       *badger.DB
 	readOnly bool
+	dir      string
+	minFree  int64 // writes are refused while less is free under dir
 
 	mu  sync.Mutex
 	seq map[string]int // last sequence number by branch, loaded lazily
@@ -58,14 +61,40 @@ var (
 // store holds little besides archived tool results, which are read rarely.
 // A single value (one archived result) must stay under 64 MiB.
 func OpenBadger(dir string, logger *slog.Logger) (*BadgerStore, error) {
-	return openBadger(dir, logger, false, true)
+	return OpenBadgerWith(dir, logger, BadgerOptions{Fsync: true})
+}
+
+// DefaultMinFreeBytes is the free space kept under the store: below it,
+// writes are refused with ErrStoreFull. Badger writes its logs and tables
+// through memory-mapped files, and a write into a mapped page that the
+// file system cannot back kills the process (SIGBUS); the reserve covers
+// what Badger may still write on its own after the last accepted write (a
+// memtable flush, a compaction) plus the write itself.
+const DefaultMinFreeBytes = 64 << 20
+
+const valueLogFileSize = 64 << 20
+
+// BadgerOptions tune OpenBadgerWith.
+type BadgerOptions struct {
+	// Fsync flushes each commit to the disk (policy fold.fsync).
+	Fsync bool
+	// MinFreeBytes is the space kept free on the store's file system;
+	// zero: DefaultMinFreeBytes; negative: no check.
+	MinFreeBytes int64
+}
+
+// OpenBadgerWith is OpenBadger with options. When the file system has less
+// than the reserve free, the store is not opened (Badger itself writes
+// through mapped files while it opens) and the error wraps ErrStoreFull.
+func OpenBadgerWith(dir string, logger *slog.Logger, o BadgerOptions) (*BadgerStore, error) {
+	return openBadgerOpts(dir, logger, false, o)
 }
 
 // OpenBadgerFsync is OpenBadger with the fsync policy made explicit: with
 // fsync false a commit is written to the OS (it survives kill -9) but not
 // flushed to the disk.
 func OpenBadgerFsync(dir string, logger *slog.Logger, fsync bool) (*BadgerStore, error) {
-	return openBadger(dir, logger, false, fsync)
+	return OpenBadgerWith(dir, logger, BadgerOptions{Fsync: fsync})
 }
 
 // OpenBadgerReadOnly opens the store in dir for reading only, as
@@ -73,10 +102,15 @@ func OpenBadgerFsync(dir string, logger *slog.Logger, fsync bool) (*BadgerStore,
 // after a crash until a proxy has opened it once again (Badger must replay
 // its log first).
 func OpenBadgerReadOnly(dir string, logger *slog.Logger) (*BadgerStore, error) {
-	return openBadger(dir, logger, true, false)
+	return openBadgerOpts(dir, logger, true, BadgerOptions{MinFreeBytes: -1})
 }
 
-func openBadger(dir string, logger *slog.Logger, readOnly, fsync bool) (*BadgerStore, error) {
+func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOptions) (*BadgerStore, error) {
+	fsync := o.Fsync
+	minFree := o.MinFreeBytes
+	if minFree == 0 {
+		minFree = DefaultMinFreeBytes
+	}
 	if dir == "" {
 		return nil, fmt.Errorf("%w: fold: the store directory is empty; set stateDir or --state", ErrInvalidArgument)
 	}
@@ -93,13 +127,21 @@ func openBadger(dir string, logger *slog.Logger, readOnly, fsync bool) (*BadgerS
 		WithNumLevelZeroTablesStall(8).
 		WithBlockCacheSize(4 << 20).
 		WithIndexCacheSize(4 << 20).
-		WithValueLogFileSize(64 << 20).
+		WithValueLogFileSize(valueLogFileSize).
 		WithValueThreshold(64 << 10).
 		WithCompression(options.None).
 		WithNumCompactors(2).
 		WithNumGoroutines(2).
 		WithMetricsEnabled(false).
 		WithDetectConflicts(false)
+	if !readOnly && minFree > 0 {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("fold: open store %s: %w", dir, err)
+		}
+		if err := checkFree(dir, minFree, 0); err != nil {
+			return nil, fmt.Errorf("fold: open store %s: %w", dir, err)
+		}
+	}
 	db, err := badger.Open(opts)
 	if err != nil {
 		if readOnly {
@@ -107,7 +149,25 @@ func openBadger(dir string, logger *slog.Logger, readOnly, fsync bool) (*BadgerS
 		}
 		return nil, fmt.Errorf("fold: open store %s: %w (is another foldproxy using this state directory?)", dir, err)
 	}
-	return &BadgerStore{db: db, readOnly: readOnly, seq: make(map[string]int)}, nil
+	return &BadgerStore{db: db, readOnly: readOnly, dir: dir, minFree: minFree, seq: make(map[string]int)}, nil
+}
+
+// checkFree returns an error wrapping ErrStoreFull when writing size more
+// bytes under dir would leave less than minFree free.
+func checkFree(dir string, minFree, size int64) error {
+	free, ok := freeBytes(dir)
+	if !ok || free-size >= minFree {
+		return nil
+	}
+	return fmt.Errorf("%w: the disk holding %s has %s free and foldproxy keeps %s free for its store; "+
+		"nothing was written: free some space there, then retry", ErrStoreFull, dir, mib(free), mib(minFree))
+}
+
+func mib(n int64) string {
+	if n < 0 {
+		n = 0
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 // badgerLogger adapts slog to Badger's logger at warn level: Badger's info
@@ -138,12 +198,21 @@ func timeKey(t time.Time, key []byte) []byte {
 	return append(fmt.Appendf(nil, "t/%020d/", max(t.UnixNano(), 0)), key...)
 }
 
-func (s *BadgerStore) update(ctx context.Context, what string, fn func(txn *badger.Txn) error) error {
+// update runs fn in a write transaction; size is about how many bytes it
+// writes, for the free-space check.
+func (s *BadgerStore) update(ctx context.Context, what string, size int, fn func(txn *badger.Txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if s.readOnly {
 		return fmt.Errorf("fold: %s: the store was opened read-only", what)
+	}
+	if s.minFree > 0 {
+		// Keys, the write-ahead log's copy of small values, and headers:
+		// twice the payload is a safe bound.
+		if err := checkFree(s.dir, s.minFree, 2*int64(size)+4096); err != nil {
+			return fmt.Errorf("fold: %s: %w", what, err)
+		}
 	}
 	if err := s.db.Update(fn); err != nil {
 		if errors.Is(err, badger.ErrDBClosed) {
@@ -175,7 +244,7 @@ func (s *BadgerStore) PutBranch(ctx context.Context, b *Branch) error {
 	if err != nil {
 		return fmt.Errorf("fold: encode branch %s: %w", b.ID, err)
 	}
-	return s.update(ctx, "put branch "+b.ID, func(txn *badger.Txn) error {
+	return s.update(ctx, "put branch "+b.ID, len(data), func(txn *badger.Txn) error {
 		if err := txn.Set(branchKey(b.ID), data); err != nil {
 			return err
 		}
@@ -341,7 +410,7 @@ func (s *BadgerStore) AppendCall(ctx context.Context, branch string, rec *CallRe
 		return 0, fmt.Errorf("fold: encode call %d of %s: %w", seq, branch, err)
 	}
 	key := callKey(branch, seq)
-	err = s.update(ctx, fmt.Sprintf("archive call %d of %s", seq, branch), func(txn *badger.Txn) error {
+	err = s.update(ctx, fmt.Sprintf("archive call %d of %s", seq, branch), len(data), func(txn *badger.Txn) error {
 		if err := txn.Set(key, data); err != nil {
 			return err
 		}
@@ -392,7 +461,11 @@ func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
 		}
 		sets = append(sets, kv{branchKey(br.ID), data}, kv{sessionIndexKey(br.Session, br.ID), nil})
 	}
-	err := s.update(ctx, "write batch", func(txn *badger.Txn) error {
+	size := 0
+	for _, e := range sets {
+		size += len(e.k) + len(e.v)
+	}
+	err := s.update(ctx, "write batch", size, func(txn *badger.Txn) error {
 		for _, e := range sets {
 			if err := txn.Set(e.k, e.v); err != nil {
 				return err
@@ -441,7 +514,7 @@ func (s *BadgerStore) PutCut(ctx context.Context, handle string, rest []byte) er
 		return fmt.Errorf("%w: fold: PutCut needs a handle", ErrInvalidArgument)
 	}
 	key := cutKey(handle)
-	return s.update(ctx, "store cut "+handle, func(txn *badger.Txn) error {
+	return s.update(ctx, "store cut "+handle, len(rest), func(txn *badger.Txn) error {
 		if err := txn.Set(key, bytes.Clone(rest)); err != nil {
 			return err
 		}
@@ -482,7 +555,7 @@ func (s *BadgerStore) PutSession(ctx context.Context, rec *SessionRecord) error 
 	if err != nil {
 		return fmt.Errorf("fold: encode session %s: %w", rec.ID, err)
 	}
-	return s.update(ctx, "put session "+rec.ID, func(txn *badger.Txn) error {
+	return s.update(ctx, "put session "+rec.ID, len(data), func(txn *badger.Txn) error {
 		return txn.Set(sessionKey(rec.ID), data)
 	})
 }
@@ -533,7 +606,7 @@ func (s *BadgerStore) Sessions(ctx context.Context) ([]*SessionRecord, error) {
 // DeleteSession removes a session record; removing an absent one is not an
 // error.
 func (s *BadgerStore) DeleteSession(ctx context.Context, id string) error {
-	return s.update(ctx, "delete session "+id, func(txn *badger.Txn) error {
+	return s.update(ctx, "delete session "+id, 0, func(txn *badger.Txn) error {
 		return txn.Delete(sessionKey(id))
 	})
 }
@@ -608,6 +681,11 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 	if len(drop) == 0 && len(oldBranches) == 0 {
 		return nil
 	}
+	if s.minFree > 0 {
+		if err := checkFree(s.dir, s.minFree, int64(64*(len(drop)+len(oldBranches)))); err != nil {
+			return fmt.Errorf("fold: prune: %w", err)
+		}
+	}
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	for _, e := range drop {
@@ -635,6 +713,10 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 		return fmt.Errorf("fold: prune: %w", err)
 	}
 	for ctx.Err() == nil {
+		// Garbage collection rewrites the live part of a value log file.
+		if s.minFree > 0 && checkFree(s.dir, s.minFree, valueLogFileSize) != nil {
+			break
+		}
 		if err := s.db.RunValueLogGC(0.5); err != nil {
 			break // ErrNoRewrite: nothing more worth collecting
 		}

@@ -417,7 +417,12 @@ func (m *Manager) OpenSession(ctx context.Context, rec SessionRecord) error {
 	}
 	rec.LastSeen = now
 	if err := m.store.PutSession(ctx, &rec); err != nil {
-		return fmt.Errorf("fold: open session %s: %w", rec.ID, err)
+		if !storeFull(err) {
+			return fmt.Errorf("fold: open session %s: %w", rec.ID, err)
+		}
+		// The session still opens: the agent can list and read, and every
+		// call that needs the store says why it cannot be served.
+		m.log.Error("fold: the session's record could not be stored: it will not resume after a restart", "session", rec.ID, "err", err)
 	}
 	s, err := m.loadSession(ctx, &rec)
 	if err != nil {
@@ -518,7 +523,10 @@ func (m *Manager) loadSession(ctx context.Context, rec *SessionRecord) (*session
 	}
 	if root != nil {
 		if err := m.store.PutBranch(ctx, root); err != nil {
-			return nil, fmt.Errorf("fold: create the root of session %s: %w", rec.ID, err)
+			if !storeFull(err) {
+				return nil, fmt.Errorf("fold: create the root of session %s: %w", rec.ID, err)
+			}
+			m.log.Error("fold: the session's root could not be stored", "session", rec.ID, "err", err)
 		}
 	}
 

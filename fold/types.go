@@ -40,6 +40,7 @@ var (
 	ErrDependencyFailed = errors.New("ErrDependencyFailed") // depends_on branch failed or did not finish in time
 	ErrSessionNotFound  = errors.New("ErrSessionNotFound")
 	ErrCutNotFound      = errors.New("ErrCutNotFound") // unknown or pruned recall handle
+	ErrStoreFull        = errors.New("ErrStoreFull")   // the store's disk is (nearly) full: nothing was written
 )
 
 // Branch is the durable record of one branch. The root of a session is a

@@ -110,6 +110,12 @@ func (bi *budgeter) handle(ctx context.Context, ex *Exchange, next Handler) erro
 		d, ch = bi.fit(ex, bud)
 		return ch, nil
 	})
+	if cerr != nil && errors.Is(cerr, fold.ErrStoreFull) {
+		ex.Outcome = OutcomeRefused
+		ex.Result = nil
+		ex.Err = fmt.Errorf("foldproxy could not record this result, so it was not delivered (the upstream did run the call): %w", cerr)
+		return ex.Err
+	}
 	if cerr != nil {
 		ex.Outcome = OutcomeRefused
 		ex.Result = nil

@@ -161,8 +161,15 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	}
 
 	// The parts, in dependency order; each is closed in reverse on exit.
-	store, err := fold.OpenBadgerFsync(filepath.Join(dir, "badger"), logger, st.Fold.Fsync)
-	if err != nil {
+	var store fold.Store
+	store, err = fold.OpenBadgerFsync(filepath.Join(dir, "badger"), logger, st.Fold.Fsync)
+	switch {
+	case errors.Is(err, fold.ErrStoreFull):
+		// Start anyway: the agent keeps its catalogue, and every call that
+		// needs the store answers with this reason.
+		logger.Error("foldproxy cannot write its state store: serving without it until restarted; calls that need the store will fail with this reason", "state", dir, "err", err)
+		store = fold.NewUnwritableStore(err)
+	case err != nil:
 		return fmt.Errorf("opening the state store in %s: %w", dir, err)
 	}
 	defer store.Close()
