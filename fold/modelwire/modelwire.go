@@ -1,9 +1,6 @@
 package modelwire
 
-import (
-	"context"
-	"fmt"
-)
+import "context"
 
 // Dialect names the request shape of a model API.
 type Dialect string
@@ -23,6 +20,9 @@ type Branch struct {
 	Summary string // what the parent sees in place of the span (return message and value, scrubbed)
 	Budget  int    // tokens
 	Used    int
+	// EndCall is the tool-use id of the result that force-returned the
+	// branch on the model wire (a cut), "" otherwise: the span ends there.
+	EndCall string
 }
 
 // Decision is the (persistent, deterministic) verdict on one tool result.
@@ -43,8 +43,32 @@ type State interface {
 // Options configure Apply.
 type Options struct {
 	Scrub func(ctx context.Context, text string) (string, error) // nil: no scrubbing; error: fail closed
-	Count func(text string) int                                  // token counter (o200k_base)
+	Count func(text string) int                                  // token counter (o200k_base); nil: bytes/4
+	// ChargedOnMCP reports whether the results of the named tool were
+	// already scrubbed and charged on the MCP wire, so that the model wire
+	// neither charges nor scrubs them again. nil means: names beginning
+	// with "mcp__" (Claude Code's names for MCP tools; foldproxy wraps all
+	// of the agent's MCP servers).
+	ChargedOnMCP func(name string) bool
+	// Guidance configures the reminders that suggest a branch.
+	Guidance Guidance
 }
+
+// Guidance configures the reminders added to the main thread. The zero
+// value is on, with the defaults.
+type Guidance struct {
+	Off bool // no reminders at all
+	// AfterTokens: a reminder once the main thread has taken in more than
+	// this many tokens of tool results since the last fold (branch start,
+	// branch end or reminder); 0 means DefaultAfterTokens.
+	AfterTokens int
+	// NoRepeats turns off the reminder when a call that failed is repeated
+	// with the same input.
+	NoRepeats bool
+}
+
+// DefaultAfterTokens is Guidance.AfterTokens's default.
+const DefaultAfterTokens = 8000
 
 // Result is what Apply made of a request.
 type Result struct {
@@ -54,14 +78,17 @@ type Result struct {
 	TokensBefore int      // tokens of the conversation as the client sent it
 	TokensAfter  int      // as forwarded
 	Guidance     bool     // a reminder was added
+	// Reminders is how many reminders the forwarded request holds (they
+	// are placed deterministically, so earlier ones are repeated as they
+	// were); NewReminder is set when one sits on the newest message, that
+	// is, when guidance fired on this request.
+	Reminders   int
+	NewReminder bool
+	// Charged counts the tool results charged to a branch for the first
+	// time by this request; Cut the results cut (in this request, new or not).
+	Charged, Cut int
+	// Branches are the ids of every branch whose span the conversation
+	// holds, open or closed, in order of creation.
+	Branches []string
 }
 
-// Apply is the context manager F: a pure function of the request and the state.
-func Apply(ctx context.Context, d Dialect, body []byte, st State, opt Options) (Result, error) {
-	switch d {
-	case Anthropic, OpenAIChat, OpenAIResponses:
-	default:
-		return Result{}, fmt.Errorf("modelwire: unknown dialect %q", d)
-	}
-	return Result{Body: body}, nil
-}

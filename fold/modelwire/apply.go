@@ -1,0 +1,550 @@
+package modelwire
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Names of the fold tools, matched as suffixes of the names a client gives
+// them (see hasSuffixTool).
+const (
+	toolCreate = "branch_create"
+	toolReturn = "branch_return"
+	toolStatus = "branch_status"
+	toolRecall = "branch_recall"
+)
+
+func isFoldTool(name string) bool {
+	return hasSuffixTool(name, toolCreate) || hasSuffixTool(name, toolReturn) ||
+		hasSuffixTool(name, toolStatus) || hasSuffixTool(name, toolRecall)
+}
+
+// withheld replaces a tool result that could not be scanned for secrets.
+const withheld = "[foldproxy] This tool result was withheld: it could not be scanned for secrets, so it was not sent to the model. Run the tool again, or read the output in smaller parts."
+
+// Apply is the context manager F: a pure function of the request and the
+// state. It folds every closed branch span to its summary, charges the
+// tool results of open spans once each (cutting one that overruns its
+// branch's budget), scrubs tool results through opt.Scrub, and adds
+// guidance. Only the bytes it changes differ from body; when it changes
+// nothing, Result.Body is body itself.
+//
+// An error means the request could not be read as the dialect's request or
+// the state failed; the caller should not forward the request as is when
+// the state failed (budgets would not hold), and may when the body is not a
+// request it understands (the API will answer the client's error).
+func Apply(ctx context.Context, d Dialect, body []byte, st State, opt Options) (Result, error) {
+	switch d {
+	case Anthropic, OpenAIChat, OpenAIResponses:
+	default:
+		return Result{}, fmt.Errorf("modelwire: unknown dialect %q", d)
+	}
+	if !json.Valid(body) {
+		return Result{}, errors.New("modelwire: the request body is not valid JSON")
+	}
+	c, err := parseConv(d, body)
+	if err != nil {
+		return Result{}, err
+	}
+	a := &applier{c: c, st: st, opt: opt, ctx: ctx}
+	return a.run()
+}
+
+// spanInfo is one branch span found in the conversation.
+type spanInfo struct {
+	id         string
+	createMsg  int    // the message holding the branch_create call
+	createCall string // its tool-use id
+	resMsg     int    // the message holding its result
+	start      int    // first message of the span's body
+	end        int    // last message of the span's body; -1 while open
+	parent     int    // index of the enclosing span, -1 for the main thread
+	br         Branch
+	known      bool // the state knows the branch
+	fold       bool
+	covered    bool // folded, or inside a folded span
+}
+
+type applier struct {
+	c   *conv
+	st  State
+	opt Options
+	ctx context.Context
+
+	spans []spanInfo
+	owner map[resRef]int // result -> innermost span (-1: main thread)
+	edits []edit
+	res   Result
+}
+
+type edit struct {
+	s, e int
+	b    []byte
+}
+
+func (a *applier) run() (Result, error) {
+	c := a.c
+	a.res.Body = c.body
+	a.res.TokensBefore = a.count(contextText(c))
+	if len(c.msgs) == 0 {
+		a.res.TokensAfter = a.res.TokensBefore
+		return a.res, nil
+	}
+	if err := a.discover(); err != nil {
+		return Result{}, err
+	}
+	a.decideFolds()
+	removed := a.removedMsgs()
+	if err := a.results(removed); err != nil {
+		return Result{}, err
+	}
+	a.guidance(removed)
+	a.foldEdits()
+	if len(a.edits) == 0 {
+		a.res.TokensAfter = a.res.TokensBefore
+		return a.res, nil
+	}
+	out, err := applyEdits(c.body, a.edits)
+	if err != nil {
+		return Result{}, err
+	}
+	a.res.Body, a.res.Changed = out, true
+	oc, err := parseConv(c.d, out)
+	if err != nil {
+		return Result{}, fmt.Errorf("modelwire: internal error: the folded request does not parse: %w", err)
+	}
+	a.res.TokensAfter = a.count(contextText(oc))
+	return a.res, nil
+}
+
+func (a *applier) count(s string) int {
+	if a.opt.Count == nil {
+		return (len(s) + 3) / 4
+	}
+	return a.opt.Count(s)
+}
+
+func (a *applier) chargedOnMCP(name string) bool {
+	if a.opt.ChargedOnMCP != nil {
+		return a.opt.ChargedOnMCP(name)
+	}
+	return strings.HasPrefix(name, "mcp__")
+}
+
+var (
+	reBranchID = regexp.MustCompile(`"branch_id"\s*:\s*"([^"\\]+)"`)
+	reSuccess  = regexp.MustCompile(`"success"\s*:\s*true`)
+)
+
+// createdID finds the new branch's id in branch_create's answer: the first
+// "branch_id" of its JSON (escaped or not, as clients may wrap MCP results
+// in JSON of their own).
+func createdID(text string) string {
+	t := strings.ReplaceAll(text, `\"`, `"`)
+	if m := reBranchID.FindStringSubmatch(t); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// returnedID is the branch a successful branch_return answer closed.
+func returnedID(text string) string {
+	t := strings.ReplaceAll(text, `\"`, `"`)
+	if !reSuccess.MatchString(t) {
+		return ""
+	}
+	if m := reBranchID.FindStringSubmatch(t); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// forcedNotice reports whether a result carries the notice of branch id's
+// forced return (its automatic summary or a cut notice).
+func forcedNotice(text, id string) bool {
+	return strings.Contains(text, id) && (strings.Contains(text, "force-returned") || strings.Contains(text, "closed as failed"))
+}
+
+// discover finds the branch spans: each starts after the results of the
+// turn that called branch_create and ends with the results of the turn
+// whose branch_return closed it (or whose result carried its
+// forced-return notice). Closing a span closes the spans nested in it.
+func (a *applier) discover() error {
+	c := a.c
+	a.owner = map[resRef]int{}
+	var stack []int
+	pending := map[int][]int{}
+	for i := range c.msgs {
+		for _, k := range pending[i] {
+			if len(stack) > 0 {
+				a.spans[k].parent = stack[len(stack)-1]
+			}
+			stack = append(stack, k)
+		}
+		m := &c.msgs[i]
+		for j := range m.results {
+			r := &m.results[j]
+			top := -1
+			if len(stack) > 0 {
+				top = stack[len(stack)-1]
+			}
+			a.owner[resRef{i, j}] = top
+			if len(stack) == 0 {
+				continue
+			}
+			name := c.callName(r.callID)
+			k := -1
+			if hasSuffixTool(name, toolReturn) && !r.isError {
+				if id := returnedID(r.text); id != "" {
+					k = slices.IndexFunc(stack, func(x int) bool { return a.spans[x].id == id })
+				}
+			}
+			for x := len(stack) - 1; k < 0 && x >= 0; x-- {
+				sp := &a.spans[stack[x]]
+				if (sp.br.EndCall != "" && sp.br.EndCall == r.callID) || forcedNotice(r.text, sp.id) {
+					k = x
+				}
+			}
+			if k < 0 {
+				continue
+			}
+			end := i
+			if cr, ok := c.calls[r.callID]; ok {
+				lo, hi := c.turn(cr.msg)
+				if last, ok := c.lastResultOf(lo, hi); ok {
+					end = max(end, last)
+				}
+			}
+			for _, x := range stack[k:] {
+				a.spans[x].end = end
+			}
+			stack = stack[:k]
+		}
+		for _, cl := range m.calls {
+			if !hasSuffixTool(cl.name, toolCreate) {
+				continue
+			}
+			r, ri, ok := c.result(cl.id)
+			if !ok || r.isError {
+				continue
+			}
+			id := createdID(r.text)
+			if id == "" {
+				continue
+			}
+			lo, hi := c.turn(i)
+			last, ok := c.lastResultOf(lo, hi)
+			if !ok {
+				continue
+			}
+			sp := spanInfo{id: id, createMsg: i, createCall: cl.id, resMsg: ri, start: last + 1, end: -1, parent: -1}
+			br, known, err := a.st.Branch(a.ctx, id)
+			if err != nil {
+				return fmt.Errorf("modelwire: look up branch %s: %w", id, err)
+			}
+			sp.br, sp.known = br, known
+			a.spans = append(a.spans, sp)
+			a.res.Branches = append(a.res.Branches, id)
+			pending[sp.start] = append(pending[sp.start], len(a.spans)-1)
+		}
+	}
+	return nil
+}
+
+// decideFolds marks the outermost closed spans that have an end in the
+// conversation.
+func (a *applier) decideFolds() {
+	for k := range a.spans {
+		sp := &a.spans[k]
+		if sp.parent >= 0 && a.spans[sp.parent].covered {
+			sp.covered = true
+			continue
+		}
+		if sp.known && sp.br.Closed && sp.end >= sp.start {
+			sp.fold, sp.covered = true, true
+			a.res.Folded = append(a.res.Folded, sp.id)
+		}
+	}
+}
+
+// removedMsgs marks the messages that folds remove.
+func (a *applier) removedMsgs() []bool {
+	rm := make([]bool, len(a.c.msgs))
+	for _, sp := range a.spans {
+		if sp.fold {
+			for i := sp.start; i <= sp.end; i++ {
+				rm[i] = true
+			}
+		}
+	}
+	return rm
+}
+
+// results scrubs, charges and cuts the results that stay.
+func (a *applier) results(removed []bool) error {
+	c := a.c
+	for i := range c.msgs {
+		if removed[i] {
+			continue
+		}
+		m := &c.msgs[i]
+		for j := range m.results {
+			r := &m.results[j]
+			name := c.callName(r.callID)
+			if isFoldTool(name) || a.chargedOnMCP(name) {
+				continue
+			}
+			k := a.owner[resRef{i, j}]
+			if err := a.result(r, name, k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// result handles one tool result that stays in the request: scrub, then
+// charge to span k when it is open.
+func (a *applier) result(r *result, name string, k int) error {
+	text := r.text
+	var parts []string // scrubbed text parts, when some changed
+	if a.opt.Scrub != nil && text != "" {
+		var err error
+		if r.single || len(r.texts) == 0 {
+			var s string
+			s, err = a.opt.Scrub(a.ctx, text)
+			if err == nil && s != text {
+				parts, text = []string{s}, s
+			}
+		} else {
+			var changed bool
+			ps := make([]string, len(r.texts))
+			for x, v := range r.texts {
+				p, _ := unquote(a.c.body[v.s:v.e])
+				var s string
+				if s, err = a.opt.Scrub(a.ctx, p); err != nil {
+					break
+				}
+				ps[x], changed = s, changed || s != p
+			}
+			if err == nil && changed {
+				parts, text = ps, strings.Join(ps, "\n")
+			}
+		}
+		if err != nil {
+			// Fail closed: nothing of it reaches the model, nor the budget.
+			a.replaceValue(r, withheld)
+			return nil
+		}
+	}
+	dec := Decision{Keep: len(text)}
+	if k >= 0 && a.spans[k].known && !a.spans[k].br.Closed {
+		var err error
+		dec, err = a.st.ChargeResult(a.ctx, a.spans[k].id, r.callID, name, text)
+		if err != nil {
+			return fmt.Errorf("modelwire: charge the result of %s (%s) to branch %s: %w", name, r.callID, a.spans[k].id, err)
+		}
+		dec.Keep = max(0, dec.Keep)
+	}
+	switch {
+	case dec.Keep < len(text):
+		a.res.Cut++
+		kept := text[:alignRune(text, dec.Keep)]
+		a.replaceValue(r, joinNotice(kept, dec.Notice))
+	case dec.Notice != "":
+		if parts == nil || r.single || len(r.texts) == 0 {
+			a.replaceValue(r, joinNotice(text, dec.Notice))
+		} else {
+			a.replaceParts(r, parts)
+			a.appendPart(r, dec.Notice)
+		}
+	case parts != nil:
+		if r.single || len(r.texts) == 0 {
+			a.replaceValue(r, text)
+		} else {
+			a.replaceParts(r, parts)
+		}
+	}
+	return nil
+}
+
+func joinNotice(text, notice string) string {
+	if notice == "" {
+		return text
+	}
+	if text == "" {
+		return notice
+	}
+	return text + "\n\n" + notice
+}
+
+// replaceValue replaces a result's content with one string.
+func (a *applier) replaceValue(r *result, text string) {
+	if r.val.ok() {
+		a.edits = append(a.edits, edit{r.val.s, r.val.e, quote(text)})
+		return
+	}
+	// No content at all: add it before the object's closing brace.
+	b := []byte(`,"` + r.key + `":`)
+	if isEmptyObject(a.c.body, r.obj) {
+		b = b[1:]
+	}
+	a.edits = append(a.edits, edit{r.obj.e - 1, r.obj.e - 1, append(b, quote(text)...)})
+}
+
+func isEmptyObject(b []byte, o span) bool {
+	return skipWS(b, o.s+1) == o.e-1
+}
+
+func (a *applier) replaceParts(r *result, parts []string) {
+	for x, v := range r.texts {
+		if s, _ := unquote(a.c.body[v.s:v.e]); s != parts[x] {
+			a.edits = append(a.edits, edit{v.s, v.e, quote(parts[x])})
+		}
+	}
+}
+
+// appendPart adds a text part at the end of an array content.
+func (a *applier) appendPart(r *result, text string) {
+	typ := "text"
+	if a.c.d == OpenAIResponses {
+		typ = "input_text"
+	}
+	b := []byte(`,{"type":"` + typ + `","text":`)
+	b = append(append(b, quote(text)...), '}')
+	a.edits = append(a.edits, edit{r.val.e - 1, r.val.e - 1, b})
+}
+
+// foldEdits replaces each folded span: the branch_create result becomes
+// the branch's summary and the span's messages go.
+func (a *applier) foldEdits() {
+	c := a.c
+	for _, sp := range a.spans {
+		if !sp.fold {
+			continue
+		}
+		r, _, _ := c.result(sp.createCall)
+		sum := sp.br.Summary
+		if strings.TrimSpace(sum) == "" {
+			sum = "[foldproxy] Branch " + sp.id + " is closed and folded; branch_recall with branch_id " + sp.id + " reads what it received."
+		}
+		a.replaceValue(r, sum)
+		if c.d == Anthropic {
+			a.mergeTail(sp)
+		}
+		a.edits = append(a.edits, edit{c.msgs[sp.start-1].sp.e, c.msgs[sp.end].sp.e, nil})
+	}
+}
+
+// mergeTail moves what the span's last user message holds besides tool
+// results (text the user typed, reminders) to the message holding
+// branch_create's result, and keeps a cache breakpoint that the removed
+// messages carried on the last block that stays.
+func (a *applier) mergeTail(sp spanInfo) {
+	c := a.c
+	dst := &c.msgs[sp.resMsg]
+	last := &c.msgs[sp.end]
+	if !dst.array || last.role != "user" {
+		return
+	}
+	var tail [][]byte
+	if last.array {
+		for _, blk := range last.blocks {
+			if blk.result < 0 {
+				tail = append(tail, c.body[blk.sp.s:blk.sp.e])
+			}
+		}
+	} else if last.content.ok() && c.body[last.content.s] == '"' {
+		if s, _ := unquote(c.body[last.content.s:last.content.e]); s != "" {
+			tail = append(tail, append(append([]byte(`{"type":"text","text":`), quote(s)...), '}'))
+		}
+	}
+	// A cache breakpoint that goes with the removed blocks.
+	var marker []byte
+	for i := sp.start; i <= sp.end && marker == nil; i++ {
+		for bi, blk := range c.msgs[i].blocks {
+			if blk.cache && (i != sp.end || blk.result >= 0) {
+				o, err := parseObj(c.body, blk.sp)
+				if err == nil {
+					if v, ok := o.get("cache_control"); ok {
+						marker = c.body[v.s:v.e]
+					}
+				}
+				_ = bi
+				break
+			}
+		}
+	}
+	if marker != nil {
+		if n := len(tail); n > 0 {
+			if !bytes.Contains(tail[n-1], []byte(`"cache_control"`)) {
+				tail[n-1] = addMember(tail[n-1], "cache_control", marker)
+			}
+		} else if nb := len(dst.blocks); nb > 0 && !dst.blocks[nb-1].cache {
+			blk := dst.blocks[nb-1]
+			a.edits = append(a.edits, edit{blk.sp.e - 1, blk.sp.e - 1, []byte(`,"cache_control":` + string(marker))})
+		}
+	}
+	if len(tail) == 0 {
+		return
+	}
+	var b []byte
+	for _, t := range tail {
+		b = append(append(b, ','), t...)
+	}
+	if len(dst.blocks) == 0 {
+		b = b[1:]
+	}
+	a.edits = append(a.edits, edit{dst.content.e - 1, dst.content.e - 1, b})
+}
+
+// addMember returns a copy of the object raw with key: val added last.
+func addMember(raw []byte, key string, val []byte) []byte {
+	end := bytes.LastIndexByte(raw, '}')
+	out := append([]byte(nil), raw[:end]...)
+	if !isEmptyObject(raw, span{0, len(raw)}) {
+		out = append(out, ',')
+	}
+	out = append(out, quote(key)...)
+	out = append(out, ':')
+	out = append(out, val...)
+	return append(out, raw[end:]...)
+}
+
+// applyEdits applies non-overlapping edits to body.
+func applyEdits(body []byte, edits []edit) ([]byte, error) {
+	slices.SortStableFunc(edits, func(x, y edit) int {
+		if x.s != y.s {
+			return x.s - y.s
+		}
+		return x.e - y.e
+	})
+	// Drop edits inside removed ranges (results of removed messages).
+	var keep []edit
+	for _, e := range edits {
+		if len(keep) > 0 {
+			p := keep[len(keep)-1]
+			if p.b == nil && p.e > p.s && e.s >= p.s && e.s < p.e && e.e <= p.e {
+				continue
+			}
+		}
+		keep = append(keep, e)
+	}
+	out := make([]byte, 0, len(body))
+	at := 0
+	for _, e := range keep {
+		if e.s < at {
+			return nil, fmt.Errorf("modelwire: internal error: overlapping edits at byte %d", e.s)
+		}
+		out = append(out, body[at:e.s]...)
+		out = append(out, e.b...)
+		at = e.e
+	}
+	return append(out, body[at:]...), nil
+}

@@ -1,0 +1,348 @@
+package modelwire
+
+import (
+	"fmt"
+	"strings"
+)
+
+// conv is a request's conversation, dialect-neutral: messages (Anthropic,
+// Chat Completions) or items (Responses) with the calls and results they
+// hold and the byte spans needed to edit them.
+type conv struct {
+	d     Dialect
+	body  []byte
+	top   obj   // the request object
+	arr   span  // the messages / input array
+	msgs  []msg // in order
+	calls map[string]callRef
+	res   map[string]resRef
+}
+
+type callRef struct{ msg, idx int }
+type resRef struct{ msg, idx int }
+
+// msg is one message or item.
+type msg struct {
+	role    string // user, assistant, system, developer, tool
+	sp      span   // the element
+	content span   // Anthropic: the content value (array or string)
+	array   bool   // content is an array of blocks (Anthropic)
+	blocks  []block
+	calls   []call
+	results []result
+}
+
+// block is one content block of an Anthropic message.
+type block struct {
+	sp     span
+	typ    string
+	cache  bool // carries cache_control
+	result int  // index into msg.results, -1 when not a tool_result
+}
+
+// call is one tool call.
+type call struct {
+	id, name string
+	input    string // arguments as sent (raw JSON object or JSON-encoded string's content)
+}
+
+// result is one tool result.
+type result struct {
+	callID  string
+	obj     span   // the object holding the result
+	key     string // "content" or "output"
+	val     span   // the value of key; !ok when absent
+	text    string // its text parts, joined by "\n"
+	texts   []span // spans of the text values (array contents), in order
+	single  bool   // the value is a string
+	other   bool   // it holds non-text parts (images, ...)
+	isError bool
+	block   int // Anthropic: the block index in its message; -1 otherwise
+}
+
+func parseConv(d Dialect, body []byte) (*conv, error) {
+	top, err := parseObj(body, span{0, len(body)})
+	if err != nil {
+		return nil, fmt.Errorf("modelwire: the request is not a JSON object")
+	}
+	c := &conv{d: d, body: body, top: top, calls: map[string]callRef{}, res: map[string]resRef{}}
+	key := "messages"
+	if d == OpenAIResponses {
+		key = "input"
+	}
+	arr, ok := top.get(key)
+	if !ok || body[arr.s] != '[' {
+		return c, nil // no conversation (Responses input may be a string)
+	}
+	c.arr = arr
+	els, err := elements(body, arr)
+	if err != nil {
+		return nil, fmt.Errorf("modelwire: %s is not an array", key)
+	}
+	for i, el := range els {
+		if body[el.s] != '{' {
+			return nil, fmt.Errorf("modelwire: %s[%d] is not an object", key, i)
+		}
+		var m msg
+		switch d {
+		case Anthropic:
+			m, err = parseAnthropicMsg(body, el)
+		case OpenAIChat:
+			m, err = parseChatMsg(body, el)
+		default:
+			m, err = parseResponsesItem(body, el)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("modelwire: %s[%d]: %w", key, i, err)
+		}
+		for j, cl := range m.calls {
+			if cl.id != "" {
+				if _, dup := c.calls[cl.id]; !dup {
+					c.calls[cl.id] = callRef{len(c.msgs), j}
+				}
+			}
+		}
+		for j, r := range m.results {
+			if _, dup := c.res[r.callID]; !dup {
+				c.res[r.callID] = resRef{len(c.msgs), j}
+			}
+		}
+		c.msgs = append(c.msgs, m)
+	}
+	return c, nil
+}
+
+// readContent fills r's text from its value: a string, or an array of parts
+// whose text parts ("text", "input_text", "output_text") are joined.
+func readContent(b []byte, r *result) error {
+	if !r.val.ok() {
+		return nil
+	}
+	switch b[r.val.s] {
+	case '"':
+		s, err := unquote(b[r.val.s:r.val.e])
+		if err != nil {
+			return err
+		}
+		r.text, r.single = s, true
+	case '[':
+		els, err := elements(b, r.val)
+		if err != nil {
+			return err
+		}
+		var parts []string
+		for _, el := range els {
+			if b[el.s] != '{' {
+				r.other = true
+				continue
+			}
+			o, err := parseObj(b, el)
+			if err != nil {
+				return err
+			}
+			switch o.str("type") {
+			case "text", "input_text", "output_text":
+				v, ok := o.get("text")
+				if !ok || b[v.s] != '"' {
+					r.other = true
+					continue
+				}
+				s, err := unquote(b[v.s:v.e])
+				if err != nil {
+					return err
+				}
+				parts = append(parts, s)
+				r.texts = append(r.texts, v)
+			default:
+				r.other = true
+			}
+		}
+		r.text = strings.Join(parts, "\n")
+	case 'n': // null
+	default:
+		r.other = true
+	}
+	return nil
+}
+
+func parseAnthropicMsg(b []byte, el span) (msg, error) {
+	o, err := parseObj(b, el)
+	if err != nil {
+		return msg{}, err
+	}
+	m := msg{role: o.str("role"), sp: el}
+	cv, ok := o.get("content")
+	if !ok {
+		return m, nil
+	}
+	m.content = cv
+	if b[cv.s] != '[' {
+		return m, nil
+	}
+	m.array = true
+	els, err := elements(b, cv)
+	if err != nil {
+		return msg{}, err
+	}
+	for _, bel := range els {
+		blk := block{sp: bel, result: -1}
+		if b[bel.s] != '{' {
+			m.blocks = append(m.blocks, blk)
+			continue
+		}
+		bo, err := parseObj(b, bel)
+		if err != nil {
+			return msg{}, err
+		}
+		blk.typ = bo.str("type")
+		_, blk.cache = bo.get("cache_control")
+		switch blk.typ {
+		case "tool_use", "server_tool_use", "mcp_tool_use":
+			cl := call{id: bo.str("id"), name: bo.str("name")}
+			if in, ok := bo.get("input"); ok {
+				cl.input = string(b[in.s:in.e])
+			}
+			if blk.typ == "tool_use" {
+				m.calls = append(m.calls, cl)
+			}
+		case "tool_result":
+			r := result{callID: bo.str("tool_use_id"), obj: bel, key: "content", isError: bo.isTrue("is_error"), block: len(m.blocks)}
+			r.val, _ = bo.get("content")
+			if err := readContent(b, &r); err != nil {
+				return msg{}, err
+			}
+			blk.result = len(m.results)
+			m.results = append(m.results, r)
+		}
+		m.blocks = append(m.blocks, blk)
+	}
+	return m, nil
+}
+
+func parseChatMsg(b []byte, el span) (msg, error) {
+	o, err := parseObj(b, el)
+	if err != nil {
+		return msg{}, err
+	}
+	m := msg{role: o.str("role"), sp: el}
+	m.content, _ = o.get("content")
+	switch m.role {
+	case "assistant":
+		tc, ok := o.get("tool_calls")
+		if !ok || b[tc.s] != '[' {
+			break
+		}
+		els, err := elements(b, tc)
+		if err != nil {
+			return msg{}, err
+		}
+		for _, t := range els {
+			to, err := parseObj(b, t)
+			if err != nil {
+				return msg{}, err
+			}
+			cl := call{id: to.str("id")}
+			if fv, ok := to.get("function"); ok && b[fv.s] == '{' {
+				fo, err := parseObj(b, fv)
+				if err != nil {
+					return msg{}, err
+				}
+				cl.name, cl.input = fo.str("name"), fo.str("arguments")
+			} else if cv, ok := to.get("custom"); ok && b[cv.s] == '{' {
+				co, err := parseObj(b, cv)
+				if err != nil {
+					return msg{}, err
+				}
+				cl.name, cl.input = co.str("name"), co.str("input")
+			}
+			m.calls = append(m.calls, cl)
+		}
+	case "tool":
+		r := result{callID: o.str("tool_call_id"), obj: el, key: "content", val: m.content, block: -1}
+		if err := readContent(b, &r); err != nil {
+			return msg{}, err
+		}
+		m.results = append(m.results, r)
+	}
+	return m, nil
+}
+
+func parseResponsesItem(b []byte, el span) (msg, error) {
+	o, err := parseObj(b, el)
+	if err != nil {
+		return msg{}, err
+	}
+	m := msg{sp: el}
+	typ := o.str("type")
+	switch typ {
+	case "", "message":
+		m.role = o.str("role")
+		m.content, _ = o.get("content")
+	case "function_call", "custom_tool_call":
+		m.role = "assistant"
+		cl := call{id: o.str("call_id"), name: o.str("name")}
+		if typ == "function_call" {
+			cl.input = o.str("arguments")
+		} else {
+			cl.input = o.str("input")
+		}
+		m.calls = append(m.calls, cl)
+	case "function_call_output", "custom_tool_call_output":
+		m.role = "tool"
+		r := result{callID: o.str("call_id"), obj: el, key: "output", block: -1}
+		r.val, _ = o.get("output")
+		if err := readContent(b, &r); err != nil {
+			return msg{}, err
+		}
+		m.results = append(m.results, r)
+	default:
+		// reasoning, web_search_call, local_shell_call, item_reference...:
+		// the model's side of the conversation.
+		m.role = "assistant"
+	}
+	return m, nil
+}
+
+// turn returns the run of consecutive assistant messages around i.
+func (c *conv) turn(i int) (lo, hi int) {
+	lo, hi = i, i
+	for lo > 0 && c.msgs[lo-1].role == "assistant" {
+		lo--
+	}
+	for hi+1 < len(c.msgs) && c.msgs[hi+1].role == "assistant" {
+		hi++
+	}
+	return lo, hi
+}
+
+// lastResultOf returns the index of the last message holding a result of a
+// call of the turn lo..hi, and false when one of its calls has none.
+func (c *conv) lastResultOf(lo, hi int) (int, bool) {
+	last := hi
+	for i := lo; i <= hi; i++ {
+		for _, cl := range c.msgs[i].calls {
+			r, ok := c.res[cl.id]
+			if !ok || r.msg <= hi {
+				return 0, false
+			}
+			last = max(last, r.msg)
+		}
+	}
+	return last, true
+}
+
+func (c *conv) result(callID string) (*result, int, bool) {
+	r, ok := c.res[callID]
+	if !ok {
+		return nil, 0, false
+	}
+	return &c.msgs[r.msg].results[r.idx], r.msg, true
+}
+
+func (c *conv) callName(callID string) string {
+	r, ok := c.calls[callID]
+	if !ok {
+		return ""
+	}
+	return c.msgs[r.msg].calls[r.idx].name
+}
