@@ -2,11 +2,56 @@ package fold
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
+	"unicode/utf8"
 
 	"github.com/foldproxy/foldproxy/fold/modelwire"
+	"github.com/foldproxy/foldproxy/policy"
 )
+
+// The model wire's view of the Manager (modelwire.State).
+//
+// Charges. A tool result the model wire charges is archived in its branch as
+// a call record with Method MethodModelResult and Args the tool-use id; its
+// Result holds the decision (bytes kept, notice) and the full text. That
+// record is written in the same commit as the charge, so the decision
+// survives a restart, and it is the index that makes charges once-only:
+// the decisions of a branch are read back from its archive the first time
+// the branch is seen, then kept in memory. A cut's remainder is stored under
+// the recall handle named in its notice, as on the MCP wire, and the branch
+// is force-returned.
+
+// MethodModelResult is the Method of archived calls charged on the model wire.
+const MethodModelResult = "model/tool_result"
+
+// modelRecord is the Result of an archived model-wire charge.
+type modelRecord struct {
+	ToolUseID string `json:"tool_use_id"`
+	Keep      int    `json:"keep"`
+	Notice    string `json:"notice,omitempty"`
+	Forced    bool   `json:"forced,omitempty"` // this charge force-returned the branch
+	Text      string `json:"text"`
+}
+
+// modelDecisions are a branch's model-wire decisions by tool-use id.
+type modelDecisions struct {
+	mu      sync.Mutex // held while deciding, so a result is charged once
+	loaded  bool
+	byID    map[string]modelwire.Decision
+	endCall string // the tool-use id whose cut force-returned the branch
+}
+
+// ModelContext is the size of a session's main-thread context as the model
+// last saw it, before and after folding.
+type ModelContext struct {
+	TokensBefore int `json:"tokens_before"`
+	TokensAfter  int `json:"tokens_after"`
+	Folded       int `json:"branches_folded"`
+}
 
 // modelState is the Manager seen by the context manager on the model wire.
 type modelState struct{ m *Manager }
@@ -17,13 +62,66 @@ var _ modelwire.State = modelState{}
 // wire (package modelwire) sees it.
 func (m *Manager) ModelState() modelwire.State { return modelState{m} }
 
+// decisions returns branch id's decision table (not loaded).
+func (m *Manager) decisions(id string) *modelDecisions {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.model == nil {
+		m.model = map[string]*modelDecisions{}
+	}
+	d := m.model[id]
+	if d == nil {
+		d = &modelDecisions{byID: map[string]modelwire.Decision{}}
+		m.model[id] = d
+	}
+	return d
+}
+
+// loadLocked reads the branch's model-wire decisions from its archive once.
+// The caller holds d.mu.
+func (m *Manager) loadLocked(ctx context.Context, id string, d *modelDecisions) error {
+	if d.loaded {
+		return nil
+	}
+	const page = 500
+	for from := 0; ; {
+		recs, err := m.store.Calls(ctx, id, from, page)
+		if err != nil {
+			if errors.Is(err, ErrBranchNotFound) {
+				break
+			}
+			return fmt.Errorf("fold: read the archive of %s: %w", id, err)
+		}
+		for _, r := range recs {
+			from = r.Seq + 1
+			if r.Method != MethodModelResult {
+				continue
+			}
+			var mr modelRecord
+			if err := json.Unmarshal([]byte(r.Result), &mr); err != nil {
+				return fmt.Errorf("fold: archived model result %s#%d: %w", id, r.Seq, err)
+			}
+			d.byID[mr.ToolUseID] = modelwire.Decision{Keep: mr.Keep, Notice: mr.Notice}
+			if mr.Forced {
+				d.endCall = mr.ToolUseID
+			}
+		}
+		if len(recs) < page {
+			break
+		}
+	}
+	d.loaded = true
+	return nil
+}
+
 // Branch looks a branch up by id in any session (branch ids are unique).
 func (s modelState) Branch(ctx context.Context, id string) (modelwire.Branch, bool, error) {
+	m := s.m
 	var b *Branch
-	if n := s.m.lookup(id); n != nil {
+	if n := m.lookup(id); n != nil {
 		b = n.cur.Load()
 	} else {
-		got, err := s.m.store.GetBranch(ctx, id)
+		got, err := m.store.GetBranch(ctx, id)
 		if err != nil {
 			if errors.Is(err, ErrBranchNotFound) {
 				return modelwire.Branch{}, false, nil
@@ -32,15 +130,180 @@ func (s modelState) Branch(ctx context.Context, id string) (modelwire.Branch, bo
 		}
 		b = got
 	}
-	return modelwire.Branch{
-		ID:     b.ID,
-		Closed: b.Status != StatusActive,
-		Budget: b.Budget,
-		Used:   b.Used,
-	}, true, nil
+	out := modelwire.Branch{ID: b.ID, Closed: b.Status != StatusActive, Budget: b.Budget, Used: b.Used}
+	if out.Closed {
+		out.Summary = foldSummary(b)
+		if b.Status == StatusForced && b.Reason == ReasonBudget {
+			d := m.decisions(id)
+			d.mu.Lock()
+			err := m.loadLocked(ctx, id, d)
+			out.EndCall = d.endCall
+			d.mu.Unlock()
+			if err != nil {
+				return modelwire.Branch{}, false, err
+			}
+		}
+	}
+	return out, true, nil
 }
 
-// ChargeResult charges a tool result seen on the model wire.
+// foldSummary is what the model sees in place of a closed branch's span.
+func foldSummary(b *Branch) string {
+	var sb strings.Builder
+	if b.Status == StatusReturned {
+		fmt.Fprintf(&sb, "[foldproxy] Branch %s (%q) returned; its work is folded out of this conversation (branch_recall with branch_id %s reads what it received).\nMessage: %s",
+			b.ID, b.Description, b.ID, b.Message)
+		if b.ReturnValue != "" {
+			fmt.Fprintf(&sb, "\nReturn value: %s", b.ReturnValue)
+		}
+		return sb.String()
+	}
+	if b.Summary != "" {
+		return "[foldproxy] " + b.Summary
+	}
+	return fmt.Sprintf("[foldproxy] Branch %s (%q) is %s: %s. branch_recall with branch_id %s reads what it received.", b.ID, b.Description, b.Status, b.Reason, b.ID)
+}
+
+// ChargeResult charges a tool result seen on the model wire to its branch,
+// once per tool-use id; see the comment at the top of this file.
 func (s modelState) ChargeResult(ctx context.Context, branchID, toolUseID, toolName, text string) (modelwire.Decision, error) {
-	return modelwire.Decision{Keep: len(text)}, nil
+	m := s.m
+	d := m.decisions(branchID)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := m.loadLocked(ctx, branchID, d); err != nil {
+		return modelwire.Decision{}, err
+	}
+	if dec, ok := d.byID[toolUseID]; ok {
+		return dec, nil
+	}
+	whole := modelwire.Decision{Keep: len(text)}
+	n := m.lookup(branchID)
+	if n == nil || !n.active() {
+		return whole, nil // a closed branch is charged nothing
+	}
+	var dec modelwire.Decision
+	res, err := m.Charge(ctx, n.session, branchID, func(bud Budget) (Charge, error) {
+		var ch Charge
+		dec, ch = m.fitModel(bud, n.depth == 0, toolUseID, toolName, text)
+		if n.depth > 0 && (ch.Cut || (bud.Total > 0 && bud.Used+ch.Tokens >= bud.Total)) {
+			// Charge force-returns the branch: say so in the record.
+			var mr modelRecord
+			if json.Unmarshal(ch.Result, &mr) == nil {
+				mr.Forced = true
+				ch.Result, _ = json.Marshal(mr)
+			}
+		}
+		return ch, nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrBranchClosed) {
+			return whole, nil
+		}
+		return modelwire.Decision{}, err
+	}
+	d.byID[toolUseID] = dec
+	if res.Forced {
+		d.endCall = toolUseID
+	}
+	return dec, nil
+}
+
+// fitModel decides what of a model-wire result fits the branch's budget.
+// Forced summaries of children (bud.Summaries) are left pending: they are
+// delivered with the branch's next MCP result, and the fold shows them in
+// place of the children's spans anyway.
+func (m *Manager) fitModel(bud Budget, root bool, toolUseID, toolName, text string) (modelwire.Decision, Charge) {
+	bud.Summaries = nil
+	tokens := m.count.CountText(text)
+	ch := Charge{Upstream: "model", Method: MethodModelResult, Name: toolName, Args: toolUseID}
+	rec := modelRecord{ToolUseID: toolUseID, Keep: len(text), Text: text}
+	finish := func(notice string, toks int) (modelwire.Decision, Charge) {
+		rec.Notice = notice
+		ch.Result, _ = json.Marshal(rec)
+		ch.Tokens = toks
+		ch.Level = policy.LevelOf(bud.Used+toks, bud.Total, m.set.Thresholds).String()
+		return modelwire.Decision{Keep: rec.Keep, Notice: notice}, ch
+	}
+	if bud.Remaining < 0 || tokens <= bud.Remaining {
+		// Whole, with a warning when the level rises.
+		lvl := policy.LevelOf(bud.Used+tokens, bud.Total, m.set.Thresholds)
+		if lvl > levelOfName(bud.Level) && lvl > policy.Normal {
+			for t, i := 0, 0; i < 4; i++ {
+				w := policy.LevelOf(bud.Used+tokens+t, bud.Total, m.set.Thresholds)
+				notice := WarningText(bud.Branch, root, bud.Used+tokens+t, bud.Total, w)
+				nt := m.count.CountText("\n\n" + notice)
+				if nt == t || i == 3 {
+					if bud.Remaining < 0 || tokens+nt <= bud.Remaining {
+						return finish(notice, tokens+nt)
+					}
+					break
+				}
+				t = nt
+			}
+		}
+		return finish("", tokens)
+	}
+	// Cut to fit, notice included.
+	ch.Cut = true
+	notice := CutNotice(bud.Branch, bud.Handle, root, bud.Remaining, tokens, false)
+	room := bud.Remaining - m.count.CountText("\n\n"+notice)
+	for i := 0; i < 4; i++ {
+		keep := 0
+		if room > 0 {
+			keep = m.cutText(text, room)
+		}
+		kt := m.count.CountText(text[:keep])
+		notice = CutNotice(bud.Branch, bud.Handle, root, kt, tokens, false)
+		nt := m.count.CountText("\n\n" + notice)
+		if kt+nt <= bud.Remaining || room <= 0 {
+			rec.Keep = keep
+			ch.Rest = []byte(text[keep:])
+			if kt+nt > bud.Remaining {
+				notice = ShortCutNotice(bud.Handle)
+				nt = min(m.count.CountText("\n\n"+notice), bud.Remaining)
+			}
+			return finish(notice, min(kt+nt, max(bud.Remaining, 0)))
+		}
+		room -= kt + nt - bud.Remaining
+	}
+	rec.Keep = 0
+	ch.Rest = []byte(text)
+	notice = ShortCutNotice(bud.Handle)
+	return finish(notice, min(m.count.CountText("\n\n"+notice), max(bud.Remaining, 0)))
+}
+
+// cutText returns the length of the longest prefix of s with at most limit
+// tokens, at a rune boundary: the Counter's own CutText when it has one
+// (clean boundaries), else a binary search.
+func (m *Manager) cutText(s string, limit int) int {
+	if c, ok := m.count.(interface{ CutText(string, int) int }); ok {
+		return c.CutText(s, limit)
+	}
+	align := func(n int) int {
+		for n > 0 && n < len(s) && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		return n
+	}
+	lo, hi := 0, len(s)
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if m.count.CountText(s[:align(mid)]) <= limit {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return align(lo)
+}
+
+// levelOfName parses a level name; unknown names are Normal.
+func levelOfName(name string) policy.Level {
+	for l := policy.Normal; l <= policy.Critical; l++ {
+		if l.String() == name {
+			return l
+		}
+	}
+	return policy.Normal
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/foldproxy/foldproxy/fold"
@@ -343,23 +342,12 @@ func (bi *budgeter) cut(ex *Exchange, bud fold.Budget, rt int, over bool, summar
 
 // cutNotice tells the agent that a result was cut and where the rest is.
 func cutNotice(branch, handle string, root bool, kept, total int, estimated bool) string {
-	of := commas(total)
-	if estimated {
-		of = "about " + of
-	}
-	if root {
-		return fmt.Sprintf("[foldproxy] result cut at %s of %s tokens to fit the main thread's budget. The rest is kept: call branch_recall with handle %q to read it.",
-			commas(kept), of, handle)
-	}
-	return fmt.Sprintf("[foldproxy] result cut at %s of %s tokens to fit branch %s's budget. The rest is kept: call branch_recall with handle %q to read it. This branch has been force-returned; continue in the parent.",
-		commas(kept), of, branch, handle)
+	return fold.CutNotice(branch, handle, root, kept, total, estimated)
 }
 
 // shortCutNotice is the shortest cut notice, for a branch with almost no
 // budget left.
-func shortCutNotice(handle string) string {
-	return fmt.Sprintf("[foldproxy] cut; rest: branch_recall %q", handle)
-}
+func shortCutNotice(handle string) string { return fold.ShortCutNotice(handle) }
 
 // warning returns the notice of a rising warning level for a result of
 // tokens tokens (notices before it included), and the notice's own tokens.
@@ -383,24 +371,7 @@ func (bi *budgeter) warning(ex *Exchange, bud fold.Budget, tokens int) (string, 
 
 // warningText is the one-line notice of a warning level.
 func warningText(branch string, root bool, used, total int, lvl policy.Level) string {
-	pct := 0
-	if total > 0 {
-		pct = int(int64(used) * 100 / int64(total))
-	}
-	who := "branch " + branch
-	var advice string
-	switch {
-	case root:
-		who = "main thread"
-		advice = "Keep tool output small: do large reads inside a branch (branch_create)."
-	case lvl >= policy.Critical:
-		advice = "Call branch_return now: the next large result will be cut and the branch force-returned."
-	case lvl >= policy.Warning:
-		advice = "Wrap up and call branch_return with what you have."
-	default:
-		advice = "Finish the sub-task and call branch_return soon."
-	}
-	return fmt.Sprintf("[foldproxy] %s budget: %s/%s tokens used (%d%%, %s). %s", who, commas(used), commas(total), pct, lvl, advice)
+	return fold.WarningText(branch, root, used, total, lvl)
 }
 
 // level returns the branch's warning level after tokens more tokens; it
@@ -420,24 +391,7 @@ func levelOf(name string) policy.Level {
 }
 
 // commas formats n with thousands separators.
-func commas(n int) string {
-	s := strconv.Itoa(n)
-	neg := strings.HasPrefix(s, "-")
-	if neg {
-		s = s[1:]
-	}
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func commas(n int) string { return fold.Commas(n) }
 
 // noticeArray names the array notices are appended to in a result of
 // method, "" when its results carry no notices.

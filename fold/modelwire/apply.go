@@ -67,6 +67,7 @@ type spanInfo struct {
 	parent     int    // index of the enclosing span, -1 for the main thread
 	br         Branch
 	known      bool // the state knows the branch
+	cutEnd     bool // the span ends at the model-wire cut that force-returned it
 	fold       bool
 	covered    bool // folded, or inside a folded span
 }
@@ -207,7 +208,9 @@ func (a *applier) discover() error {
 			}
 			for x := len(stack) - 1; k < 0 && x >= 0; x-- {
 				sp := &a.spans[stack[x]]
-				if (sp.br.EndCall != "" && sp.br.EndCall == r.callID) || forcedNotice(r.text, sp.id) {
+				if sp.br.EndCall != "" && sp.br.EndCall == r.callID {
+					k, sp.cutEnd = x, true
+				} else if forcedNotice(r.text, sp.id) {
 					k = x
 				}
 			}
@@ -264,6 +267,12 @@ func (a *applier) decideFolds() {
 		sp := &a.spans[k]
 		if sp.parent >= 0 && a.spans[sp.parent].covered {
 			sp.covered = true
+			continue
+		}
+		// A span that ends at the model-wire cut that closed it folds once
+		// the model has answered the request that carried the cut: a
+		// resend of that request gets the same cut, byte for byte.
+		if sp.cutEnd && sp.end == len(a.c.msgs)-1 {
 			continue
 		}
 		if sp.known && sp.br.Closed && sp.end >= sp.start {
@@ -344,7 +353,10 @@ func (a *applier) result(r *result, name string, k int) error {
 		}
 	}
 	dec := Decision{Keep: len(text)}
-	if k >= 0 && a.spans[k].known && !a.spans[k].br.Closed {
+	// Closed spans are asked too: a result cut before its branch closed
+	// keeps its cut (the state remembers decisions; it charges a closed
+	// branch nothing).
+	if k >= 0 && a.spans[k].known {
 		var err error
 		dec, err = a.st.ChargeResult(a.ctx, a.spans[k].id, r.callID, name, text)
 		if err != nil {

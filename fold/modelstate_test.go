@@ -1,0 +1,159 @@
+package fold
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/foldproxy/foldproxy/fold/modelwire"
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+func words(n int, w string) string { return strings.TrimSpace(strings.Repeat(w+" ", n)) }
+
+func TestModelStateChargesOnceAndCuts(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, map[string]any{"budget": 100})
+	st := e.m.ModelState()
+	ctx := t.Context()
+
+	d, err := st.ChargeResult(ctx, id, "tu1", "Read", words(40, "a"))
+	if err != nil || d.Keep != len(words(40, "a")) || d.Notice != "" {
+		t.Fatalf("first charge: %+v, %v", d, err)
+	}
+	if b := e.branch(t, id); b.Used != 40 || b.ByTool["model/Read"] != 40 {
+		t.Fatalf("used %d, by tool %v", b.Used, b.ByTool)
+	}
+	// Same key: same decision, no charge.
+	if d2, _ := st.ChargeResult(ctx, id, "tu1", "Read", words(40, "a")); d2 != d {
+		t.Fatalf("second charge decided %+v, want %+v", d2, d)
+	}
+	if b := e.branch(t, id); b.Used != 40 {
+		t.Fatalf("a resend charged again: used %d", b.Used)
+	}
+	// An overrun: cut to fit with the notice, archived, force-returned.
+	big := words(200, "b")
+	d, err = st.ChargeResult(ctx, id, "tu2", "Bash", big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Keep >= len(big) || !strings.Contains(d.Notice, "branch_recall with handle") || !strings.Contains(d.Notice, "force-returned") {
+		t.Fatalf("cut: %+v", d)
+	}
+	b := e.branch(t, id)
+	if b.Status != StatusForced || b.Reason != ReasonBudget || b.Used > 100 || len(b.Cuts) != 1 {
+		t.Fatalf("after the cut: %+v", b)
+	}
+	kept := len(strings.Fields(big[:d.Keep]))
+	if b.Used != 40+kept+len(strings.Fields(d.Notice)) {
+		t.Fatalf("used %d, want %d", b.Used, 40+kept+len(strings.Fields(d.Notice)))
+	}
+	// The rest is recalled by the handle of the notice.
+	ans := e.mustCall(t, "s1", ToolRecall, map[string]any{"handle": b.Cuts[0], "max_tokens": 1000})
+	if got := fmt.Sprint(ans["text"]); got != big[d.Keep:] {
+		t.Fatalf("recalled %q, want the rest %q", got, big[d.Keep:])
+	}
+	// The branch reports where its span ends; a later result is free.
+	mb, ok, err := st.Branch(ctx, id)
+	if err != nil || !ok || !mb.Closed || mb.EndCall != "tu2" || !strings.Contains(mb.Summary, "force-returned") {
+		t.Fatalf("Branch: %+v %v %v", mb, ok, err)
+	}
+	if d3, _ := st.ChargeResult(ctx, id, "tu3", "Bash", big); d3.Keep != len(big) || d3.Notice != "" {
+		t.Fatalf("a result after the forced return: %+v", d3)
+	}
+}
+
+func TestModelStateWarningNotice(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, map[string]any{"budget": 100})
+	d, err := e.m.ModelState().ChargeResult(t.Context(), id, "tu1", "Read", words(72, "a"))
+	if err != nil || d.Keep != len(words(72, "a")) || !strings.Contains(d.Notice, "budget: 90/100 tokens used (90%, warning)") {
+		t.Fatalf("%+v %v", d, err)
+	}
+}
+
+// Decisions survive a restart: a new Manager on the same Badger store
+// decides the same and charges nothing.
+func TestModelStateDecisionsSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	s1 := openBadgerT(t, dir)
+	e := newEnvStore(t, s1, nil)
+	id := e.create(t, map[string]any{"budget": 50})
+	big := words(120, "c")
+	d1, err := e.m.ModelState().ChargeResult(t.Context(), id, "tu1", "Bash", big)
+	if err != nil || d1.Keep >= len(big) {
+		t.Fatalf("%+v %v", d1, err)
+	}
+	e.m.Close()
+	s1.Close()
+
+	s2 := openBadgerT(t, dir)
+	m2, err := NewManager(t.Context(), Options{Settings: policy.Default().Fold, Store: s2, Counter: wordCounter{}, PruneInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	d2, err := m2.ModelState().ChargeResult(t.Context(), id, "tu1", "Bash", big)
+	if err != nil || d2 != d1 {
+		t.Fatalf("after restart: %+v (%v), want %+v", d2, err, d1)
+	}
+	b, ok, err := m2.ModelState().Branch(t.Context(), id)
+	if err != nil || !ok || b.EndCall != "tu1" {
+		t.Fatalf("after restart: %+v %v %v", b, ok, err)
+	}
+}
+
+// The whole seam: Apply with the Manager as State folds a returned branch
+// found through the fold tools' real answers.
+func TestModelStateApplyFolds(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	createText := mustText(t, e, ToolCreate, map[string]any{"description": "look around", "budget": 1000})
+	var ca struct {
+		BranchID string `json:"branch_id"`
+	}
+	if err := json.Unmarshal([]byte(createText), &ca); err != nil {
+		t.Fatal(err)
+	}
+	conv := func(extra ...any) []byte {
+		msgs := []any{
+			map[string]any{"role": "user", "content": "go"},
+			map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": "c1", "name": "mcp__fp__branch_create", "input": map[string]any{"description": "look around"}}}},
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": "c1", "content": []any{map[string]any{"type": "text", "text": createText}}}}},
+			map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": "r1", "name": "Read", "input": map[string]any{"file_path": "x"}}}},
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": "r1", "content": "FILE-BODY " + words(30, "x")}}},
+		}
+		b, _ := json.Marshal(map[string]any{"model": "m", "messages": append(msgs, extra...)})
+		return b
+	}
+	st := e.m.ModelState()
+	res, err := modelwire.Apply(ctx, modelwire.Anthropic, conv(), st, modelwire.Options{Count: wordCounter{}.CountText})
+	if err != nil || res.Changed {
+		t.Fatalf("open branch: %v %s", err, res.Body)
+	}
+	if b := e.branch(t, ca.BranchID); b.Used != 31 {
+		t.Fatalf("the Read result was not charged: used %d", b.Used)
+	}
+	retText := mustText(t, e, ToolReturn, map[string]any{"message": "found it in x"})
+	res, err = modelwire.Apply(ctx, modelwire.Anthropic, conv(
+		map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": "x1", "name": "mcp__fp__branch_return", "input": map[string]any{"message": "found it in x"}}}},
+		map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": "x1", "content": []any{map[string]any{"type": "text", "text": retText}}}}},
+	), st, modelwire.Options{Count: wordCounter{}.CountText})
+	if err != nil || len(res.Folded) != 1 || strings.Contains(string(res.Body), "FILE-BODY") || !strings.Contains(string(res.Body), "found it in x") {
+		t.Fatalf("fold: %v %+v\n%s", err, res.Folded, res.Body)
+	}
+	if err := modelwire.Check(modelwire.Anthropic, res.Body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustText(t *testing.T, e *testEnv, tool string, args any) string {
+	t.Helper()
+	_, text, ok := e.call(t, "s1", tool, args)
+	if !ok {
+		t.Fatalf("%s refused: %s", tool, text)
+	}
+	return text
+}
