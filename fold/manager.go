@@ -81,7 +81,7 @@ type Manager struct {
 	closed   bool
 	sessions map[string]*session
 	nodes    map[string]*node
-	active   int // active (or being created) non-root branches of the instance
+	active   int                        // active (or being created) non-root branches of the instance
 	model    map[string]*modelDecisions // model-wire decisions by branch (modelstate.go)
 	modelCtx map[string]ModelContext    // the model's last context size by session
 }

@@ -91,4 +91,3 @@ type Result struct {
 	// holds, open or closed, in order of creation.
 	Branches []string
 }
-
