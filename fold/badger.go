@@ -170,6 +170,11 @@ func mib(n int64) string {
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
+// DB returns the underlying Badger database, for the embedded memory
+// backend (fold/memory/badger), which keeps its keys under "mem/". The
+// BadgerStore still owns it: closing the store closes it.
+func (s *BadgerStore) DB() *badger.DB { return s.db }
+
 // badgerLogger adapts slog to Badger's logger at warn level: Badger's info
 // and debug chatter is dropped.
 type badgerLogger struct{ l *slog.Logger }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/foldproxy/foldproxy/fold/memory"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -30,20 +31,21 @@ type createArgs struct {
 	TimeoutSeconds *float64
 	ParentBranchID string
 	DependsOn      []string
+	InjectMemories *bool // nil: inject when memories are on
 }
 
 // createAnswer is branch_create's answer.
 type createAnswer struct {
-	BranchID              string       `json:"branch_id"`
-	ParentBranchID        string       `json:"parent_branch_id"`
-	Depth                 int          `json:"depth"`
-	BudgetAllocated       int          `json:"budget_allocated"`
-	ParentBudgetRemaining int          `json:"parent_budget_remaining"` // -1: unlimited
-	Deadline              string       `json:"deadline"`
-	TimeoutSeconds        float64      `json:"timeout_seconds"`
-	InjectedContext       string       `json:"injected_context"`
-	Dependencies          []dependency `json:"dependencies"`
-	Instructions          string       `json:"instructions"`
+	BranchID              string        `json:"branch_id"`
+	ParentBranchID        string        `json:"parent_branch_id"`
+	Depth                 int           `json:"depth"`
+	BudgetAllocated       int           `json:"budget_allocated"`
+	ParentBudgetRemaining int           `json:"parent_budget_remaining"` // -1: unlimited
+	Deadline              string        `json:"deadline"`
+	TimeoutSeconds        float64       `json:"timeout_seconds"`
+	InjectedContext       []memory.Item `json:"injected_context"`
+	Dependencies          []dependency  `json:"dependencies"`
+	Instructions          string        `json:"instructions"`
 }
 
 // dependency is what a new branch learns of a branch it depended on.
@@ -59,9 +61,10 @@ type dependency struct {
 
 // returnArgs are branch_return's arguments.
 type returnArgs struct {
-	BranchID    string
-	Message     string
-	ReturnValue string
+	BranchID      string
+	Message       string
+	ReturnValue   string
+	ExtractMemory bool
 }
 
 // returnAnswer is branch_return's answer.
@@ -75,6 +78,7 @@ type returnAnswer struct {
 	ReturnValue           string   `json:"return_value,omitempty"`
 	ChildrenForceReturned []string `json:"children_force_returned"`
 	ParentBudgetRemaining int      `json:"parent_budget_remaining"` // -1: unlimited
+	MemoryQueued          bool     `json:"memory_queued"`
 }
 
 func remaining(b *Branch) int {
@@ -152,6 +156,10 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	if err := m.waitDependencies(ctx, deps); err != nil {
 		return nil, err
 	}
+	injected, injectedTokens := []memory.Item{}, 0
+	if a.InjectMemories == nil || *a.InjectMemories {
+		injected, injectedTokens = m.injectMemories(ctx, desc, prompt, budget)
+	}
 
 	if err := parent.lock(ctx); err != nil {
 		return nil, err
@@ -178,6 +186,11 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 		ID: newID("b-", 8), Session: s.id, Parent: parent.id, Depth: parent.depth + 1,
 		Description: desc, Prompt: prompt, Status: StatusActive, Budget: budget,
 		Level: policy.Normal.String(), Created: now, Deadline: now.Add(timeout),
+		Used: injectedTokens,
+	}
+	b.Level = policy.LevelOf(b.Used, b.Budget, m.set.Thresholds).String()
+	for _, it := range injected {
+		b.Injected = append(b.Injected, it.ID)
 	}
 	for _, d := range deps {
 		b.DependsOn = append(b.DependsOn, d.id)
@@ -203,12 +216,17 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 		n.unlock()
 	}
 	m.emit(ctx, branchEvent("created", b))
+	if len(b.Injected) > 0 {
+		if err := m.mem.MarkUsed(wctx, b.Injected, true); err != nil {
+			m.log.Warn("memory: could not record an injection", "branch", b.ID, "err", err)
+		}
+	}
 
 	ans := &createAnswer{
 		BranchID: b.ID, ParentBranchID: parent.id, Depth: b.Depth,
 		BudgetAllocated: budget, ParentBudgetRemaining: remaining(npb),
 		Deadline: b.Deadline.UTC().Format(time.RFC3339), TimeoutSeconds: timeout.Seconds(),
-		Dependencies: []dependency{},
+		Dependencies: []dependency{}, InjectedContext: injected,
 	}
 	for _, d := range deps {
 		db := d.cur.Load()
@@ -435,6 +453,9 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 	} else {
 		parent.cur.Store(npb)
 	}
+	if a.ExtractMemory || (m.mem != nil && m.mem.Settings().ExtractAll) {
+		ans.MemoryQueued = m.extractMemory(wctx, b)
+	}
 	ev := branchEvent("returned", b)
 	ev.Tokens = tokens
 	m.emit(ctx, ev)
@@ -540,6 +561,7 @@ func (m *Manager) closeLocked(ctx context.Context, n *node, st Status, reason st
 	if kind != "returned" { // the caller of a return emits it, with the message tokens
 		m.emit(ctx, branchEvent(kind, nb))
 	}
+	m.memoryOutcome(ctx, nb)
 	return append(closed, n.id), nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/foldproxy/foldproxy/fold/memory"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -38,6 +39,9 @@ type Options struct {
 	Counter Counter
 	// Events receives branch lifecycle events; nil drops them.
 	Events EventSink
+	// Memory, when not nil, gives branches memories (fold/memory): the
+	// memory tools, injection at branch_create, extraction at return.
+	Memory *memory.Service
 	// Logger receives the Manager's own warnings; nil discards them.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Deadline timers always run on
@@ -66,6 +70,7 @@ type Manager struct {
 	scan   Scanner
 	count  Counter
 	events EventSink
+	mem    *memory.Service
 	log    *slog.Logger
 	now    func() time.Time
 	tools  []json.RawMessage
@@ -158,6 +163,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		scan:     opts.Scanner,
 		count:    opts.Counter,
 		events:   opts.Events,
+		mem:      opts.Memory,
 		log:      opts.Logger,
 		now:      opts.Now,
 		sessions: make(map[string]*session),
@@ -169,7 +175,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	if m.now == nil {
 		m.now = time.Now
 	}
-	m.tools, err = buildTools(set)
+	m.tools, err = buildTools(set, m.mem != nil)
 	if err != nil {
 		return nil, err
 	}

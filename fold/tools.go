@@ -22,11 +22,14 @@ const (
 	ToolRecall = "branch_recall"
 )
 
-// ToolNames lists the fold tools, in the order Tools returns them.
+// ToolNames lists the fold tools, in the order Tools returns them; the
+// memory tools follow them when memories are on.
 func ToolNames() []string { return []string{ToolCreate, ToolReturn, ToolStatus, ToolRecall} }
 
-// IsTool reports whether name is one of the fold tools.
-func IsTool(name string) bool { return slices.Contains(ToolNames(), name) }
+// IsTool reports whether name is one of the fold tools or memory tools.
+func IsTool(name string) bool {
+	return slices.Contains(ToolNames(), name) || name == ToolMemoryRecord || name == ToolMemorySearch
+}
 
 // maxToolDescription bounds each tool's description, which every agent
 // loads into its context.
@@ -72,7 +75,7 @@ func prop(typ, desc string, extra ...any) map[string]any {
 }
 
 // buildTools renders the tool definitions for the given settings.
-func buildTools(set policy.Fold) ([]json.RawMessage, error) {
+func buildTools(set policy.Fold, memories bool) ([]json.RawMessage, error) {
 	pct := func(i int) int { return int(math.Round(set.Thresholds[i] * 100)) }
 	defs := []toolDef{
 		{
@@ -98,6 +101,7 @@ func buildTools(set policy.Fold) ([]json.RawMessage, error) {
 				"timeout_seconds":  prop("number", fmt.Sprintf("Seconds before the branch is force-returned (default %d, at most %d).", int(set.DefaultTimeout.D().Seconds()), int(set.MaxTimeout.D().Seconds())), "exclusiveMinimum", 0, "maximum", set.MaxTimeout.D().Seconds()),
 				"parent_branch_id": prop("string", "The parent branch; default: your innermost active branch, else the main thread."),
 				"depends_on":       map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "maxItems": maxDependsOn, "description": "Branches to wait for; their messages and return values come back in the answer."},
+				"inject_memories":  prop("boolean", "Give the branch the most relevant memories of earlier branches as injected_context, charged to its budget (default true)."),
 			}),
 			Annotations: toolAnnotations{Title: "Create a branch"},
 		},
@@ -111,9 +115,10 @@ func buildTools(set policy.Fold) ([]json.RawMessage, error) {
 				"The answer gives the message as the parent sees it (secrets redacted), the tokens the branch used and the sub-branches force-returned. " +
 				"The main thread cannot be returned.",
 			InputSchema: schema([]string{"message"}, map[string]any{
-				"branch_id":    prop("string", "The branch to return; default: your innermost active branch."),
-				"message":      prop("string", "The findings, concise: this is all the parent keeps.", "maxLength", MaxMessage),
-				"return_value": map[string]any{"description": "Optional machine-readable result for dependent branches: a string or any JSON value."},
+				"branch_id":      prop("string", "The branch to return; default: your innermost active branch."),
+				"message":        prop("string", "The findings, concise: this is all the parent keeps.", "maxLength", MaxMessage),
+				"return_value":   map[string]any{"description": "Optional machine-readable result for dependent branches: a string or any JSON value."},
+				"extract_memory": prop("boolean", "Keep this branch's task and message as a memory for later branches on related tasks."),
 			}),
 			Annotations: toolAnnotations{Title: "Return a branch"},
 		},
@@ -147,6 +152,9 @@ func buildTools(set policy.Fold) ([]json.RawMessage, error) {
 			}),
 			Annotations: toolAnnotations{Title: "Recall archived output", ReadOnlyHint: true, IdempotentHint: true},
 		},
+	}
+	if memories {
+		defs = append(defs, memoryToolDefs()...)
 	}
 	out := make([]json.RawMessage, 0, len(defs))
 	for _, d := range defs {
@@ -192,6 +200,16 @@ func (m *Manager) CallTool(ctx context.Context, session, name string, args json.
 		var a recallArgs
 		if a, err = parseRecallArgs(args); err == nil {
 			ans, err = m.recall(ctx, session, a)
+		}
+	case ToolMemoryRecord:
+		var a memoryRecordArgs
+		if a, err = parseMemoryRecordArgs(args); err == nil {
+			ans, err = m.memoryRecord(ctx, session, a)
+		}
+	case ToolMemorySearch:
+		var a memorySearchArgs
+		if a, err = parseMemorySearchArgs(args); err == nil {
+			ans, err = m.memorySearch(ctx, session, a)
 		}
 	default:
 		return nil, fmt.Errorf("%w: fold: unknown tool %q; the fold tools are %s", ErrInvalidArgument, name, strings.Join(ToolNames(), ", "))
@@ -425,7 +443,7 @@ func (a *args) ids(name string) ([]string, error) {
 
 func parseCreateArgs(raw json.RawMessage) (createArgs, error) {
 	var c createArgs
-	a, err := readArgs(ToolCreate, raw, "description", "prompt", "budget", "timeout_seconds", "parent_branch_id", "depends_on")
+	a, err := readArgs(ToolCreate, raw, "description", "prompt", "budget", "timeout_seconds", "parent_branch_id", "depends_on", "inject_memories")
 	if err != nil {
 		return c, err
 	}
@@ -444,13 +462,22 @@ func parseCreateArgs(raw json.RawMessage) (createArgs, error) {
 	if c.ParentBranchID, err = a.id("parent_branch_id"); err != nil {
 		return c, err
 	}
-	c.DependsOn, err = a.ids("depends_on")
-	return c, err
+	if c.DependsOn, err = a.ids("depends_on"); err != nil {
+		return c, err
+	}
+	if _, ok := a.fields["inject_memories"]; ok {
+		v, err := a.boolean("inject_memories")
+		if err != nil {
+			return c, err
+		}
+		c.InjectMemories = &v
+	}
+	return c, nil
 }
 
 func parseReturnArgs(raw json.RawMessage) (returnArgs, error) {
 	var r returnArgs
-	a, err := readArgs(ToolReturn, raw, "branch_id", "message", "return_value")
+	a, err := readArgs(ToolReturn, raw, "branch_id", "message", "return_value", "extract_memory")
 	if err != nil {
 		return r, err
 	}
@@ -460,7 +487,10 @@ func parseReturnArgs(raw json.RawMessage) (returnArgs, error) {
 	if r.Message, err = a.str("message", true); err != nil {
 		return r, err
 	}
-	r.ReturnValue, err = a.anyJSON("return_value")
+	if r.ReturnValue, err = a.anyJSON("return_value"); err != nil {
+		return r, err
+	}
+	r.ExtractMemory, err = a.boolean("extract_memory")
 	return r, err
 }
 

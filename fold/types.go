@@ -69,6 +69,9 @@ type Branch struct {
 	Message     string         `json:"message,omitempty"`    // the return message as the parent sees it
 	ReturnValue string         `json:"returnValue,omitempty"`
 	Summary     string         `json:"summary,omitempty"` // automatic summary of a forced return
+	// Injected lists the memories injected into the branch at its
+	// creation, whose confidence its outcome moves.
+	Injected []string `json:"injected,omitempty"`
 	// SummaryDelivered is set once the forced-return summary has been
 	// appended to a result of the parent.
 	SummaryDelivered bool `json:"summaryDelivered,omitempty"`

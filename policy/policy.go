@@ -75,6 +75,7 @@ type Settings struct {
 	Scrub     Scrub               `json:"scrub"`
 	Audit     Audit               `json:"audit"`
 	Metrics   Metrics             `json:"metrics"`
+	Memory    Memory              `json:"memory"`
 	Upstreams map[string]Upstream `json:"upstreams,omitempty"`
 }
 
@@ -103,6 +104,75 @@ type Fold struct {
 	// caution, warning and critical. Default [0.70, 0.85, 0.95].
 	Thresholds []float64 `json:"thresholds,omitempty"`
 }
+
+// Memory configures memories: what one branch learned, offered to the
+// branches that come after it (see fold/memory).
+type Memory struct {
+	// Disabled turns memories off: no extraction, no injection, no
+	// memory_record or memory_search tools.
+	Disabled bool `json:"disabled,omitempty"`
+	// Backend is "badger" (default: the embedded state store) or "qdrant".
+	Backend string `json:"backend,omitempty"`
+	// MaxItems bounds the memories injected into one branch. Default 10.
+	MaxItems int `json:"maxItems,omitempty"`
+	// MinConfidence is the confidence a memory needs to be injected.
+	// Default 0.7.
+	MinConfidence float64 `json:"minConfidence,omitempty"`
+	// InjectionRatio is the fraction of a branch's budget that injected
+	// memories may take. Default 0.2.
+	InjectionRatio float64 `json:"injectionRatio,omitempty"`
+	// BlockSuspicious keeps memories that match a prompt-injection pattern
+	// out of injection and search answers. Default true.
+	BlockSuspicious *bool `json:"blockSuspicious,omitempty"`
+	// ExtractAll makes every successfully returned branch a memory
+	// candidate, not only those returned with extract_memory: true.
+	ExtractAll bool `json:"extractAll,omitempty"`
+	// InitialConfidence is a new memory's confidence. Default 0.8.
+	InitialConfidence float64 `json:"initialConfidence,omitempty"`
+	// Reward is added to a memory's confidence when a branch it was
+	// injected into returns; Penalty is taken off when that branch is
+	// force-returned. Default 0.05 and 0.15.
+	Reward  float64 `json:"reward,omitempty"`
+	Penalty float64 `json:"penalty,omitempty"`
+	// MaxUnused ages memories out: one neither injected, found nor updated
+	// for this long is forgotten. Default 2160h (90 days).
+	MaxUnused Duration `json:"maxUnused,omitempty"`
+	// MergeSimilarity is the term overlap (Jaccard) above which a new
+	// memory merges into an existing one. Default 0.6.
+	MergeSimilarity float64 `json:"mergeSimilarity,omitempty"`
+	// Project scopes memories; default: the config file's folder name.
+	Project string `json:"project,omitempty"`
+	// Principal is who this proxy's sessions act for; memories of another
+	// principal are marked untrusted. Default: the operating system user.
+	Principal string `json:"principal,omitempty"`
+	// Qdrant locates the Qdrant backend.
+	Qdrant Qdrant `json:"qdrant"`
+	// Embeddings, when URL is set, adds dense embeddings from an
+	// OpenAI-compatible /v1/embeddings endpoint to lexical retrieval.
+	Embeddings Embeddings `json:"embeddings"`
+}
+
+// Qdrant locates a Qdrant server (gRPC).
+type Qdrant struct {
+	// URL is the gRPC address, "host:port" or "http(s)://host:port".
+	// Default: the QDRANT_URL environment variable, else localhost:6334.
+	URL string `json:"url,omitempty"`
+	// APIKey defaults to the QDRANT_API_KEY environment variable.
+	APIKey string `json:"apiKey,omitempty"`
+	// Collection is the collection name prefix; the project is appended.
+	// Default "foldproxy_memories".
+	Collection string `json:"collection,omitempty"`
+}
+
+// Embeddings configures an OpenAI-compatible embeddings endpoint.
+type Embeddings struct {
+	URL    string `json:"url,omitempty"` // e.g. http://localhost:8080/v1/embeddings
+	Model  string `json:"model,omitempty"`
+	APIKey string `json:"apiKey,omitempty"` // default: the EMBEDDINGS_API_KEY environment variable
+}
+
+// BlockSuspiciousEnabled reports memory.blockSuspicious (default true).
+func (m Memory) BlockSuspiciousEnabled() bool { return m.BlockSuspicious == nil || *m.BlockSuspicious }
 
 // Tokens selects the token encoding.
 type Tokens struct {
@@ -191,9 +261,92 @@ func Default() Settings {
 			Thresholds:        []float64{0.70, 0.85, 0.95},
 		},
 		Tokens: Tokens{Encoding: "o200k_base", ImageTokens: 1600, AudioTokens: 800},
+		Memory: DefaultMemory(),
 		Scrub:  Scrub{Timeout: Duration(10 * time.Second), ChunkBytes: 64 << 10, OverlapBytes: 4 << 10},
 		Audit:  Audit{MaxBytes: 64 << 20, MaxFiles: 5, Fsync: "interval", FsyncInterval: Duration(time.Second)},
 	}
+}
+
+// DefaultMemory returns the memory settings with every default filled in.
+func DefaultMemory() Memory {
+	t := true
+	return Memory{
+		Backend: "badger", MaxItems: 10, MinConfidence: 0.7, InjectionRatio: 0.2,
+		BlockSuspicious: &t, InitialConfidence: 0.8, Reward: 0.05, Penalty: 0.15,
+		MaxUnused: Duration(90 * 24 * time.Hour), MergeSimilarity: 0.6,
+		Qdrant: Qdrant{Collection: "foldproxy_memories"},
+	}
+}
+
+// FillMemory replaces the zero fields of m by their defaults.
+func FillMemory(m Memory) Memory {
+	d := DefaultMemory()
+	if m.Backend == "" {
+		m.Backend = d.Backend
+	}
+	if m.MaxItems == 0 {
+		m.MaxItems = d.MaxItems
+	}
+	fl := func(v *float64, def float64) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	fl(&m.MinConfidence, d.MinConfidence)
+	fl(&m.InjectionRatio, d.InjectionRatio)
+	fl(&m.InitialConfidence, d.InitialConfidence)
+	fl(&m.Reward, d.Reward)
+	fl(&m.Penalty, d.Penalty)
+	fl(&m.MergeSimilarity, d.MergeSimilarity)
+	if m.BlockSuspicious == nil {
+		m.BlockSuspicious = d.BlockSuspicious
+	}
+	if m.MaxUnused == 0 {
+		m.MaxUnused = d.MaxUnused
+	}
+	if m.Qdrant.Collection == "" {
+		m.Qdrant.Collection = d.Qdrant.Collection
+	}
+	return m
+}
+
+// Validate checks the memory settings (defaults filled) and returns an
+// error naming the first bad field.
+func (m Memory) Validate() error {
+	switch m.Backend {
+	case "badger":
+	default:
+		return invalid("memory.backend", "%q is not one of badger", m.Backend)
+	}
+	if m.MaxItems < 0 || m.MaxItems > 100 {
+		return invalid("memory.maxItems", "%d must be between 1 and 100", m.MaxItems)
+	}
+	fractions := []struct {
+		name string
+		v    float64
+	}{
+		{"memory.minConfidence", m.MinConfidence},
+		{"memory.injectionRatio", m.InjectionRatio},
+		{"memory.initialConfidence", m.InitialConfidence},
+		{"memory.reward", m.Reward},
+		{"memory.penalty", m.Penalty},
+		{"memory.mergeSimilarity", m.MergeSimilarity},
+	}
+	for _, f := range fractions {
+		if !(f.v >= 0 && f.v <= 1) {
+			return invalid(f.name, "%v must be between 0 and 1", f.v)
+		}
+	}
+	if m.MaxUnused < 0 {
+		return invalid("memory.maxUnused", "%s must not be negative", m.MaxUnused.D())
+	}
+	if strings.ContainsAny(m.Qdrant.Collection, " /\\\t\n") {
+		return invalid("memory.qdrant.collection", "%q must contain no spaces or slashes", m.Qdrant.Collection)
+	}
+	if m.Embeddings.URL != "" && !strings.HasPrefix(m.Embeddings.URL, "http://") && !strings.HasPrefix(m.Embeddings.URL, "https://") {
+		return invalid("memory.embeddings.url", "%q must be an http:// or https:// URL", m.Embeddings.URL)
+	}
+	return nil
 }
 
 // Parse decodes foldproxy's settings object (the value under Key; nil or
@@ -270,6 +423,7 @@ func (s *Settings) fill() {
 	num(&s.Audit.MaxFiles, d.Audit.MaxFiles)
 	str(&s.Audit.Fsync, d.Audit.Fsync)
 	dur(&s.Audit.FsyncInterval, d.Audit.FsyncInterval)
+	s.Memory = FillMemory(s.Memory)
 }
 
 func invalid(field, format string, args ...any) error {
@@ -349,6 +503,9 @@ func (s Settings) Validate() error {
 	case "always", "interval", "never":
 	default:
 		return invalid("audit.fsync", "%q is not one of always, interval, never", s.Audit.Fsync)
+	}
+	if err := s.Memory.Validate(); err != nil {
+		return err
 	}
 	for name, u := range s.Upstreams {
 		if u.Prefix != nil && strings.ContainsAny(*u.Prefix, " \t\n/") {

@@ -541,7 +541,7 @@ func (s *Server) callTool(ctx context.Context, sess *Session, params json.RawMes
 		ex.Name = name
 		ex.Params = params
 		h := s.control
-		if name == "branch_recall" {
+		if fold.ChargedTool(name) {
 			h = s.recall
 		}
 		return s.finish(ctx, sess, ex, h, out)

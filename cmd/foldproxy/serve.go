@@ -249,9 +249,19 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer auditor.Close()
+	mem, err := openMemory(ctx, memoryDefaults(st.Memory, cfg.Dir), memoryDeps{
+		store: store, scrub: scrubFunc(scrubber, st.Scrub.Timeout.D()), count: counter.CountText, logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	if mem != nil {
+		defer mem.Store().Close()
+		go ageMemories(ctx, mem, logger)
+	}
 	mgr, err := fold.NewManager(ctx, fold.Options{
 		Settings: st.Fold, Store: store, Scanner: scrubber, Counter: counter,
-		Events: sinks{auditor, metrics}, Logger: logger,
+		Events: sinks{auditor, metrics}, Logger: logger, Memory: mem,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,278 @@
+// Package badger is the embedded memory backend: memories live in the
+// project's Badger state store (keys "mem/<id>"), and an inverted index of
+// their lexical sparse vectors, rebuilt in memory when the store opens,
+// answers searches without scanning every memory.
+//
+// Why not a library: the index has to rank exactly as Qdrant's sparse
+// vectors with the IDF modifier do (so that both backends agree), keep its
+// data in the Badger store foldproxy already has, and stay small. Bleve,
+// the one well-kept Go full-text library, brings its own storage engine and
+// its own scoring; the inverted index here is about a hundred lines.
+package badger
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"slices"
+	"sync"
+
+	badgerdb "github.com/dgraph-io/badger/v4"
+
+	"github.com/foldproxy/foldproxy/fold/memory"
+)
+
+var _ memory.Store = (*Store)(nil)
+
+const prefix = "mem/"
+
+func key(id string) []byte { return []byte(prefix + url.PathEscape(id)) }
+
+// record is a memory as stored: the memory and its dense vector, which
+// memory.Memory keeps out of its JSON.
+type record struct {
+	*memory.Memory
+	DenseVec []float32 `json:"dense,omitempty"`
+}
+
+// Store keeps memories in a Badger database it does not own.
+type Store struct {
+	db *badgerdb.DB
+
+	mu       sync.RWMutex
+	docs     map[string]*doc   // by memory id
+	projects map[string]*index // by project
+}
+
+// doc is one indexed memory.
+type doc struct {
+	m      *memory.Memory
+	sparse memory.Sparse
+	slot   uint32
+}
+
+type posting struct {
+	slot uint32
+	w    float32
+}
+
+// index is the inverted index of one project.
+type index struct {
+	postings map[uint32][]posting // by term id; one posting per memory holding the term
+	slots    []*doc               // by slot; nil when free
+	free     []uint32
+	n        int // live memories
+}
+
+// Open loads every memory from db and indexes it. Close does not close db.
+func Open(ctx context.Context, db *badgerdb.DB) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: memory/badger: the database is nil", memory.ErrInvalid)
+	}
+	s := &Store{db: db, docs: map[string]*doc{}, projects: map[string]*index{}}
+	err := db.View(func(txn *badgerdb.Txn) error {
+		o := badgerdb.DefaultIteratorOptions
+		o.Prefix = []byte(prefix)
+		it := txn.NewIterator(o)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var r record
+			err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &r) })
+			if err != nil || r.Memory == nil {
+				return fmt.Errorf("memory/badger: decode %q: %v", it.Item().Key(), err)
+			}
+			r.Memory.Dense = r.DenseVec
+			s.indexLocked(r.Memory)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("memory/badger: load: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Store) project(p string) *index {
+	ix := s.projects[p]
+	if ix == nil {
+		ix = &index{postings: map[uint32][]posting{}}
+		s.projects[p] = ix
+	}
+	return ix
+}
+
+// indexLocked adds or replaces m in the index; the caller holds mu.
+func (s *Store) indexLocked(m *memory.Memory) {
+	if old := s.docs[m.ID]; old != nil {
+		if old.m.Project == m.Project && old.m.Text() == m.Text() {
+			old.m = m // only counters or confidence changed
+			return
+		}
+		s.unindexLocked(old)
+	}
+	ix := s.project(m.Project)
+	d := &doc{m: m, sparse: memory.DocVector(m.Text())}
+	if n := len(ix.free); n > 0 {
+		d.slot = ix.free[n-1]
+		ix.free = ix.free[:n-1]
+		ix.slots[d.slot] = d
+	} else {
+		d.slot = uint32(len(ix.slots))
+		ix.slots = append(ix.slots, d)
+	}
+	for i, t := range d.sparse.Indices {
+		ix.postings[t] = append(ix.postings[t], posting{d.slot, d.sparse.Values[i]})
+	}
+	ix.n++
+	s.docs[m.ID] = d
+}
+
+func (s *Store) unindexLocked(d *doc) {
+	ix := s.projects[d.m.Project]
+	for _, t := range d.sparse.Indices {
+		ps := ix.postings[t]
+		if i := slices.IndexFunc(ps, func(p posting) bool { return p.slot == d.slot }); i >= 0 {
+			ps[i] = ps[len(ps)-1]
+			ps = ps[:len(ps)-1]
+		}
+		if len(ps) == 0 {
+			delete(ix.postings, t)
+		} else {
+			ix.postings[t] = ps
+		}
+	}
+	ix.slots[d.slot] = nil
+	ix.free = append(ix.free, d.slot)
+	ix.n--
+	delete(s.docs, d.m.ID)
+}
+
+// Put implements memory.Store.
+func (s *Store) Put(ctx context.Context, m *memory.Memory) error {
+	if m == nil || m.ID == "" {
+		return fmt.Errorf("%w: memory/badger: a memory needs an id", memory.ErrInvalid)
+	}
+	m = m.Clone()
+	v, err := json.Marshal(record{Memory: m, DenseVec: m.Dense})
+	if err != nil {
+		return fmt.Errorf("memory/badger: encode %s: %w", m.ID, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.db.Update(func(txn *badgerdb.Txn) error { return txn.Set(key(m.ID), v) }); err != nil {
+		return fmt.Errorf("memory/badger: put %s: %w", m.ID, err)
+	}
+	s.indexLocked(m)
+	return nil
+}
+
+// Get implements memory.Store.
+func (s *Store) Get(_ context.Context, id string) (*memory.Memory, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	d := s.docs[id]
+	if d == nil {
+		return nil, fmt.Errorf("%w: %s", memory.ErrNotFound, id)
+	}
+	return d.m.Clone(), nil
+}
+
+// Delete implements memory.Store.
+func (s *Store) Delete(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.docs[id]
+	if d == nil {
+		return fmt.Errorf("%w: %s", memory.ErrNotFound, id)
+	}
+	if err := s.db.Update(func(txn *badgerdb.Txn) error { return txn.Delete(key(id)) }); err != nil {
+		return fmt.Errorf("memory/badger: delete %s: %w", id, err)
+	}
+	s.unindexLocked(d)
+	return nil
+}
+
+// List implements memory.Store.
+func (s *Store) List(_ context.Context, project string, all bool) ([]*memory.Memory, error) {
+	s.mu.RLock()
+	out := make([]*memory.Memory, 0, len(s.docs))
+	for _, d := range s.docs {
+		if all || d.m.Project == project {
+			out = append(out, d.m.Clone())
+		}
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *memory.Memory) int {
+		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+// Count implements memory.Store.
+func (s *Store) Count(_ context.Context, project string) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if ix := s.projects[project]; ix != nil {
+		return ix.n, nil
+	}
+	return 0, nil
+}
+
+// Search implements memory.Store: the memories sharing a term with the
+// query are scored from the postings of the query's terms alone.
+func (s *Store) Search(ctx context.Context, q memory.Query) ([]memory.Hit, error) {
+	if q.Limit <= 0 {
+		return nil, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ix := s.projects[q.Project]
+	if ix == nil || ix.n == 0 {
+		return nil, nil
+	}
+	scores := make([]float32, len(ix.slots))
+	var touched []uint32
+	for i, t := range q.Sparse.Indices {
+		ps := ix.postings[t]
+		if len(ps) == 0 {
+			continue
+		}
+		w := float32(memory.IDF(ix.n, len(ps))) * q.Sparse.Values[i]
+		for _, p := range ps {
+			if scores[p.slot] == 0 {
+				touched = append(touched, p.slot)
+			}
+			scores[p.slot] += w * p.w
+		}
+	}
+	hits := make([]memory.Hit, 0, min(len(touched), 4*q.Limit))
+	for _, slot := range touched {
+		d := ix.slots[slot]
+		if !memory.Admit(d.m, q) {
+			continue
+		}
+		hits = append(hits, memory.Hit{Memory: d.m, Score: float64(scores[slot])})
+	}
+	hits = memory.Rank(hits, q)
+	for i := range hits {
+		hits[i].Memory = hits[i].Memory.Clone()
+	}
+	return hits, nil
+}
+
+// Close implements memory.Store; the database stays open.
+func (s *Store) Close() error { return nil }

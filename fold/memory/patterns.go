@@ -1,0 +1,99 @@
+package memory
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Pattern is one prompt-injection rule: text that tries to steer the agent
+// that will be shown the memory rather than inform it. Rules are data, as
+// gitleaks' are: an id, keywords that must appear (a cheap prefilter, any
+// one of them, lowercase) and a regular expression.
+type Pattern struct {
+	ID       string
+	Keywords []string
+	Re       *regexp.Regexp
+}
+
+// Patterns are the injection rules. Hidden control characters and
+// invisible Unicode are checked separately (see Flags).
+var Patterns = []Pattern{
+	{
+		ID:       "ignore-instructions",
+		Keywords: []string{"ignore", "disregard", "forget", "override", "bypass"},
+		Re:       regexp.MustCompile(`(?is)\b(ignore|disregard|forget|override|bypass)\b.{0,40}\b(previous|prior|above|earlier|preceding|all|any|your|the|system|safety)\b.{0,40}\b(instructions?|prompts?|rules|directions|guidelines|guardrails|messages?)\b`),
+	},
+	{
+		ID:       "role-override",
+		Keywords: []string{"you are now", "from now on", "new instructions", "system prompt", "developer mode"},
+		Re:       regexp.MustCompile(`(?i)\b(you are now (a|an|in|the)\b|from now on,? you\b|new instructions?\s*:|(reveal|print|show|repeat|leak)\s+(your|the)\s+system prompt|developer mode)`),
+	},
+	{
+		ID:       "call-tools",
+		Keywords: []string{"call", "invoke", "execute", "run", "<tool", "<function", "tool_use"},
+		Re:       regexp.MustCompile(`(?i)(<\s*(tool_call|function_calls?|invoke|antml)\b|"type"\s*:\s*"tool_use"|\b(you must|you should|always|immediately|silently|secretly|automatically)\s+(call|invoke|execute|run|use)\s+(the\s+)?[\w./-]*\s*(tool|function|command)\b|\b(call|invoke|execute|run)\s+(the\s+)?[\w./-]+\s+(tool|function)\s+(without|before)\s+(asking|telling|confirm\w*|informing|the user))`),
+	},
+	{
+		ID:       "exfiltrate",
+		Keywords: []string{"send", "upload", "post", "exfiltrat", "leak", "forward", "transmit", "curl", "wget", "email"},
+		Re:       regexp.MustCompile(`(?is)(\bexfiltrat\w*|\b(send|upload|post|leak|forward|transmit|email|copy)\b.{0,60}\b(secrets?|credentials?|tokens?|api[ _-]?keys?|passwords?|env(ironment)?\s+var\w*|\.env\b|ssh keys?|private keys?|cookies?)\b.{0,60}\b(to|at|into)\s+(https?://|[\w.+-]+@[\w-]+\.|[\w-]+\.[a-z]{2,}\b|an? (external|remote|attacker|third))|\b(curl|wget)\b[^\n]{0,200}\$\{?[A-Z_]*(KEY|TOKEN|SECRET|PASS\w*)\b)`),
+	},
+}
+
+// Flags returns the ids of the injection patterns text matches, in the
+// order of Patterns, then "control-chars" and "invisible-unicode". An
+// empty result means the text looks benign.
+func Flags(text string) []string {
+	var out []string
+	lower := strings.ToLower(text)
+	for _, p := range Patterns {
+		hit := false
+		for _, k := range p.Keywords {
+			if strings.Contains(lower, k) {
+				hit = true
+				break
+			}
+		}
+		if hit && p.Re.MatchString(text) {
+			out = append(out, p.ID)
+		}
+	}
+	ctrl, invisible := false, false
+	for _, r := range text {
+		switch {
+		case r == '\t' || r == '\n' || r == '\r':
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+			ctrl = true
+		case isInvisible(r):
+			invisible = true
+		}
+	}
+	if ctrl {
+		out = append(out, "control-chars")
+	}
+	if invisible {
+		out = append(out, "invisible-unicode")
+	}
+	return out
+}
+
+// isInvisible reports format characters that render as nothing but can
+// carry hidden instructions: zero-width characters, bidirectional
+// controls, word joiners, the byte order mark and Unicode tag characters.
+func isInvisible(r rune) bool {
+	switch {
+	case r == 0x00ad, r == 0x034f, r == 0x061c, r == 0x180e:
+		return true
+	case r >= 0x200b && r <= 0x200f:
+		return true
+	case r >= 0x202a && r <= 0x202e:
+		return true
+	case r >= 0x2060 && r <= 0x2069:
+		return true
+	case r == 0xfeff:
+		return true
+	case r >= 0xe0000 && r <= 0xe007f:
+		return true
+	}
+	return false
+}

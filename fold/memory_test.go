@@ -1,0 +1,202 @@
+package fold
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	badgerdb "github.com/dgraph-io/badger/v4"
+
+	"github.com/foldproxy/foldproxy/fold/memory"
+	membadger "github.com/foldproxy/foldproxy/fold/memory/badger"
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+// failingStore is a memory store whose searches fail.
+type failingStore struct{ memory.Store }
+
+func (failingStore) Search(context.Context, memory.Query) ([]memory.Hit, error) {
+	return nil, errors.New("disk on fire")
+}
+
+// newMemEnv returns a test environment whose Manager has memories on a
+// Badger store in memory; wrap, when not nil, wraps the memory store.
+func newMemEnv(t testing.TB, wrap func(memory.Store) memory.Store) (*testEnv, *memory.Service) {
+	t.Helper()
+	db, err := badgerdb.Open(badgerdb.DefaultOptions("").WithInMemory(true).WithLogger(nil).WithMemTableSize(4 << 20).WithValueThreshold(64 << 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	var st memory.Store
+	if st, err = membadger.Open(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	if wrap != nil {
+		st = wrap(st)
+	}
+	svc, err := memory.New(memory.Options{
+		Settings: policy.Memory{Project: "p", Principal: "alice"}, Store: st,
+		Count: wordCounter{}.CountText,
+		Scrub: func(ctx context.Context, s string) (string, error) {
+			clean, _, err := fakeScanner{}.ScrubText(ctx, s)
+			return clean, err
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := NewMemStore()
+	m, err := NewManager(t.Context(), Options{
+		Settings: policy.Default().Fold, Store: store, Scanner: fakeScanner{}, Counter: wordCounter{},
+		PruneInterval: -1, Memory: svc,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if err := m.OpenSession(t.Context(), SessionRecord{ID: "s1", Transport: "stdio"}); err != nil {
+		t.Fatal(err)
+	}
+	return &testEnv{m: m, store: store, events: &events{}}, svc
+}
+
+func injectedOf(t testing.TB, ans map[string]any) []memory.Item {
+	t.Helper()
+	raw, _ := json.Marshal(ans["injected_context"])
+	var items []memory.Item
+	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
+		t.Fatalf("injected_context %s: %v", raw, err)
+	}
+	return items
+}
+
+func TestMemoryExtractAndInject(t *testing.T) {
+	e, svc := newMemEnv(t, nil)
+	// Without memories, a branch gets an empty injected_context.
+	ans := e.mustCall(t, "s1", ToolCreate, map[string]any{"description": "fix the django admin changelist filter", "budget": 1000})
+	if items := injectedOf(t, ans); len(items) != 0 {
+		t.Fatalf("injected %v from an empty store", items)
+	}
+	id := ans["branch_id"].(string)
+	ret := e.mustCall(t, "s1", ToolReturn, map[string]any{"branch_id": id, "extract_memory": true,
+		"message": "The changelist filter needed list_select_related on the admin; the SECRET was in settings.py."})
+	if ret["memory_queued"] != true {
+		t.Fatalf("memory_queued = %v, want true", ret["memory_queued"])
+	}
+	mems, _ := svc.Store().List(t.Context(), "p", false)
+	if len(mems) != 1 || mems[0].Provenance.Branch != id || mems[0].Provenance.Origin != memory.OriginExtracted ||
+		mems[0].Provenance.Session != "s1" || mems[0].Provenance.Principal != "alice" || strings.Contains(mems[0].Content, "SECRET") {
+		t.Fatalf("extracted %+v", mems)
+	}
+	// A return without extract_memory queues nothing.
+	id2 := e.create(t, map[string]any{"description": "read sympy printing code"})
+	if ret := e.mustCall(t, "s1", ToolReturn, map[string]any{"branch_id": id2, "message": "StrPrinter handles Pow"}); ret["memory_queued"] != false {
+		t.Fatalf("memory_queued = %v without extract_memory", ret["memory_queued"])
+	}
+	// A related branch gets it injected, charged to its budget.
+	ans = e.mustCall(t, "s1", ToolCreate, map[string]any{"description": "django admin changelist is slow", "budget": 1000})
+	items := injectedOf(t, ans)
+	if len(items) != 1 || items[0].ID != mems[0].ID || items[0].Type != memory.KindLesson || items[0].Confidence != 0.8 {
+		t.Fatalf("injected %+v", items)
+	}
+	b := e.branch(t, ans["branch_id"].(string))
+	if b.Used != items[0].Tokens || b.Used > 200 || len(b.Injected) != 1 {
+		t.Fatalf("branch used %d, injected %v; want %d tokens charged", b.Used, b.Injected, items[0].Tokens)
+	}
+	// Its success raises the memory's confidence.
+	e.mustCall(t, "s1", ToolReturn, map[string]any{"branch_id": b.ID, "message": "done"})
+	if m, _ := svc.Store().Get(t.Context(), mems[0].ID); m.Confidence != 0.85 || m.Successes != 1 || m.Injected != 1 {
+		t.Fatalf("after success: %+v", m)
+	}
+	// inject_memories:false opts out; a budget too small for the memory gets none.
+	ans = e.mustCall(t, "s1", ToolCreate, map[string]any{"description": "django admin changelist", "inject_memories": false})
+	if items := injectedOf(t, ans); len(items) != 0 {
+		t.Fatalf("inject_memories false: %v", items)
+	}
+	e.mustCall(t, "s1", ToolReturn, map[string]any{"message": "x"})
+	ans = e.mustCall(t, "s1", ToolCreate, map[string]any{"description": "django admin changelist", "budget": 20})
+	if items := injectedOf(t, ans); len(items) != 0 {
+		t.Fatalf("budget 20 (4 tokens for memories): %v", items)
+	}
+}
+
+func TestMemoryForcedBranchLeavesAntiPattern(t *testing.T) {
+	e, svc := newMemEnv(t, nil)
+	rec := e.mustCall(t, "s1", ToolMemoryRecord, map[string]any{"title": "astropy units", "content": "read every units module file one by one", "tags": []string{"astropy"}})
+	memID := rec["memory_id"].(string)
+	ans := e.mustCall(t, "s1", ToolCreate, map[string]any{"description": "astropy units conversion bug", "prompt": "find why units convert wrongly", "budget": 100})
+	id := ans["branch_id"].(string)
+	if items := injectedOf(t, ans); len(items) != 1 || items[0].ID != memID {
+		t.Fatalf("injected %v, want the recorded memory", items)
+	}
+	if res, _, err := e.charge(t, "s1", id, 500); err != nil || !res.Forced {
+		t.Fatalf("charge: %+v %v", res, err)
+	}
+	m, _ := svc.Store().Get(t.Context(), memID)
+	if m.Confidence != 0.65 || m.Failures != 1 {
+		t.Fatalf("after a forced return: confidence %v failures %d", m.Confidence, m.Failures)
+	}
+	mems, _ := svc.Store().List(t.Context(), "p", false)
+	var anti *memory.Memory
+	for _, x := range mems {
+		if x.Kind == memory.KindAntiPattern {
+			anti = x
+		}
+	}
+	if anti == nil || !strings.Contains(anti.Title, "astropy units conversion bug") || !strings.Contains(anti.Content, ReasonBudget) ||
+		!strings.Contains(anti.Content, "find why units convert wrongly") || anti.Provenance.Branch != id {
+		t.Fatalf("anti-pattern %+v", anti)
+	}
+	// memory_search finds both, with the anti-pattern typed as such.
+	found := e.mustCall(t, "s1", ToolMemorySearch, map[string]any{"query": "astropy units", "limit": 5})
+	raw, _ := json.Marshal(found["memories"])
+	if !strings.Contains(string(raw), `"type":"anti_pattern"`) || !strings.Contains(string(raw), memID) {
+		t.Fatalf("memory_search: %s", raw)
+	}
+	if found := e.mustCall(t, "s1", ToolMemorySearch, map[string]any{"query": "astropy", "tags": []string{"astropy"}}); len(found["memories"].([]any)) != 1 {
+		t.Fatalf("memory_search by tag: %v", found)
+	}
+	if _, text, ok := e.call(t, "s1", ToolMemoryRecord, map[string]any{"title": "x", "content": "y", "outcome": "maybe"}); ok || !strings.HasPrefix(text, "ErrInvalidArgument") {
+		t.Fatalf("bad outcome: %s", text)
+	}
+	if _, text, ok := e.call(t, "s1", ToolMemoryRecord, map[string]any{"title": "x", "content": "FAILSCAN"}); ok || !strings.HasPrefix(text, "ErrScanFailed") {
+		t.Fatalf("unscannable content: %s", text)
+	}
+}
+
+func TestMemoryStoreFailureDoesNotFailCreate(t *testing.T) {
+	e, _ := newMemEnv(t, func(s memory.Store) memory.Store { return failingStore{s} })
+	ans := e.mustCall(t, "s1", ToolCreate, map[string]any{"description": "anything at all"})
+	if items := injectedOf(t, ans); len(items) != 0 {
+		t.Fatalf("injected %v", items)
+	}
+	// A failing store is an internal failure of memory_search, a Go error.
+	if out, err := e.m.CallTool(t.Context(), "s1", ToolMemorySearch, json.RawMessage(`{"query":"x"}`)); err == nil || !strings.Contains(err.Error(), "disk on fire") {
+		t.Fatalf("memory_search on a failing store: %s, %v", out, err)
+	}
+}
+
+func TestMemoryToolsListedOnlyWhenOn(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, raw := range e.m.Tools() {
+		if strings.Contains(string(raw), ToolMemoryRecord) {
+			t.Fatal("memory_record listed without memories")
+		}
+	}
+	if _, text, ok := e.call(t, "s1", ToolMemorySearch, map[string]any{"query": "x"}); ok || !strings.Contains(text, "disabled") {
+		t.Fatalf("memory_search without memories: %s", text)
+	}
+	em, _ := newMemEnv(t, nil)
+	n := 0
+	for _, raw := range em.m.Tools() {
+		if strings.Contains(string(raw), `"name":"memory_`) {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d memory tools listed, want 2", n)
+	}
+}
