@@ -45,7 +45,7 @@ func memoryDefaults(m policy.Memory, cfgDir string) policy.Memory {
 // memoryDeps are what the memory service needs from the rest of the
 // binary; scrub may be nil when scrubbing is off.
 type memoryDeps struct {
-	store  *fold.BadgerStore
+	store  fold.Store // the embedded backend needs a *fold.BadgerStore
 	scrub  func(ctx context.Context, text string) (string, error)
 	count  func(string) int
 	logger *slog.Logger
@@ -60,7 +60,12 @@ func openMemory(ctx context.Context, set policy.Memory, d memoryDeps) (*memory.S
 	var store memory.Store
 	switch set.Backend {
 	default:
-		bs, err := membadger.Open(ctx, d.store.DB())
+		db, ok := d.store.(*fold.BadgerStore)
+		if !ok {
+			d.logger.Warn("memories are off: the state store cannot hold them", "backend", set.Backend)
+			return nil, nil
+		}
+		bs, err := membadger.Open(ctx, db.DB())
 		if err != nil {
 			return nil, err
 		}
