@@ -76,6 +76,7 @@ type Settings struct {
 	Audit     Audit               `json:"audit"`
 	Metrics   Metrics             `json:"metrics"`
 	Memory    Memory              `json:"memory"`
+	Model     Model               `json:"model"`
 	Upstreams map[string]Upstream `json:"upstreams,omitempty"`
 }
 
@@ -264,6 +265,7 @@ func Default() Settings {
 		Memory: DefaultMemory(),
 		Scrub:  Scrub{Timeout: Duration(10 * time.Second), ChunkBytes: 64 << 10, OverlapBytes: 4 << 10},
 		Audit:  Audit{MaxBytes: 64 << 20, MaxFiles: 5, Fsync: "interval", FsyncInterval: Duration(time.Second)},
+		Model:  Model{AnthropicURL: DefaultAnthropicURL, OpenAIURL: DefaultOpenAIURL, MaxRequestBytes: DefaultModelMaxRequestBytes},
 	}
 }
 
@@ -424,6 +426,7 @@ func (s *Settings) fill() {
 	str(&s.Audit.Fsync, d.Audit.Fsync)
 	dur(&s.Audit.FsyncInterval, d.Audit.FsyncInterval)
 	s.Memory = FillMemory(s.Memory)
+	s.Model.fill()
 }
 
 func invalid(field, format string, args ...any) error {
@@ -505,6 +508,9 @@ func (s Settings) Validate() error {
 		return invalid("audit.fsync", "%q is not one of always, interval, never", s.Audit.Fsync)
 	}
 	if err := s.Memory.Validate(); err != nil {
+		return err
+	}
+	if err := s.Model.validate(); err != nil {
 		return err
 	}
 	for name, u := range s.Upstreams {
