@@ -52,6 +52,7 @@ type Metrics struct {
 	upstreamRestarts *prometheus.CounterVec // upstream
 	sessionsActive   prometheus.Gauge
 	sessionsOpened   prometheus.Counter
+	model            *modelMetrics
 
 	mu     sync.Mutex
 	active int                 // active branches, never below zero
@@ -151,6 +152,7 @@ func NewMetrics() *Metrics {
 		m.scrubTime, m.redactions, m.cuts, m.branchEvents, m.branchesActive,
 		m.forced, m.upstreamUp, m.upstreamRestarts, m.sessionsActive, m.sessionsOpened,
 	)
+	m.model = newModelMetrics(m.reg)
 	return m
 }
 

@@ -804,35 +804,45 @@ func (h *HTTPHandler) reapIdle(now time.Time) {
 	}
 }
 
-// checkOrigin guards against DNS rebinding. With Loopback the Host header
-// must name a loopback host. An Origin header, when present, must be one of
-// AllowedOrigins, or a loopback origin (with Loopback), or the request's own
-// host (without Loopback). It writes 403 and reports false otherwise.
+// checkOrigin guards against DNS rebinding (see httpOriginRefusal). It
+// writes 403 and reports false when the request is refused.
 func (h *HTTPHandler) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
-	if h.loopback && !httpLoopbackHost(httpHostOnly(r.Host)) {
-		h.log.Debug("http front: refused a non-loopback Host", "host", r.Host)
-		httpError(w, http.StatusForbidden, CodeInvalidRequest, "forbidden: Host %q is not a loopback host", r.Host)
-		return false
+	reason := httpOriginRefusal(r, h.loopback, h.allowedOrigins)
+	if reason == "" {
+		return true
+	}
+	h.log.Debug("http front: refused a request", "host", r.Host, "origin", r.Header.Get("Origin"))
+	httpError(w, http.StatusForbidden, CodeInvalidRequest, "%s", reason)
+	return false
+}
+
+// httpOriginRefusal says why a request is refused against DNS rebinding,
+// "" when it is not. With loopback the Host header must name a loopback
+// host. An Origin header, when present, must be one of allowed (normalized
+// by httpNormalizeOrigin), or a loopback origin (with loopback), or the
+// request's own host (without loopback). Every front on the HTTP listener
+// applies it.
+func httpOriginRefusal(r *http.Request, loopback bool, allowed map[string]bool) string {
+	if loopback && !httpLoopbackHost(httpHostOnly(r.Host)) {
+		return fmt.Sprintf("forbidden: Host %q is not a loopback host", r.Host)
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
-		return true
+		return ""
 	}
 	norm, err := httpNormalizeOrigin(origin)
-	ok := err == nil && (h.allowedOrigins[norm] || h.originMatches(norm, r.Host))
-	if !ok {
-		h.log.Debug("http front: refused an Origin", "origin", origin)
-		httpError(w, http.StatusForbidden, CodeInvalidRequest, "forbidden: Origin %q is not allowed", origin)
+	if err == nil && (allowed[norm] || httpOriginMatches(norm, r.Host, loopback)) {
+		return ""
 	}
-	return ok
+	return fmt.Sprintf("forbidden: Origin %q is not allowed", origin)
 }
 
-func (h *HTTPHandler) originMatches(norm, host string) bool {
+func httpOriginMatches(norm, host string, loopback bool) bool {
 	u, err := url.Parse(norm)
 	if err != nil {
 		return false
 	}
-	if h.loopback {
+	if loopback {
 		return httpLoopbackHost(u.Hostname())
 	}
 	return strings.EqualFold(u.Host, host)

@@ -1,0 +1,482 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/foldproxy/foldproxy/fold/modelwire"
+)
+
+// ModelTokenHeader carries foldproxy's own token on model requests when one
+// is configured. The Authorization and x-api-key headers belong to the
+// model API (the agent's own credentials) and pass through untouched, so
+// foldproxy's token cannot travel in them; this header is removed before
+// the request is forwarded. Claude Code sends it with
+// ANTHROPIC_CUSTOM_HEADERS="X-Foldproxy-Token: <token>".
+const ModelTokenHeader = "X-Foldproxy-Token"
+
+// ModelOptions configures the model front.
+type ModelOptions struct {
+	// AnthropicURL and OpenAIURL are the model APIs requests are forwarded
+	// to: the request's path and query are appended to them. Both required.
+	AnthropicURL string
+	OpenAIURL    string
+	// Token, when set, must come with every request in ModelTokenHeader.
+	// It is required when Loopback is false.
+	Token string
+	// Loopback and AllowedOrigins guard against DNS rebinding as on the MCP
+	// front (see HTTPOptions).
+	Loopback       bool
+	AllowedOrigins []string
+	// MaxRequestBytes bounds one request body; larger gets 413. Default 32 MiB.
+	MaxRequestBytes int64
+	// State is the fold state the context manager reads and charges; Wire
+	// its options (scrubber, token counter). State is required.
+	State modelwire.State
+	Wire  modelwire.Options
+	// Observer hears of every request answered; nil: nobody.
+	Observer ModelObserver
+	// Logger receives diagnostics, never a header or a body. nil discards.
+	Logger *slog.Logger
+	// Transport sends the requests upstream. nil: a transport like
+	// http.DefaultTransport that leaves Accept-Encoding and the response
+	// bytes alone.
+	Transport http.RoundTripper
+}
+
+// ModelObserver is told of each model request once it is answered, for
+// metrics and the audit log. It must not block.
+type ModelObserver interface {
+	ModelRequest(ev ModelEvent)
+}
+
+// ModelEvent describes one model request. It holds no content and no header.
+type ModelEvent struct {
+	// Dialect is the modelwire dialect, or "passthrough" for a request
+	// relayed without folding (another /v1 path).
+	Dialect string
+	// Status is the HTTP status the agent got.
+	Status int
+	// Outcome is one of "ok", "upstream_error" (the model API answered
+	// with an error status, relayed as it was), "unreachable" (no answer
+	// from the model API), "refused" (foldproxy refused the request) or
+	// "error" (the context manager failed; nothing was forwarded).
+	Outcome string
+	// The context manager's result, for folded dialects.
+	Changed      bool
+	Folded       int
+	TokensBefore int
+	TokensAfter  int
+	Guidance     bool
+	Duration     time.Duration
+}
+
+// Model request outcomes (ModelEvent.Outcome).
+const (
+	ModelOK            = "ok"
+	ModelUpstreamError = "upstream_error"
+	ModelUnreachable   = "unreachable"
+	ModelRefused       = "refused"
+	ModelError         = "error"
+)
+
+// modelPassthrough is the Dialect of a request relayed without folding.
+const modelPassthrough = "passthrough"
+
+// ModelHandler is the model front: the Anthropic Messages API
+// (POST /v1/messages, /v1/messages/count_tokens), OpenAI Chat Completions
+// (POST /v1/chat/completions) and the OpenAI Responses API
+// (POST /v1/responses) on the HTTP listener. Each request body goes through
+// the context manager (modelwire.Apply) and on to the model API; every
+// header passes through untouched in both directions (hop-by-hop headers
+// and ModelTokenHeader aside), and the response is relayed byte for byte,
+// an event stream flushed event by event as it arrives.
+//
+// Other /v1/ paths (model lists, batches, files) are relayed untouched:
+// to the Anthropic URL when the path is under /v1/messages or the request
+// carries an anthropic-version header, to the OpenAI URL otherwise. Any
+// other path gets 404, "/" included (Claude Code probes it).
+//
+// Errors that foldproxy itself answers come in the dialect's own error
+// shape; the model API's own errors are relayed as they are.
+type ModelHandler struct {
+	log       *slog.Logger
+	needToken bool
+	tokenSum  [sha256.Size]byte
+	loopback  bool
+	allowed   map[string]bool
+	maxBytes  int64
+	state     modelwire.State
+	wire      modelwire.Options
+	obs       ModelObserver
+	anthropic *modelTarget
+	openai    *modelTarget
+}
+
+var _ http.Handler = (*ModelHandler)(nil)
+
+// modelTarget is one model API and the reverse proxy that reaches it.
+type modelTarget struct {
+	name string // "Anthropic", "OpenAI": for error messages
+	url  *url.URL
+	rp   *httputil.ReverseProxy
+}
+
+// NewModelHandler validates opts and returns the model front.
+func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
+	h := &ModelHandler{
+		log:      frontLogger(opts.Logger),
+		loopback: opts.Loopback,
+		maxBytes: opts.MaxRequestBytes,
+		state:    opts.State,
+		wire:     opts.Wire,
+		obs:      opts.Observer,
+		allowed:  make(map[string]bool, len(opts.AllowedOrigins)),
+	}
+	if h.state == nil {
+		return nil, errors.New("model front: ModelOptions.State is required")
+	}
+	if opts.Token == "" && !opts.Loopback {
+		return nil, errors.New("model front: Token is required when the listen address is not loopback")
+	}
+	if opts.Token != "" {
+		if strings.TrimSpace(opts.Token) != opts.Token || strings.ContainsAny(opts.Token, "\r\n") {
+			return nil, errors.New("model front: Token must not contain spaces at its ends or line breaks")
+		}
+		h.needToken = true
+		h.tokenSum = sha256.Sum256([]byte(opts.Token))
+	}
+	if h.maxBytes < 0 {
+		return nil, fmt.Errorf("model front: MaxRequestBytes %d is negative", opts.MaxRequestBytes)
+	}
+	if h.maxBytes == 0 {
+		h.maxBytes = 32 << 20
+	}
+	for _, o := range opts.AllowedOrigins {
+		norm, err := httpNormalizeOrigin(o)
+		if err != nil {
+			return nil, fmt.Errorf("model front: AllowedOrigins entry %q: %w", o, err)
+		}
+		h.allowed[norm] = true
+	}
+	tr := opts.Transport
+	if tr == nil {
+		tr = modelTransport()
+	}
+	var err error
+	if h.anthropic, err = h.newTarget("Anthropic", "AnthropicURL", opts.AnthropicURL, tr); err != nil {
+		return nil, err
+	}
+	if h.openai, err = h.newTarget("OpenAI", "OpenAIURL", opts.OpenAIURL, tr); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// modelTransport is http.DefaultTransport's setup with compression left to
+// the agent: its Accept-Encoding goes upstream as it is, and the response
+// comes back as the model API encoded it.
+func modelTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DisableCompression = true
+	t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return t
+}
+
+func (h *ModelHandler) newTarget(name, field, raw string, tr http.RoundTripper) (*modelTarget, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("model front: %s %q must be an http:// or https:// URL", field, raw)
+	}
+	t := &modelTarget{name: name, url: u}
+	t.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.Out.Header.Del(ModelTokenHeader)
+		},
+		Transport: tr,
+		// Flush every write at once: an event stream reaches the agent
+		// event by event, as the model API sends it.
+		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
+		ModifyResponse: func(resp *http.Response) error {
+			if c := modelCallOf(resp.Request.Context()); c != nil {
+				c.upstreamStatus = resp.StatusCode
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			c := modelCallOf(r.Context())
+			if c != nil {
+				c.unreachable = true
+			}
+			if r.Context().Err() != nil {
+				return // the agent went away; there is nobody to answer
+			}
+			h.log.Warn("model front: the model API did not answer", "api", name, "host", u.Host, "err", err)
+			d := modelPassthrough
+			if c != nil {
+				d = c.dialect
+			}
+			modelError(w, d, http.StatusBadGateway, "api_error",
+				"foldproxy could not reach the %s API at %s: %v", name, u.Host, modelErrText(err))
+		},
+	}
+	return t, nil
+}
+
+// modelErrText is a transport error without the request URL that
+// *url.Error puts in front (the path and query are the agent's).
+func modelErrText(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return err.Error()
+}
+
+// modelCall is the per-request record the reverse proxy's hooks fill in.
+type modelCall struct {
+	dialect        string
+	upstreamStatus int
+	unreachable    bool
+}
+
+type modelCallKey struct{}
+
+func modelCallOf(ctx context.Context) *modelCall {
+	c, _ := ctx.Value(modelCallKey{}).(*modelCall)
+	return c
+}
+
+// modelRoute is what a request path maps to.
+type modelRoute struct {
+	dialect string // a modelwire.Dialect, or modelPassthrough
+	target  *modelTarget
+}
+
+// route maps a request to its dialect and model API; ok is false for a
+// path the front does not serve.
+func (h *ModelHandler) route(r *http.Request) (rt modelRoute, ok bool) {
+	switch p := r.URL.Path; {
+	case p == "/v1/messages" || p == "/v1/messages/count_tokens":
+		return modelRoute{string(modelwire.Anthropic), h.anthropic}, true
+	case p == "/v1/chat/completions":
+		return modelRoute{string(modelwire.OpenAIChat), h.openai}, true
+	case p == "/v1/responses":
+		return modelRoute{string(modelwire.OpenAIResponses), h.openai}, true
+	case strings.HasPrefix(p, "/v1/messages/") || (strings.HasPrefix(p, "/v1/") && r.Header.Get("Anthropic-Version") != ""):
+		return modelRoute{modelPassthrough, h.anthropic}, true
+	case strings.HasPrefix(p, "/v1/"):
+		return modelRoute{modelPassthrough, h.openai}, true
+	}
+	return modelRoute{}, false
+}
+
+// ServeHTTP implements http.Handler.
+func (h *ModelHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	w := &modelStatusWriter{ResponseWriter: rw}
+	ev := ModelEvent{Dialect: modelErrorDialect(r), Outcome: ModelRefused}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler { // the reverse proxy aborting a broken stream
+				panic(v)
+			}
+			h.log.Error("model front: panic serving a request", "path", r.URL.Path,
+				"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			if w.status == 0 {
+				modelError(w, ev.Dialect, http.StatusInternalServerError, "api_error", "internal error in foldproxy")
+			}
+			ev.Outcome = ModelError
+		}
+		ev.Status = w.status
+		ev.Duration = time.Since(start)
+		h.log.Debug("model front: request", "dialect", ev.Dialect, "path", r.URL.Path, "status", ev.Status,
+			"outcome", ev.Outcome, "tokens_before", ev.TokensBefore, "tokens_after", ev.TokensAfter,
+			"folded", ev.Folded, "duration", ev.Duration)
+		if h.obs != nil {
+			h.obs.ModelRequest(ev)
+		}
+	}()
+
+	if reason := httpOriginRefusal(r, h.loopback, h.allowed); reason != "" {
+		modelError(w, ev.Dialect, http.StatusForbidden, "permission_error", "%s", reason)
+		return
+	}
+	if !h.checkToken(r) {
+		modelError(w, ev.Dialect, http.StatusUnauthorized, "authentication_error",
+			"foldproxy requires its token in the %s header (the model API's own credentials go in x-api-key or Authorization as usual)", ModelTokenHeader)
+		return
+	}
+	rt, ok := h.route(r)
+	if !ok {
+		modelError(w, ev.Dialect, http.StatusNotFound, "not_found_error",
+			"not found: %s (foldproxy serves the model API under /v1/ and MCP at /mcp)", r.URL.Path)
+		return
+	}
+	ev.Dialect = rt.dialect
+	call := &modelCall{dialect: rt.dialect}
+	r = r.WithContext(context.WithValue(r.Context(), modelCallKey{}, call))
+	if rt.dialect != modelPassthrough {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			modelError(w, rt.dialect, http.StatusMethodNotAllowed, "invalid_request_error", "method %s not allowed: use POST", r.Method)
+			return
+		}
+		if !h.fold(w, r, rt, &ev) {
+			return
+		}
+	}
+	rt.target.rp.ServeHTTP(w, r)
+	switch {
+	case call.unreachable:
+		ev.Outcome = ModelUnreachable
+	case call.upstreamStatus >= 400:
+		ev.Outcome = ModelUpstreamError
+	default:
+		ev.Outcome = ModelOK
+	}
+}
+
+// fold reads the request body, runs the context manager over it and puts
+// the result in r's place. It writes the error response and reports false
+// when the request cannot go on.
+func (h *ModelHandler) fold(w http.ResponseWriter, r *http.Request, rt modelRoute, ev *ModelEvent) bool {
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		modelError(w, rt.dialect, http.StatusUnsupportedMediaType, "invalid_request_error",
+			"foldproxy cannot read a request body with Content-Encoding %q: send it uncompressed", ce)
+		return false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			modelError(w, rt.dialect, http.StatusRequestEntityTooLarge, "request_too_large",
+				"request too large: foldproxy accepts model requests of at most %d bytes (foldproxy.model.maxRequestBytes)", h.maxBytes)
+			return false
+		}
+		modelError(w, rt.dialect, http.StatusBadRequest, "invalid_request_error", "reading the request body: %v", err)
+		return false
+	}
+	if !json.Valid(body) {
+		modelError(w, rt.dialect, http.StatusBadRequest, "invalid_request_error", "the request body is not valid JSON")
+		return false
+	}
+	res, err := modelwire.Apply(r.Context(), modelwire.Dialect(rt.dialect), body, h.state, h.wire)
+	if err != nil {
+		ev.Outcome = ModelError
+		h.log.Warn("model front: the context manager failed; the request was not forwarded", "dialect", rt.dialect, "err", err)
+		modelError(w, rt.dialect, http.StatusInternalServerError, "api_error",
+			"foldproxy could not apply its context manager to the request, so it was not forwarded: %v", err)
+		return false
+	}
+	ev.Changed, ev.Folded, ev.Guidance = res.Changed, len(res.Folded), res.Guidance
+	ev.TokensBefore, ev.TokensAfter = res.TokensBefore, res.TokensAfter
+	out := res.Body
+	if out == nil {
+		out = body
+	}
+	r.Body = io.NopCloser(bytes.NewReader(out))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(out)), nil }
+	r.ContentLength = int64(len(out))
+	r.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	return true
+}
+
+// checkToken reports whether the request carries foldproxy's token, when
+// one is required.
+func (h *ModelHandler) checkToken(r *http.Request) bool {
+	if !h.needToken {
+		return true
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(r.Header.Get(ModelTokenHeader))))
+	return subtle.ConstantTimeCompare(got[:], h.tokenSum[:]) == 1
+}
+
+// modelErrorDialect guesses the dialect of a request for an error that
+// comes before routing: Anthropic for its paths or headers, OpenAI
+// otherwise.
+func modelErrorDialect(r *http.Request) string {
+	switch p := r.URL.Path; {
+	case p == "/v1/chat/completions":
+		return string(modelwire.OpenAIChat)
+	case p == "/v1/responses":
+		return string(modelwire.OpenAIResponses)
+	case strings.HasPrefix(p, "/v1/messages"), r.Header.Get("Anthropic-Version") != "", r.Header.Get("X-Api-Key") != "":
+		return string(modelwire.Anthropic)
+	case strings.HasPrefix(p, "/v1/"):
+		return string(modelwire.OpenAIChat)
+	}
+	return string(modelwire.Anthropic)
+}
+
+// modelError writes an error that foldproxy itself answers, in the
+// dialect's own shape: Anthropic's {"type":"error","error":{"type","message"}}
+// or OpenAI's {"error":{"message","type","param","code"}}. typ is the
+// Anthropic error type; it is mapped to OpenAI's.
+func modelError(w http.ResponseWriter, dialect string, status int, typ, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	var body []byte
+	if dialect == string(modelwire.Anthropic) {
+		body, _ = json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
+	} else {
+		otyp := "invalid_request_error"
+		switch typ {
+		case "api_error":
+			otyp = "server_error"
+		case "authentication_error":
+			otyp = "authentication_error"
+		case "permission_error":
+			otyp = "permission_error"
+		case "not_found_error":
+			otyp = "not_found_error"
+		}
+		body, _ = json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": otyp, "param": nil, "code": nil}})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.Header().Set("X-Foldproxy-Error", "1")
+	w.WriteHeader(status)
+	_, _ = w.Write(body) // a write error means the agent left
+}
+
+// modelStatusWriter notes the status written, for the event and for a
+// recovered panic.
+type modelStatusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *modelStatusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *modelStatusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController (the reverse proxy's flushes) reach
+// the connection.
+func (w *modelStatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
