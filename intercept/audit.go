@@ -28,6 +28,10 @@ import (
 const (
 	KindCall   = "call"   // one forwarded request and its answer
 	KindBranch = "branch" // one branch lifecycle event
+	// KindModel is one request of the model front: Method is the dialect,
+	// ResultTokens the conversation as the agent sent it, DeliveredTokens
+	// as forwarded after folding, Tokens the branches folded.
+	KindModel = "model"
 )
 
 // Limits on the free text an audit record may carry. They keep a record

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/fold/modelwire"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
@@ -353,10 +354,36 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The model front answers every other path: the model APIs under /v1/
+	// and 404 elsewhere ("/" included, which Claude Code probes).
+	model, err := proxy.NewModelHandler(proxy.ModelOptions{
+		AnthropicURL:    st.Model.AnthropicURL,
+		OpenAIURL:       st.Model.OpenAIURL,
+		Token:           token,
+		Loopback:        proxy.IsLoopback(*listen),
+		AllowedOrigins:  st.AllowedOrigins,
+		MaxRequestBytes: st.Model.MaxRequestBytes,
+		State:           mgr.ModelState(),
+		Wire: modelwire.Options{
+			Scrub: func(ctx context.Context, text string) (string, error) {
+				sctx, cancel := context.WithTimeout(ctx, st.Scrub.Timeout.D())
+				defer cancel()
+				clean, _, err := scrubber.ScrubText(sctx, text)
+				return clean, err
+			},
+			Count: counter.CountText,
+		},
+		Observer: observer{auditor: auditor, metrics: metrics, logger: logger},
+		Logger:   logger,
+	})
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", h)
 	mux.Handle("/metrics", metrics.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.Handle("/", model)
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", *listen, err)
@@ -369,6 +396,8 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	}
 	url := "http://" + ln.Addr().String() + "/mcp"
 	logger.Info("foldproxy serving MCP over streamable HTTP", "url", url, "upstreams", len(cfg.Servers), "state", dir)
+	logger.Info("foldproxy serving the model APIs", "ANTHROPIC_BASE_URL", "http://"+ln.Addr().String(),
+		"anthropic", st.Model.AnthropicURL, "openai", st.Model.OpenAIURL)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -400,6 +429,19 @@ func (o observer) Relayed(upstream, method string, redactions map[string]int) {
 	rec := intercept.Record{Time: time.Now(), Kind: "relay", Upstream: upstream, Method: method, Redactions: redactions, Outcome: intercept.OutcomeOK}
 	if err := o.auditor.Write(rec); err != nil {
 		o.logger.Warn("audit record of a relayed message", "err", err)
+	}
+}
+
+// ModelRequest records a request of the model front in the metrics and
+// the audit log (kind "model": dialect as method, the conversation's
+// tokens as received and as forwarded).
+func (o observer) ModelRequest(ev proxy.ModelEvent) {
+	o.metrics.ModelRequest(ev.Dialect, ev.Outcome, ev.TokensBefore, ev.TokensAfter, ev.Folded, ev.Guidance, ev.Duration)
+	rec := intercept.Record{Time: time.Now(), Kind: intercept.KindModel, Method: ev.Dialect, Outcome: ev.Outcome,
+		ResultTokens: ev.TokensBefore, DeliveredTokens: ev.TokensAfter, Tokens: ev.Folded,
+		LatencyMS: float64(ev.Duration) / float64(time.Millisecond)}
+	if err := o.auditor.Write(rec); err != nil {
+		o.logger.Warn("audit record of a model request", "err", err)
 	}
 }
 
