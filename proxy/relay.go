@@ -10,20 +10,43 @@ import (
 )
 
 // Upstreams are shared by every downstream session, so messages coming back
-// from an upstream must be routed to the right session:
+// from an upstream must be routed to the session whose call caused them,
+// and to no other:
 //
 //   - progress: the agent's progressToken is swapped for a proxy-unique one
 //     on the way up and swapped back on the way down, to the stream of the
 //     request it belongs to;
-//   - logging messages go to the sessions with a call in flight on that
-//     upstream (on the call's stream), or to every session when none has;
 //   - server-to-client requests (sampling, elicitation, roots) go to the
-//     session with the most recent call in flight on that upstream, or else
-//     the most recently active session;
+//     session of the call they were made for: on a streamable HTTP upstream
+//     the request arrives on that call's response stream (its context
+//     carries the call, see callFromContext); otherwise to the one session
+//     with calls in flight on that upstream, or, with none in flight, the
+//     one session connected. When nothing ties a request to one session it
+//     is refused to the upstream with a JSON-RPC error, never guessed;
+//   - logging messages go to the one session with calls in flight on that
+//     upstream; with calls of several sessions in flight nothing tells whose
+//     the message is and it is dropped; with none in flight (a server's own
+//     log, not a call's) it goes to every session that asked for its level;
 //   - resources/updated goes to the sessions subscribed to the resource;
 //   - list_changed is turned into a catalogue rebuild (UpstreamChanged).
 //
-// Everything relayed is scrubbed first; what cannot be scanned is dropped.
+// An answer from the agent is only taken from the session that was asked
+// (Session.pending). Everything relayed is scrubbed first; what cannot be
+// scanned is dropped.
+
+// callCtxKey is the context key under which finish leaves the call in
+// flight, for the server-to-client requests made on its behalf.
+type callCtxKey struct{}
+
+// callFromContext returns the call a request from upstream was made for,
+// when its context tells (a request on a call's own response stream).
+func callFromContext(ctx context.Context, upstream string) *activeCall {
+	c, _ := ctx.Value(callCtxKey{}).(*activeCall)
+	if c == nil || c.upstream != upstream {
+		return nil
+	}
+	return c
+}
 
 // routeProgress swaps the request's progress token for a unique one and
 // registers the route back. restore unregisters it.
@@ -57,12 +80,12 @@ func (s *Server) routeProgress(sess *Session, params json.RawMessage, out Outbou
 
 // trackCall records a call in flight on an upstream, for routing; the
 // returned func removes it.
-func (s *Server) trackCall(upstream string, sess *Session, out Outbound) func() {
-	c := &activeCall{sess: sess, out: out}
+func (s *Server) trackCall(upstream string, sess *Session, out Outbound) (*activeCall, func()) {
+	c := &activeCall{upstream: upstream, sess: sess, out: out}
 	s.mu.Lock()
 	s.calls[upstream] = append(s.calls[upstream], c)
 	s.mu.Unlock()
-	return func() {
+	return c, func() {
 		s.mu.Lock()
 		list := s.calls[upstream]
 		for i, x := range list {
@@ -78,6 +101,29 @@ func (s *Server) trackCall(upstream string, sess *Session, out Outbound) func() 
 		}
 		s.mu.Unlock()
 	}
+}
+
+// soleCaller returns the latest call in flight on upstream when every call
+// in flight there is one session's; n is the number of distinct sessions
+// with calls in flight.
+func (s *Server) soleCaller(upstream string) (c *activeCall, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	calls := s.calls[upstream]
+	if len(calls) == 0 {
+		return nil, 0
+	}
+	last := calls[len(calls)-1]
+	for _, x := range calls {
+		if x.sess != last.sess {
+			seen := map[*Session]bool{}
+			for _, y := range calls {
+				seen[y.sess] = true
+			}
+			return nil, len(seen)
+		}
+	}
+	return last, 1
 }
 
 // scrub cleans a relayed message or catalogue text from upstream; ok is
@@ -124,22 +170,20 @@ func (s *Server) UpstreamNotification(upstream, method string, params json.RawMe
 			r.sess.send(r.out, Notification(method, p))
 		}
 	case "notifications/message":
+		c, n := s.soleCaller(upstream)
+		if n > 1 {
+			s.log.Debug("log message dropped: calls of several sessions are in flight on its upstream and nothing tells whose it is", "upstream", upstream)
+			return
+		}
 		p, ok := s.scrub(ctx, upstream, method, params)
 		if !ok {
 			return
 		}
 		level := stringField(p, "level")
 		msg := Notification(method, p)
-		s.mu.Lock()
-		calls := append([]*activeCall(nil), s.calls[upstream]...)
-		s.mu.Unlock()
-		if len(calls) > 0 {
-			seen := map[*Session]bool{}
-			for _, c := range calls {
-				if !seen[c.sess] && c.sess.wantsLog(level) {
-					seen[c.sess] = true
-					c.sess.send(c.out, msg)
-				}
+		if c != nil {
+			if c.sess.wantsLog(level) {
+				c.sess.send(c.out, msg)
 			}
 			return
 		}
@@ -193,9 +237,9 @@ func (s *Server) UpstreamRequest(ctx context.Context, upstream, method string, p
 	default:
 		return nil, &upstreams.RPCError{Code: CodeMethodNotFound, Message: "method not found: " + method}
 	}
-	sess, out := s.pickSession(upstream)
-	if sess == nil {
-		return nil, &upstreams.RPCError{Code: CodeInternalError, Message: fmt.Sprintf("%s: %v", method, ErrNoClient)}
+	sess, out, err := s.pickSession(ctx, upstream, capName)
+	if err != nil {
+		return nil, &upstreams.RPCError{Code: CodeInternalError, Message: fmt.Sprintf("%s: %v", method, err)}
 	}
 	if !sess.hasCapability(capName) {
 		return nil, &upstreams.RPCError{Code: CodeMethodNotFound, Message: fmt.Sprintf("the client does not support %s", capName)}
@@ -216,30 +260,34 @@ func (s *Server) UpstreamRequest(ctx context.Context, upstream, method string, p
 }
 
 // pickSession chooses the session (and stream) a server-to-client request
-// from upstream goes to.
-func (s *Server) pickSession(upstream string) (*Session, Outbound) {
-	s.mu.Lock()
-	if calls := s.calls[upstream]; len(calls) > 0 {
-		c := calls[len(calls)-1]
-		s.mu.Unlock()
-		return c.sess, c.out
+// from upstream goes to: the session of the call it was made for, or else
+// the only one it can be for; an error says why there is none.
+func (s *Server) pickSession(ctx context.Context, upstream, capName string) (*Session, Outbound, error) {
+	if c := callFromContext(ctx, upstream); c != nil {
+		return c.sess, c.out, nil
 	}
-	s.mu.Unlock()
-	var best *Session
+	c, n := s.soleCaller(upstream)
+	switch {
+	case c != nil:
+		return c.sess, c.out, nil
+	case n > 1:
+		return nil, nil, fmt.Errorf("foldproxy cannot tell which of its %d clients with calls in flight on upstream %q this request is for, so it asks none of them; make the request on the response stream of the call it belongs to (streamable HTTP), or retry when one call is in flight", n, upstream)
+	}
+	var only *Session
 	for _, sess := range s.liveSessions() {
-		if best == nil {
-			best = sess
+		if !sess.hasCapability(capName) {
 			continue
 		}
-		sess.mu.Lock()
-		t := sess.lastActive
-		sess.mu.Unlock()
-		best.mu.Lock()
-		bt := best.lastActive
-		best.mu.Unlock()
-		if t.After(bt) {
-			best = sess
+		if only != nil {
+			return nil, nil, fmt.Errorf("no call is in flight on upstream %q and several clients are connected: foldproxy asks none of them, as nothing tells whose this request is; make it during a call", upstream)
 		}
+		only = sess
 	}
-	return best, nil
+	if only == nil {
+		for _, sess := range s.liveSessions() {
+			return sess, nil, nil // it cannot answer: the caller says so
+		}
+		return nil, nil, ErrNoClient
+	}
+	return only, nil, nil
 }

@@ -125,8 +125,9 @@ type progressRoute struct {
 }
 
 type activeCall struct {
-	sess *Session
-	out  Outbound
+	upstream string
+	sess     *Session
+	out      Outbound
 }
 
 var _ Endpoint = (*Server)(nil)
@@ -660,7 +661,11 @@ func (s *Server) finish(ctx context.Context, sess *Session, ex *intercept.Exchan
 			return nil, Errorf(CodeInvalidParams, "%s: %v", ex.Method, err)
 		}
 		defer restore()
-		defer s.trackCall(ex.Upstream, sess, out)()
+		c, untrack := s.trackCall(ex.Upstream, sess, out)
+		defer untrack()
+		// Requests the upstream makes on this call's own response stream
+		// carry the call in their context (see pickSession).
+		ctx = context.WithValue(ctx, callCtxKey{}, c)
 	}
 	herr := h(ctx, ex)
 	if ex.Err == nil && herr != nil {
