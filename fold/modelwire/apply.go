@@ -223,6 +223,12 @@ func (a *applier) discover() error {
 				if last, ok := c.lastResultOf(lo, hi); ok {
 					end = max(end, last)
 				}
+				if c.createsBranch(lo, hi) {
+					// The turn that ends the span also starts a new
+					// branch in the parent: it stays, and the fold ends
+					// before it.
+					end = lo - 1
+				}
 			}
 			for _, x := range stack[k:] {
 				a.spans[x].end = end
@@ -258,6 +264,18 @@ func (a *applier) discover() error {
 		}
 	}
 	return nil
+}
+
+// createsBranch reports whether the turn lo..hi calls branch_create.
+func (c *conv) createsBranch(lo, hi int) bool {
+	for i := lo; i <= hi; i++ {
+		for _, cl := range c.msgs[i].calls {
+			if hasSuffixTool(cl.name, toolCreate) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // decideFolds marks the outermost closed spans that have an end in the
@@ -552,7 +570,7 @@ func applyEdits(body []byte, edits []edit) ([]byte, error) {
 	at := 0
 	for _, e := range keep {
 		if e.s < at {
-			return nil, fmt.Errorf("modelwire: internal error: overlapping edits at byte %d", e.s)
+			return nil, fmt.Errorf("modelwire: internal error: overlapping edits at byte %d (%d-%d %q)", e.s, e.s, e.e, e.b)
 		}
 		out = append(out, body[at:e.s]...)
 		out = append(out, e.b...)

@@ -42,7 +42,11 @@ func failed(r *result) bool {
 
 func (a *applier) guidance(removed []bool) {
 	g := a.opt.Guidance
-	if g.Off || !bytes.Contains(a.c.body, []byte(toolCreate)) {
+	// Only agents that have the fold tools are told to use them. The tool
+	// list is the same on every request of a session, so this keeps the
+	// placement stable.
+	tools, ok := a.c.top.get("tools")
+	if g.Off || !ok || !bytes.Contains(a.c.body[tools.s:tools.e], []byte(toolCreate)) {
 		return
 	}
 	after := g.AfterTokens
@@ -56,6 +60,11 @@ func (a *applier) guidance(removed []bool) {
 	foldAt := make([]bool, len(c.msgs)+1)
 	for _, sp := range a.spans {
 		foldAt[sp.createMsg] = true
+		// The results of the turn that created the branch are not
+		// counted: the agent has just folded.
+		for i := sp.createMsg; i < sp.start; i++ {
+			inSpan[i] = true
+		}
 		end := sp.end
 		if end < 0 {
 			end = len(c.msgs) - 1
@@ -131,7 +140,21 @@ func (a *applier) remind(i int, text string) bool {
 		a.edits = append(a.edits, edit{m.content.e - 1, m.content.e - 1, b})
 		return true
 	}
-	r := &m.results[len(m.results)-1]
+	// OpenAI dialects: the last result of the run that is not a fold
+	// tool's (whose text the fold may replace).
+	var r *result
+	for x := i; x >= 0 && r == nil && len(c.msgs[x].results) > 0; x-- {
+		rs := c.msgs[x].results
+		for y := len(rs) - 1; y >= 0; y-- {
+			if !isFoldTool(c.callName(rs[y].callID)) {
+				r = &rs[y]
+				break
+			}
+		}
+	}
+	if r == nil {
+		return false
+	}
 	if r.single || !r.val.ok() {
 		// The result's own edits (scrub, cut) replace the value; add to
 		// the text they produce.

@@ -1,0 +1,40 @@
+package modelwire
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+)
+
+// BenchmarkApply folds the golden Claude Code request with a returned
+// branch (the common case once folding is in use), against the pass-through
+// of a request without branches, measured in the same run.
+func BenchmarkApply(b *testing.B) {
+	folded := readFile(b, filepath.Join("testdata", "golden", "claude-code-returned", "request.json"))
+	open := readFile(b, filepath.Join("testdata", "golden", "claude-code-open", "request.json"))
+	st := newFakeState(Branch{ID: "b-7f3a9c01d2e4b5a6", Closed: true, Summary: "S"})
+	stOpen := newFakeState(Branch{ID: "b-7f3a9c01d2e4b5a6", Budget: 1 << 30})
+	ctx := context.Background()
+	b.Run("baseline-json-valid", func(b *testing.B) {
+		b.SetBytes(int64(len(folded)))
+		for b.Loop() {
+			Check(Anthropic, folded)
+		}
+	})
+	b.Run("fold-returned", func(b *testing.B) {
+		b.SetBytes(int64(len(folded)))
+		for b.Loop() {
+			if _, err := Apply(ctx, Anthropic, folded, st, Options{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("open-branch-charged", func(b *testing.B) {
+		b.SetBytes(int64(len(open)))
+		for b.Loop() {
+			if _, err := Apply(ctx, Anthropic, open, stOpen, Options{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
