@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -336,9 +337,19 @@ func waitListening(ctx context.Context, t testing.TB, p *process, addr string) {
 func writeConfig(t testing.TB, servers map[string]any, settings map[string]any) string {
 	t.Helper()
 	doc := map[string]any{"mcpServers": servers}
-	if settings != nil {
-		doc["foldproxy"] = settings
+	// A session's first tools/list waits at most foldproxy.readyWait
+	// (500 ms) for upstreams that are starting. Tests that list once, right
+	// after starting, wait for every upstream: a generous bound that is
+	// never reached unless an upstream hangs (readiness_test.go tests the
+	// default).
+	if settings == nil {
+		settings = map[string]any{}
 	}
+	if _, ok := settings["readyWait"]; !ok {
+		settings = maps.Clone(settings)
+		settings["readyWait"] = "60s"
+	}
+	doc["foldproxy"] = settings
 	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		t.Fatalf("encoding the config: %v", err)

@@ -617,21 +617,25 @@ func TestScrubInterceptor(t *testing.T) {
 
 func TestScrubFailClosed(t *testing.T) {
 	tok := "ghp_" + hiEntropy36
+	// The detector that fails does so whatever the machine's load: its
+	// timeout is too long to matter. The detectors that never answer make
+	// the timeout the only possible outcome, so its length is no margin.
 	tests := []struct {
-		name string
-		find func(ctx context.Context, text string) ([]found, error)
-		want string
+		name    string
+		timeout time.Duration
+		find    func(ctx context.Context, text string) ([]found, error)
+		want    string
 	}{
-		{"error", func(ctx context.Context, text string) ([]found, error) {
+		{"error", time.Hour, func(ctx context.Context, text string) ([]found, error) {
 			return nil, errors.New("detector broke")
 		}, "foldproxy withheld this result: it could not be scanned for secrets (scan failed: the secret detector reported an error)"},
-		{"panic", func(ctx context.Context, text string) ([]found, error) {
+		{"panic", time.Hour, func(ctx context.Context, text string) ([]found, error) {
 			panic("boom " + text)
 		}, "foldproxy withheld this result: it could not be scanned for secrets (scan failed: the secret detector panicked)"},
-		{"hang", func(ctx context.Context, text string) ([]found, error) {
+		{"hang", 50 * time.Millisecond, func(ctx context.Context, text string) ([]found, error) {
 			select {} // ignores its context
 		}, "foldproxy withheld this result: it could not be scanned for secrets (scan timed out after 50ms)"},
-		{"slow", func(ctx context.Context, text string) ([]found, error) {
+		{"slow", 50 * time.Millisecond, func(ctx context.Context, text string) ([]found, error) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}, "foldproxy withheld this result: it could not be scanned for secrets (scan timed out after 50ms)"},
@@ -641,7 +645,7 @@ func TestScrubFailClosed(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d", tt.name, size), func(t *testing.T) {
 				base := testScrubber(t, policy.Scrub{})
 				s := *base
-				s.timeout = 50 * time.Millisecond
+				s.timeout = tt.timeout
 				s.find = tt.find
 				payload := tok + " " + strings.Repeat("x", size)
 				ex := &Exchange{Outcome: OutcomeOK}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"sort"
 	"strings"
 	"time"
 )
@@ -69,6 +70,12 @@ type Settings struct {
 	StateDir string `json:"stateDir,omitempty"`
 	// MaxMessageBytes bounds one JSON-RPC message from the agent. Default 16 MiB.
 	MaxMessageBytes int64 `json:"maxMessageBytes,omitempty"`
+	// ReadyWait bounds how long a new session's first catalogue request
+	// (tools/list...) waits for upstreams still in their first connection
+	// attempt. Upstreams that come up later are announced with list_changed.
+	// Default 500ms, so that an agent that gives tools/list a few seconds
+	// (Claude Code: 5 s) always has its answer.
+	ReadyWait Duration `json:"readyWait,omitempty"`
 
 	Fold      Fold                `json:"fold"`
 	Tokens    Tokens              `json:"tokens"`
@@ -245,6 +252,7 @@ func Default() Settings {
 		Separator:       "__",
 		BranchIDArg:     &t,
 		MaxMessageBytes: 16 << 20,
+		ReadyWait:       Duration(500 * time.Millisecond),
 		Fold: Fold{
 			DefaultBudget:     8192,
 			MaxBudget:         32768,
@@ -398,6 +406,7 @@ func (s *Settings) fill() {
 		s.BranchIDArg = d.BranchIDArg
 	}
 	num64(&s.MaxMessageBytes, d.MaxMessageBytes)
+	dur(&s.ReadyWait, d.ReadyWait)
 	f, df := &s.Fold, d.Fold
 	num(&f.DefaultBudget, df.DefaultBudget)
 	num(&f.MaxBudget, df.MaxBudget)
@@ -433,20 +442,23 @@ func invalid(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s.%s: %s", ErrInvalid, Key, field, fmt.Sprintf(format, args...))
 }
 
-// Validate checks every field and returns an error naming the first bad one.
+// Validate checks every field and returns an error naming each bad one
+// (errors.Join: one line per field, each wrapping ErrInvalid).
 // It expects defaults to have been filled (Parse does that).
 func (s Settings) Validate() error {
+	var errs []error
 	if s.Separator == "" || strings.ContainsAny(s.Separator, " /\t\n") {
-		return invalid("separator", "%q must be non-empty and contain no spaces or slashes", s.Separator)
+		errs = append(errs, invalid("separator", "%q must be non-empty and contain no spaces or slashes", s.Separator))
 	}
 	if s.MaxMessageBytes < 1024 {
-		return invalid("maxMessageBytes", "%d is below the minimum of 1024", s.MaxMessageBytes)
+		errs = append(errs, invalid("maxMessageBytes", "%d is below the minimum of 1024", s.MaxMessageBytes))
 	}
 	f := s.Fold
 	positive := []struct {
 		name string
 		v    int64
 	}{
+		{"readyWait", int64(s.ReadyWait)},
 		{"fold.defaultBudget", int64(f.DefaultBudget)},
 		{"fold.maxBudget", int64(f.MaxBudget)},
 		{"fold.maxDepth", int64(f.MaxDepth)},
@@ -471,59 +483,65 @@ func (s Settings) Validate() error {
 	}
 	for _, p := range positive {
 		if p.v < 0 {
-			return invalid(p.name, "%d must not be negative", p.v)
+			errs = append(errs, invalid(p.name, "%d must not be negative", p.v))
 		}
 	}
 	if f.RootBudget < 0 {
-		return invalid("fold.rootBudget", "%d must not be negative", f.RootBudget)
+		errs = append(errs, invalid("fold.rootBudget", "%d must not be negative", f.RootBudget))
 	}
 	if f.DefaultBudget > f.MaxBudget {
-		return invalid("fold.defaultBudget", "%d exceeds fold.maxBudget %d", f.DefaultBudget, f.MaxBudget)
+		errs = append(errs, invalid("fold.defaultBudget", "%d exceeds fold.maxBudget %d", f.DefaultBudget, f.MaxBudget))
 	}
 	if f.DefaultTimeout > f.MaxTimeout {
-		return invalid("fold.defaultTimeout", "%s exceeds fold.maxTimeout %s", f.DefaultTimeout.D(), f.MaxTimeout.D())
+		errs = append(errs, invalid("fold.defaultTimeout", "%s exceeds fold.maxTimeout %s", f.DefaultTimeout.D(), f.MaxTimeout.D()))
 	}
 	if f.MaxActivePerSess > f.MaxActiveInstance {
-		return invalid("fold.maxActivePerSession", "%d exceeds fold.maxActivePerInstance %d", f.MaxActivePerSess, f.MaxActiveInstance)
+		errs = append(errs, invalid("fold.maxActivePerSession", "%d exceeds fold.maxActivePerInstance %d", f.MaxActivePerSess, f.MaxActiveInstance))
 	}
 	if len(f.Thresholds) != 3 {
-		return invalid("fold.thresholds", "want 3 fractions (caution, warning, critical), got %d", len(f.Thresholds))
+		errs = append(errs, invalid("fold.thresholds", "want 3 fractions (caution, warning, critical), got %d", len(f.Thresholds)))
 	}
 	prev := 0.0
 	for i, t := range f.Thresholds {
 		if t <= prev || t >= 1 {
-			return invalid(fmt.Sprintf("fold.thresholds[%d]", i), "%v must be above %v and below 1", t, prev)
+			errs = append(errs, invalid(fmt.Sprintf("fold.thresholds[%d]", i), "%v must be above %v and below 1", t, prev))
 		}
 		prev = t
 	}
 	if !contains(Encodings, s.Tokens.Encoding) {
-		return invalid("tokens.encoding", "%q is not one of %s", s.Tokens.Encoding, strings.Join(Encodings, ", "))
+		errs = append(errs, invalid("tokens.encoding", "%q is not one of %s", s.Tokens.Encoding, strings.Join(Encodings, ", ")))
 	}
 	if s.Scrub.OverlapBytes >= s.Scrub.ChunkBytes {
-		return invalid("scrub.overlapBytes", "%d must be smaller than scrub.chunkBytes %d", s.Scrub.OverlapBytes, s.Scrub.ChunkBytes)
+		errs = append(errs, invalid("scrub.overlapBytes", "%d must be smaller than scrub.chunkBytes %d", s.Scrub.OverlapBytes, s.Scrub.ChunkBytes))
 	}
 	switch s.Audit.Fsync {
 	case "always", "interval", "never":
 	default:
-		return invalid("audit.fsync", "%q is not one of always, interval, never", s.Audit.Fsync)
+		errs = append(errs, invalid("audit.fsync", "%q is not one of always, interval, never", s.Audit.Fsync))
 	}
 	if err := s.Memory.Validate(); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	if err := s.Model.validate(); err != nil {
-		return err
+		errs = append(errs, err)
 	}
-	for name, u := range s.Upstreams {
+	names := make([]string, 0, len(s.Upstreams))
+	for name := range s.Upstreams {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		u := s.Upstreams[name]
 		if u.Prefix != nil && strings.ContainsAny(*u.Prefix, " \t\n/") {
-			return invalid(fmt.Sprintf("upstreams.%s.prefix", name), "%q must contain no spaces or slashes", *u.Prefix)
+			errs = append(errs, invalid(fmt.Sprintf("upstreams.%s.prefix", name), "%q must contain no spaces or slashes", *u.Prefix))
 		}
 		for i, p := range append(append([]string{}, u.AllowTools...), u.DenyTools...) {
 			if _, err := path.Match(p, ""); err != nil {
-				return invalid(fmt.Sprintf("upstreams.%s", name), "tool pattern %d %q: %v", i, p, err)
+				errs = append(errs, invalid(fmt.Sprintf("upstreams.%s", name), "tool pattern %d %q: %v", i, p, err))
 			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func contains(list []string, v string) bool {

@@ -74,10 +74,11 @@ type Options struct {
 	Version  string
 	// PageSize bounds list results per page. Default 500.
 	PageSize int
-	// ReadyWait bounds, from New, how long catalogue requests wait for
-	// upstreams still making their first connection, so that an agent that
-	// lists tools right after starting sees them all. An upstream that is
-	// not up by then joins later with list_changed. Zero: no wait.
+	// ReadyWait bounds, from the session's start, how long catalogue
+	// requests wait for upstreams still making their first connection
+	// attempt, so that an agent that lists tools right after starting sees
+	// those that start quickly. An upstream that is not up by then joins
+	// later with list_changed. Zero: no wait.
 	ReadyWait time.Duration
 }
 
@@ -111,8 +112,7 @@ type Server struct {
 	calls    map[string][]*activeCall // in-flight forwarded calls by upstream
 	subs     map[string]map[*Session]bool
 
-	started time.Time
-	ready   atomic.Bool // every upstream has been waited for
+	ready atomic.Bool // every upstream has made its first connection attempt
 }
 
 // Handler is the chain's entry point (an intercept.Handler).
@@ -162,7 +162,6 @@ func New(opts Options) (*Server, error) {
 		progress:  make(map[string]*progressRoute),
 		calls:     make(map[string][]*activeCall),
 		subs:      make(map[string]map[*Session]bool),
-		started:   time.Now(),
 	}
 	for _, u := range opts.Upstreams {
 		if _, dup := s.upstreams[u.Name()]; dup {
@@ -330,7 +329,7 @@ func (s *Server) dispatch(ctx context.Context, sess *Session, msg *Message, out 
 	switch msg.Method {
 	case "tools/list", "prompts/list", "resources/list", "resources/templates/list",
 		"tools/call", "prompts/get", "resources/read", "completion/complete":
-		s.awaitUpstreams(ctx)
+		s.awaitUpstreams(ctx, sess)
 	}
 	switch msg.Method {
 	case "initialize":
@@ -421,7 +420,13 @@ func (s *Server) instructions() string {
 	var b strings.Builder
 	b.WriteString("foldproxy wraps these MCP servers; their tools and prompts are named <server>" + s.sep + "<name>: ")
 	b.WriteString(strings.Join(s.names, ", "))
-	b.WriteString(".\nUse branch_create before a sub-task whose tool output you will not need verbatim (exploring code, reading many files, test logs), do the work, then branch_return with a short summary: only the summary stays in your context. Every tool result is counted against the current branch's token budget.")
+	b.WriteString(".")
+	if down := s.unavailableText(context.Background()); down != "" {
+		// What the agent should know now; their tools join with
+		// notifications/tools/list_changed when they come up.
+		b.WriteString(" Not available yet: " + down + ".")
+	}
+	b.WriteString("\nUse branch_create before a sub-task whose tool output you will not need verbatim (exploring code, reading many files, test logs), do the work, then branch_return with a short summary: only the summary stays in your context. Every tool result is counted against the current branch's token budget.")
 	for _, name := range s.names {
 		if in := s.upstreams[name].Catalog().Instructions; in != "" {
 			clean, ok := s.scrub(context.Background(), name, "instructions", quote(in))
@@ -492,33 +497,101 @@ func (s *Server) routeByPrefix(name string) (upstream, rest string, ok bool) {
 	return "", "", false
 }
 
-// awaitUpstreams waits, until ReadyWait after start, for upstreams still
-// making their first connection.
-func (s *Server) awaitUpstreams(ctx context.Context) {
+// awaitUpstreams waits, until ReadyWait after the session opened, for
+// upstreams still making their first connection attempt, so that an agent
+// that lists tools right after starting sees the ones that come up at once.
+// It never waits for an upstream whose attempts have failed (it is retried
+// in the background) nor past the bound: what is not up by then joins later
+// with list_changed.
+func (s *Server) awaitUpstreams(ctx context.Context, sess *Session) {
 	if s.ready.Load() {
 		return
 	}
-	deadline := s.started.Add(s.opts.ReadyWait)
-	if !time.Now().Before(deadline) {
-		s.ready.Store(true)
-		return
-	}
+	deadline := sess.opened.Add(s.opts.ReadyWait)
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	var wg sync.WaitGroup
+	var pending atomic.Int32
 	for _, u := range s.upstreams {
-		w, ok := u.(interface{ WaitReady(context.Context) error })
+		w, ok := u.(interface{ WaitAttempted(context.Context) error })
 		if !ok {
 			continue
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); _ = w.WaitReady(wctx) }()
+		go func() {
+			defer wg.Done()
+			if w.WaitAttempted(wctx) != nil {
+				pending.Add(1)
+			}
+		}()
 	}
 	wg.Wait()
-	if ctx.Err() == nil {
+	if pending.Load() == 0 {
 		s.ready.Store(true)
 		s.invalidate()
 	}
+}
+
+// unavailableText is unavailable joined with "; ", scrubbed (an error may
+// quote a URL or a command line); empty when every upstream is up or the
+// text could not be scanned.
+func (s *Server) unavailableText(ctx context.Context) string {
+	down := s.unavailable()
+	if len(down) == 0 {
+		return ""
+	}
+	clean, ok := s.scrub(ctx, "", "upstream status", quote(strings.Join(down, "; ")))
+	var text string
+	if !ok || json.Unmarshal(clean, &text) != nil {
+		return ""
+	}
+	return text
+}
+
+// unavailable describes the upstreams that are not up, sorted by name:
+// "name (starting)" or "name (down: why)". Empty when all are up.
+func (s *Server) unavailable() []string {
+	var out []string
+	for _, name := range s.names {
+		st, ok := s.upstreams[name].(interface {
+			Status() (upstreams.State, error)
+		})
+		if !ok {
+			continue
+		}
+		state, err := st.Status()
+		switch {
+		case state == upstreams.StateUp:
+		case state == upstreams.StateStarting && err == nil:
+			out = append(out, name+" (starting)")
+		case err != nil:
+			out = append(out, fmt.Sprintf("%s (%s: %v)", name, state, err))
+		default:
+			out = append(out, fmt.Sprintf("%s (%s)", name, state))
+		}
+	}
+	return out
+}
+
+// noteUnavailable appends to a branch_status answer a line naming the
+// upstreams that are not up, so that an agent missing a tool learns why.
+// The answer is unchanged when every upstream is up.
+func (s *Server) noteUnavailable(ctx context.Context, res json.RawMessage) json.RawMessage {
+	down := s.unavailableText(ctx)
+	if down == "" {
+		return res
+	}
+	var top map[string]json.RawMessage
+	var content []json.RawMessage
+	if json.Unmarshal(res, &top) != nil || json.Unmarshal(top["content"], &content) != nil {
+		return res
+	}
+	content = append(content, marshalNoEscape(map[string]string{
+		"type": "text",
+		"text": "Upstreams not available: " + down + ". Their tools join the list when they come up.",
+	}))
+	top["content"] = marshalNoEscape(content)
+	return marshalNoEscape(top)
 }
 
 // callTool serves tools/call: a fold tool or a forwarded upstream tool.
@@ -545,7 +618,11 @@ func (s *Server) callTool(ctx context.Context, sess *Session, params json.RawMes
 		if fold.ChargedTool(name) {
 			h = s.recall
 		}
-		return s.finish(ctx, sess, ex, h, out)
+		res, rpcErr := s.finish(ctx, sess, ex, h, out)
+		if name == "branch_status" && rpcErr == nil {
+			res = s.noteUnavailable(ctx, res)
+		}
+		return res, rpcErr
 	}
 	r, ok := cat.toolRoutes[name]
 	if !ok {

@@ -24,6 +24,7 @@ type Session struct {
 	closed          bool
 	logLevel        int // index into logLevels; -1: not set (forward everything)
 	lastActive      time.Time
+	opened          time.Time
 	inflight        map[string]context.CancelFunc // agent requests being served, by id
 	pending         map[string]chan *Message      // our requests to the agent, by id
 	done            chan struct{}
@@ -36,6 +37,7 @@ func newSession(id, transport string, standalone Outbound) *Session {
 		ctx: ctx, cancel: cancel,
 		logLevel:   -1,
 		lastActive: time.Now(),
+		opened:     time.Now(),
 		inflight:   make(map[string]context.CancelFunc),
 		pending:    make(map[string]chan *Message),
 		done:       make(chan struct{}),

@@ -70,12 +70,19 @@ func ParseServers(raw json.RawMessage, lookup func(string) (string, bool)) ([]En
 	}
 	slices.Sort(names)
 	entries := make([]Entry, 0, len(names))
+	var errs []error
 	for _, name := range names {
 		e, err := parseEntry(name, servers[name], lookup)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		entries = append(entries, e)
+	}
+	if len(errs) > 0 {
+		// Every bad entry at once, one per line, so that a user fixes them
+		// in one go.
+		return nil, errors.Join(errs...)
 	}
 	return entries, nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -177,8 +178,11 @@ func (u *Upstream) connect(life context.Context) (*conn, Catalog, error) {
 	err := c.t.Start(cctx)
 	stopWatch()
 	if err != nil {
+		// Only a start that ran out of time says so: c.fail cancels sctx
+		// too, so its error is read before.
+		timedOut := errors.Is(sctx.Err(), context.DeadlineExceeded) && life.Err() == nil
 		c.fail(err)
-		if sctx.Err() != nil && life.Err() == nil {
+		if timedOut {
 			err = fmt.Errorf("%w (start timeout %s)", err, u.opts.StartTimeout)
 		}
 		return nil, Catalog{}, c.startError("starting", err)
@@ -208,8 +212,21 @@ func (u *Upstream) connect(life context.Context) (*conn, Catalog, error) {
 func (c *conn) startError(step string, err error) error {
 	e := c.u.entry
 	if e.Type == TypeStdio {
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
-			return fmt.Errorf("starting command %q: %w", e.Command, err)
+		switch {
+		case errors.Is(err, exec.ErrNotFound):
+			return fmt.Errorf("command %q not found: it is not on PATH; give its absolute path or install it (%w)", e.Command, exec.ErrNotFound)
+		case errors.Is(err, os.ErrNotExist):
+			where := e.Command
+			if !filepath.IsAbs(where) {
+				where = filepath.Join(e.Cwd, where)
+				if e.Cwd == "" {
+					wd, _ := os.Getwd()
+					where = filepath.Join(wd, e.Command)
+				}
+			}
+			return fmt.Errorf("command %q not found: %s does not exist (%w)", e.Command, where, os.ErrNotExist)
+		case errors.Is(err, os.ErrPermission):
+			return fmt.Errorf("command %q cannot be run: %w (is it executable?)", e.Command, os.ErrPermission)
 		}
 		if c.exit != "" && !errors.Is(err, errClosing) {
 			// err only repeats that the process is gone.

@@ -375,6 +375,42 @@ func (u *Upstream) WaitReady(ctx context.Context) error {
 	}
 }
 
+// WaitAttempted blocks until the upstream's first connection attempt has
+// finished, whether it came up or failed, or until ctx ends or the
+// upstream is closed. A caller that must answer quickly waits with it for
+// an upstream that is starting, and never for one whose attempts fail and
+// are retried with backoff.
+func (u *Upstream) WaitAttempted(ctx context.Context) error {
+	for {
+		u.mu.Lock()
+		done, closed, changed := u.everUp || u.attempts > 0, u.closed, u.changed
+		u.mu.Unlock()
+		switch {
+		case done:
+			return nil
+		case closed:
+			return unavailable(nil, "upstream %q is closed", u.Name())
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Status returns the current state and, when the upstream is not up, why:
+// the error of the last failed connection attempt (nil while the first
+// attempt runs or when it was simply lost and not yet restarted).
+func (u *Upstream) Status() (State, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.state == StateUp {
+		return StateUp, nil
+	}
+	return u.state, u.lastErr
+}
+
 // supervise runs the connection attempts: in the background while they
 // fail, and on demand (a waiting call) after a connection was lost.
 func (u *Upstream) supervise() {

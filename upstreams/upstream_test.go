@@ -625,7 +625,13 @@ func TestStartFailureIsRetriedAndCallsFailFast(t *testing.T) {
 		{
 			"command not found",
 			Entry{Name: "ghost", Type: TypeStdio, Command: "foldproxy-no-such-command"},
-			`upstream "ghost" is down and could not be started for tools/call: starting command "foldproxy-no-such-command": `,
+			`upstream "ghost" is down and could not be started for tools/call: command "foldproxy-no-such-command" not found: it is not on PATH; give its absolute path or install it (executable file not found in $PATH)`,
+			"",
+		},
+		{
+			"command path missing",
+			Entry{Name: "gone", Type: TypeStdio, Command: "/nonexistent/foldproxy-server"},
+			`upstream "gone" is down and could not be started for tools/call: command "/nonexistent/foldproxy-server" not found: /nonexistent/foldproxy-server does not exist (file does not exist)`,
 			"",
 		},
 		{

@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,18 +63,32 @@ func loadConfig(path string) (*fileConfig, error) {
 	if !ok {
 		return nil, fmt.Errorf("config %s: no \"mcpServers\" object (a Claude Code .mcp.json has one)", path)
 	}
+	// Every error of the file at once: the servers, foldproxy's settings
+	// and the top-level keys are checked independently.
+	var errs []error
 	entries, err := upstreams.ParseServers(servers, os.LookupEnv)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		errs = append(errs, err)
 	}
 	settings, err := policy.Parse(top[policy.Key])
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		errs = append(errs, err)
 	}
+	keys := make([]string, 0, len(top))
 	for k := range top {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
 		if k != "mcpServers" && k != policy.Key {
-			return nil, fmt.Errorf("config %s: unknown top-level key %q (want \"mcpServers\" and optionally %q)", path, k, policy.Key)
+			errs = append(errs, fmt.Errorf("unknown top-level key %q (want \"mcpServers\" and optionally %q)", k, policy.Key))
 		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		if len(errs) == 1 && !strings.Contains(err.Error(), "\n") {
+			return nil, fmt.Errorf("config %s: %w", path, err)
+		}
+		return nil, fmt.Errorf("config %s:\n%w", path, indentErrors(err))
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -80,6 +96,43 @@ func loadConfig(path string) (*fileConfig, error) {
 	}
 	return &fileConfig{Servers: entries, Settings: settings, Dir: filepath.Dir(abs)}, nil
 }
+
+// prepareStateDir creates the state folder (0700) and checks that foldproxy
+// can write in it, so that a folder it may not use is reported as what it
+// is, not as a store that cannot be locked.
+func prepareStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state folder %s: %w (choose another with --state or foldproxy.stateDir)", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".writable-*")
+	if err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			return fmt.Errorf("state folder %s is not writable by this user: permission denied (fix its owner or mode, or choose another with --state or foldproxy.stateDir)", dir)
+		}
+		return fmt.Errorf("state folder %s: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// indentErrors lists a joined error's lines, each indented, keeping the
+// errors wrapped for errors.Is.
+func indentErrors(err error) error {
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		lines[i] = "  " + l
+	}
+	return &listedError{text: strings.Join(lines, "\n"), err: err}
+}
+
+type listedError struct {
+	text string
+	err  error
+}
+
+func (e *listedError) Error() string { return e.text }
+func (e *listedError) Unwrap() error { return e.err }
 
 func position(data []byte, off int64) (line, col int) {
 	line, col = 1, 1
@@ -140,8 +193,8 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	} else if !filepath.IsAbs(dir) && *stateDir == "" {
 		dir = filepath.Join(cfg.Dir, dir)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("state folder: %w", err)
+	if err := prepareStateDir(dir); err != nil {
+		return err
 	}
 	token := st.AuthToken
 	if token == "" {
@@ -301,7 +354,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 		Observer:            observer{auditor: auditor, metrics: metrics, logger: logger},
 		Logger:              logger,
 		Version:             version,
-		ReadyWait:           10 * time.Second,
+		ReadyWait:           st.ReadyWait.D(),
 	})
 	if err != nil {
 		return err
