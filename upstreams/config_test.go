@@ -110,7 +110,7 @@ func TestParseServersErrors(t *testing.T) {
 		{"unset variable in header", `{"web":{"type":"http","url":"https://h","headers":{"Authorization":"Bearer ${TOKEN}"}}}`, `mcpServers.web.headers.Authorization: ${TOKEN} is not set and has no default`},
 		{"bad header name", `{"web":{"type":"http","url":"https://h","headers":{"Bad Header":"x"}}}`, `mcpServers.web.headers["Bad Header"]: "Bad Header" is not a valid HTTP header name`},
 		{"header value with newline", `{"web":{"type":"http","url":"https://h","headers":{"X":"a\nb"}}}`, `mcpServers.web.headers["X"]: the value contains a line break or NUL byte`},
-		{"first bad entry by name", `{"b":{"type":"nope"},"a":{}}`, `mcpServers.a.command: a stdio server needs a command`},
+		{"every bad entry, by name", `{"b":{"type":"nope"},"a":{}}`, "mcpServers.a.command: a stdio server needs a command\n" + ErrConfig.Error() + `: mcpServers.b.type: "nope" is not one of stdio, http, streamable-http, sse`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
