@@ -42,7 +42,7 @@ var (
 )
 
 // helperServers are the Go helper upstreams under servers/.
-var helperServers = []string{"replay", "leaky", "flaky"}
+var helperServers = []string{"replay", "leaky", "flaky", "model"}
 
 // foldTools are foldproxy's own tools, listed beside the upstream tools.
 var foldTools = []string{"branch_create", "branch_return", "branch_status", "branch_recall"}

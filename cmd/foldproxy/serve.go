@@ -425,6 +425,11 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 				return clean, err
 			},
 			Count: counter.CountText,
+			// Claude Code (and Codex) name an MCP tool
+			// mcp__<entry>__<tool>: the results of foldproxy's own entry
+			// were charged and scrubbed on the MCP wire already; those of
+			// MCP servers the agent runs beside foldproxy were not.
+			ChargedOnMCP: func(name string) bool { return strings.HasPrefix(name, "mcp__"+*entry+"__") },
 		},
 		Observer: observer{auditor: auditor, metrics: metrics, logger: logger},
 		Logger:   logger,

@@ -60,12 +60,13 @@ func LoadScript(path string) (*Script, error) {
 }
 
 func (sc *Script) check() error {
-	seen := map[string]bool{}
 	for i, t := range sc.Turns {
 		if len(t.Content) == 0 {
 			return fmt.Errorf("turns[%d] (%q): no content", i, t.Name)
 		}
-		if err := checkBlocks(t.Content, seen); err != nil {
+		// Ids are unique within a turn; two turns may be alternatives of
+		// the same step (matched differently) and share them.
+		if err := checkBlocks(t.Content, map[string]bool{}); err != nil {
 			return fmt.Errorf("turns[%d] (%q): %w", i, t.Name, err)
 		}
 	}
