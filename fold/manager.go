@@ -88,7 +88,6 @@ type Manager struct {
 	nodes    map[string]*node
 	active   int                        // active (or being created) non-root branches of the instance
 	model    map[string]*modelDecisions // model-wire decisions by branch (modelstate.go)
-	modelCtx map[string]ModelContext    // the model's last context size by session
 }
 
 // node is the in-memory handle of one branch.

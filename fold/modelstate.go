@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/foldproxy/foldproxy/fold/modelwire"
@@ -48,9 +49,53 @@ type modelDecisions struct {
 // ModelContext is the size of a session's main-thread context as the model
 // last saw it, before and after folding.
 type ModelContext struct {
-	TokensBefore int `json:"tokens_before"`
-	TokensAfter  int `json:"tokens_after"`
-	Folded       int `json:"branches_folded"`
+	TokensBefore int       `json:"tokens_before"`
+	TokensAfter  int       `json:"tokens_after"`
+	Folded       int       `json:"branches_folded"`
+	Requests     int       `json:"requests"`
+	At           time.Time `json:"at"`
+}
+
+// Observe records the context size of a model request in the root of the
+// session its branches belong to (modelwire.Observer). The root's record
+// is written when the figures change, and at most every touchEvery
+// otherwise, so that report sees them after a restart.
+func (s modelState) Observe(ctx context.Context, r modelwire.Result) error {
+	m := s.m
+	var sess string
+	for _, id := range r.Branches {
+		if n := m.lookup(id); n != nil {
+			sess = n.session
+			break
+		}
+	}
+	if sess == "" {
+		return nil // a session not open here: nothing to show it to
+	}
+	ls := m.loaded(sess)
+	if ls == nil {
+		return nil
+	}
+	root := ls.root
+	if err := root.lock(ctx); err != nil {
+		return err
+	}
+	defer root.unlock()
+	b := root.cur.Load()
+	prev := b.ModelContext
+	mc := ModelContext{TokensBefore: r.TokensBefore, TokensAfter: r.TokensAfter, Folded: len(r.Folded), Requests: 1, At: m.now()}
+	if prev != nil {
+		mc.Requests = prev.Requests + 1
+		if prev.TokensBefore == mc.TokensBefore && prev.TokensAfter == mc.TokensAfter && prev.Folded == mc.Folded && mc.At.Sub(prev.At) < touchEvery {
+			return nil
+		}
+	}
+	nb := b.clone()
+	nb.ModelContext = &mc
+	if err := m.put(context.WithoutCancel(ctx), root, nb); err != nil {
+		return fmt.Errorf("fold: record the model context of %s: %w", sess, err)
+	}
+	return nil
 }
 
 // modelState is the Manager seen by the context manager on the model wire.

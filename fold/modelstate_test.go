@@ -157,3 +157,25 @@ func mustText(t *testing.T, e *testEnv, tool string, args any) string {
 	}
 	return text
 }
+
+// The context size of the latest model request shows in branch_status and
+// is stored in the root's record (for foldproxy report).
+func TestModelStateObserve(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, map[string]any{"budget": 100})
+	obs, ok := e.m.ModelState().(modelwire.Observer)
+	if !ok {
+		t.Fatal("the Manager's State is not an Observer")
+	}
+	if err := obs.Observe(t.Context(), modelwire.Result{Branches: []string{id}, TokensBefore: 5000, TokensAfter: 1200, Folded: []string{"x"}}); err != nil {
+		t.Fatal(err)
+	}
+	ans := e.mustCall(t, "s1", ToolStatus, map[string]any{})
+	mc, _ := ans["model_context"].(map[string]any)
+	if mc["tokens_before"] != 5000.0 || mc["tokens_after"] != 1200.0 || mc["branches_folded"] != 1.0 {
+		t.Fatalf("branch_status model_context = %v", ans["model_context"])
+	}
+	if root := e.branch(t, RootID("s1")); root.ModelContext == nil || root.ModelContext.TokensAfter != 1200 {
+		t.Fatalf("root record: %+v", root.ModelContext)
+	}
+}

@@ -64,6 +64,10 @@ type treeAnswer struct {
 	Innermost      string      `json:"innermost_branch"`
 	ActiveBranches int         `json:"active_branches"`
 	Tree           *branchView `json:"tree"`
+	// ModelContext is the main thread's context as the model last saw it
+	// on the model wire, before and after folding (absent until a model
+	// request of the session went through foldproxy).
+	ModelContext *ModelContext `json:"model_context,omitempty"`
 }
 
 // Calls listed per branch by a detailed status.
@@ -165,7 +169,7 @@ func (m *Manager) status(ctx context.Context, sess string, a statusArgs) (any, e
 	if inner == nil {
 		inner = s.root
 	}
-	ans := &treeAnswer{Session: s.id, Innermost: inner.id, ActiveBranches: active}
+	ans := &treeAnswer{Session: s.id, Innermost: inner.id, ActiveBranches: active, ModelContext: s.root.cur.Load().ModelContext}
 	var walk func(n *node, depth int) (*branchView, error)
 	walk = func(n *node, depth int) (*branchView, error) {
 		v := m.view(n.cur.Load(), false)

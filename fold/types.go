@@ -75,6 +75,9 @@ type Branch struct {
 	// SummaryDelivered is set once the forced-return summary has been
 	// appended to a result of the parent.
 	SummaryDelivered bool `json:"summaryDelivered,omitempty"`
+	// ModelContext (roots only) is the size of the main thread's context
+	// as the model last saw it on the model wire, before and after folding.
+	ModelContext *ModelContext `json:"modelContext,omitempty"`
 }
 
 // CallRecord is one call archived inside a branch: what went up and, already

@@ -155,6 +155,9 @@ type repStoreBranch struct {
 	CutHandles []string  `json:"cut_handles"`
 	Created    time.Time `json:"created"`
 	Closed     time.Time `json:"closed,omitzero"`
+	// ModelContext (roots) is the main thread's context as the model last
+	// saw it on the model wire, before and after folding.
+	ModelContext *fold.ModelContext `json:"model_context,omitempty"`
 }
 
 // reportArchivePage is how many archived calls are read at a time to count
@@ -191,7 +194,7 @@ func readStore(ctx context.Context, dir, session string) (*repStore, error) {
 			Session: b.Session, Branch: b.ID, Parent: b.Parent, Depth: b.Depth, Description: b.Description,
 			Status: string(b.Status), Reason: b.Reason, BudgetUsed: b.Used, BudgetTotal: b.Budget,
 			Calls: b.Calls, Archived: n, CutHandles: append([]string{}, b.Cuts...),
-			Created: b.Created, Closed: b.Closed,
+			Created: b.Created, Closed: b.Closed, ModelContext: b.ModelContext,
 		})
 	}
 	slices.SortStableFunc(out.Branches, func(x, y repStoreBranch) int {
@@ -237,6 +240,16 @@ func (s *repStore) writeText(w io.Writer) error {
 		}
 		p("%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", repOrDash(b.Session), repOrDash(b.Branch), repOrDash(b.Parent),
 			b.Depth, repOrDash(b.Status), repOrDash(b.Reason), b.BudgetUsed, budget, b.Calls, b.Archived, cuts)
+	}
+	first := true
+	for _, b := range s.Branches {
+		if mc := b.ModelContext; mc != nil {
+			if first {
+				p("\nModel context (main thread as the model last saw it)\nSESSION\tREQUESTS\tBEFORE FOLDING\tAFTER FOLDING\tBRANCHES FOLDED\n")
+				first = false
+			}
+			p("%s\t%d\t%d\t%d\t%d\n", repOrDash(b.Session), mc.Requests, mc.TokensBefore, mc.TokensAfter, mc.Folded)
+		}
 	}
 	return tw.Flush()
 }

@@ -341,7 +341,8 @@ func writeStoreFixture(tb testing.TB) string {
 	ctx := context.Background()
 	t0 := time.Date(2025, 6, 1, 9, 0, 0, 0, time.UTC)
 	branches := []*fold.Branch{
-		{ID: "root-s1", Session: "s1", Status: fold.StatusActive, Created: t0, Children: []string{"b1"}},
+		{ID: "root-s1", Session: "s1", Status: fold.StatusActive, Created: t0, Children: []string{"b1"},
+			ModelContext: &fold.ModelContext{TokensBefore: 48210, TokensAfter: 9120, Folded: 3, Requests: 41, At: t0}},
 		{ID: "b1", Session: "s1", Parent: "root-s1", Depth: 1, Description: "read\tfiles", Status: fold.StatusForced,
 			Reason: fold.ReasonBudget, Budget: 500, Used: 500, Calls: 2, Cuts: []string{"b1~abc"}, Created: t0.Add(time.Second), Closed: t0.Add(2 * time.Second)},
 		{ID: "b2", Session: "s1", Parent: "b1", Depth: 2, Status: fold.StatusFailed, Reason: fold.ReasonProxyRestarted,
@@ -383,6 +384,10 @@ s1       root-s1  -        0      active  -                 0     unlimited  0  
 s1       b1       root-s1  1      forced  budget exhausted  500   500        2      70        b1~abc
 s1       b2       b1       2      failed  proxy restarted   7     100        1      1         -
 s2       root-s2  -        0      active  -                 0     unlimited  0      0         -
+
+Model context (main thread as the model last saw it)
+SESSION  REQUESTS  BEFORE FOLDING  AFTER FOLDING  BRANCHES FOLDED
+s1       41        48210           9120           3
 `
 	if got != want {
 		t.Errorf("report --state differs.\n--- got\n%s\n--- want\n%s", got, want)

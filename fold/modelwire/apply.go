@@ -53,7 +53,11 @@ func Apply(ctx context.Context, d Dialect, body []byte, st State, opt Options) (
 		return Result{}, err
 	}
 	a := &applier{c: c, st: st, opt: opt, ctx: ctx}
-	return a.run()
+	res, err := a.run()
+	if err != nil {
+		return Result{}, err
+	}
+	return res, a.observe(res)
 }
 
 // spanInfo is one branch span found in the conversation.
@@ -122,6 +126,16 @@ func (a *applier) run() (Result, error) {
 	}
 	a.res.TokensAfter = a.count(contextText(oc))
 	return a.res, nil
+}
+
+// observe hands the result to the State when it is an Observer.
+func (a *applier) observe(res Result) error {
+	if o, ok := a.st.(Observer); ok && len(res.Branches) > 0 {
+		if err := o.Observe(a.ctx, res); err != nil {
+			return fmt.Errorf("modelwire: record the context size: %w", err)
+		}
+	}
+	return nil
 }
 
 func (a *applier) count(s string) int {

@@ -40,6 +40,15 @@ type State interface {
 	ChargeResult(ctx context.Context, branchID, toolUseID, toolName, text string) (Decision, error)
 }
 
+// Observer is optionally implemented by a State that wants to know, after
+// each request, what the model receives: Apply calls Observe with the
+// Result when the conversation holds at least one branch (whose id ties it
+// to a session). fold.Manager's State keeps the latest figures per session
+// for branch_status and foldproxy report.
+type Observer interface {
+	Observe(ctx context.Context, r Result) error
+}
+
 // Options configure Apply.
 type Options struct {
 	Scrub func(ctx context.Context, text string) (string, error) // nil: no scrubbing; error: fail closed
