@@ -25,6 +25,7 @@ Usage:
   foldproxy serve  --config FILE [--listen ADDR] [--state DIR] [--metrics ADDR]
   foldproxy import [--from PATH] [--write] [--project DIR] [--name ENTRY] [--out FILE]
   foldproxy report [--audit FILE] [--state DIR] [--session S] [--json]
+  foldproxy memory list|show|forget|export|import [--config FILE] [--state DIR] [--project P]
   foldproxy version
 
 Run "foldproxy <command> -h" for a command's flags.
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		cmd = &importCommand{stdout: stdout, stderr: stderr}
 	case "report":
 		cmd = &reportCommand{stdout: stdout, stderr: stderr}
+	case "memory":
+		cmd = &memoryCommand{stdin: stdin, stdout: stdout, stderr: stderr}
 	case "version":
 		fmt.Fprintln(stdout, "foldproxy", version)
 		return 0

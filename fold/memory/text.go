@@ -118,13 +118,18 @@ func DocVector(text string) Sparse {
 	})
 }
 
-// QueryVector is a query's lexical vector: each distinct term with weight 1.
+// QueryVector is a query's lexical vector: each distinct term weighted by
+// its saturated frequency in the query, tf*(k1+1)/(tf+k1), so that the
+// words a long task text repeats count more than those it mentions once.
 func QueryVector(text string) Sparse {
 	tf := map[uint32]int{}
 	for _, t := range Terms(text) {
 		tf[TermID(t)]++
 	}
-	return fromCounts(tf, func(int) float32 { return 1 })
+	return fromCounts(tf, func(n int) float32 {
+		f := float64(n)
+		return float32(f * (bm25K1 + 1) / (f + bm25K1))
+	})
 }
 
 func fromCounts(tf map[uint32]int, w func(int) float32) Sparse {
