@@ -58,14 +58,24 @@ func Flags(text string) []string {
 			out = append(out, p.ID)
 		}
 	}
-	ctrl, invisible := false, false
+	ctrl, invisible, run := false, false, 0
 	for _, r := range text {
 		switch {
 		case r == '\t' || r == '\n' || r == '\r':
+			run = 0
 		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
 			ctrl = true
-		case isInvisible(r):
+			run = 0
+		case isHidden(r):
 			invisible = true
+		case isZeroWidth(r):
+			// One zero-width space before a link is how Trac and other
+			// trackers mark external links; hidden messages need runs.
+			if run++; run >= 2 {
+				invisible = true
+			}
+		default:
+			run = 0
 		}
 	}
 	if ctrl {
@@ -77,22 +87,23 @@ func Flags(text string) []string {
 	return out
 }
 
-// isInvisible reports format characters that render as nothing but can
-// carry hidden instructions: zero-width characters, bidirectional
-// controls, word joiners, the byte order mark and Unicode tag characters.
-func isInvisible(r rune) bool {
+// isHidden reports characters that have no business in a lesson: Unicode
+// tag characters (which can smuggle ASCII invisibly) and the bidirectional
+// embeddings, overrides and isolates (which reorder what a reader sees).
+func isHidden(r rune) bool {
+	return (r >= 0xe0000 && r <= 0xe007f) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
+}
+
+// isZeroWidth reports format characters that render as nothing: zero-width
+// spaces and joiners, marks, word joiners, the byte order mark, the soft
+// hyphen and similar. Two or more in a row are flagged.
+func isZeroWidth(r rune) bool {
 	switch {
-	case r == 0x00ad, r == 0x034f, r == 0x061c, r == 0x180e:
+	case r == 0x00ad, r == 0x034f, r == 0x061c, r == 0x180e, r == 0xfeff:
 		return true
 	case r >= 0x200b && r <= 0x200f:
 		return true
-	case r >= 0x202a && r <= 0x202e:
-		return true
-	case r >= 0x2060 && r <= 0x2069:
-		return true
-	case r == 0xfeff:
-		return true
-	case r >= 0xe0000 && r <= 0xe007f:
+	case r >= 0x2060 && r <= 0x2064:
 		return true
 	}
 	return false

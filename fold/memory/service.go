@@ -169,8 +169,15 @@ func (s *Service) Add(ctx context.Context, c Candidate) (*Memory, bool, error) {
 	m.Confidence = min(max(m.Confidence, 0), 1)
 	// Near-duplicates merge: the newer text replaces the older, tags
 	// join, and the higher confidence stays.
+	// A flagged text never merges: it would taint a clean memory. Nor do
+	// memories of different principals or origins merge.
 	merged := false
-	if old := s.nearDuplicate(ctx, m); old != nil {
+	m.Suspicious = Flags(m.Text())
+	var old *Memory
+	if len(m.Suspicious) == 0 {
+		old = s.nearDuplicate(ctx, m)
+	}
+	if old != nil {
 		merged = true
 		old.Title, old.Content, old.Outcome = m.Title, m.Content, cmp.Or(m.Outcome, old.Outcome)
 		for _, t := range m.Tags {
@@ -183,7 +190,6 @@ func (s *Service) Add(ctx context.Context, c Candidate) (*Memory, bool, error) {
 		old.Updated = now
 		m = old
 	}
-	m.Suspicious = Flags(m.Text())
 	if len(m.Suspicious) > 0 {
 		s.log.Warn("memory matches prompt-injection patterns; it will not be injected while memory.blockSuspicious is on",
 			"memory", m.ID, "patterns", strings.Join(m.Suspicious, ","), "origin", m.Provenance.Origin, "branch", m.Provenance.Branch)
@@ -211,8 +217,11 @@ func (s *Service) nearDuplicate(ctx context.Context, m *Memory) *Memory {
 		return nil
 	}
 	for _, h := range hits {
-		if h.Memory.Kind == m.Kind && Similarity(h.Memory.Title+"\n"+h.Memory.Content, m.Title+"\n"+m.Content) >= s.set.MergeSimilarity {
-			return h.Memory
+		old := h.Memory
+		if old.Kind == m.Kind && len(old.Suspicious) == 0 && old.Provenance.Principal == m.Provenance.Principal &&
+			(old.Provenance.Origin == OriginImported) == (m.Provenance.Origin == OriginImported) &&
+			Similarity(old.Title+"\n"+old.Content, m.Title+"\n"+m.Content) >= s.set.MergeSimilarity {
+			return old
 		}
 	}
 	return nil
