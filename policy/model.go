@@ -19,6 +19,8 @@ type Model struct {
 	// MaxRequestBytes bounds one model request body; a larger one is
 	// refused with 413. Default 32 MiB, the Messages API's own limit.
 	MaxRequestBytes int64 `json:"maxRequestBytes,omitempty"`
+	// Guidance configures the reminders that suggest a branch.
+	Guidance ModelGuidance `json:"guidance,omitzero"`
 }
 
 // Model defaults.
@@ -48,6 +50,9 @@ func (m Model) validate() error {
 		if err := checkBaseURL(f.v); err != "" {
 			return invalid(f.name, "%q %s", f.v, err)
 		}
+	}
+	if err := m.Guidance.validate(); err != nil {
+		return err
 	}
 	if m.MaxRequestBytes < 1024 {
 		return invalid("model.maxRequestBytes", "%d is below the minimum of 1024", m.MaxRequestBytes)

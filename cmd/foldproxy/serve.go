@@ -430,6 +430,11 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 			// were charged and scrubbed on the MCP wire already; those of
 			// MCP servers the agent runs beside foldproxy were not.
 			ChargedOnMCP: func(name string) bool { return strings.HasPrefix(name, "mcp__"+*entry+"__") },
+			Guidance: modelwire.Guidance{
+				Off:         !st.Model.Guidance.On(),
+				AfterTokens: st.Model.Guidance.Tokens(),
+				NoRepeats:   !st.Model.Guidance.OnRepeats(),
+			},
 		},
 		Observer: observer{auditor: auditor, metrics: metrics, logger: logger},
 		Logger:   logger,
