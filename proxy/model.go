@@ -46,7 +46,9 @@ type ModelOptions struct {
 	// MaxRequestBytes bounds one request body; larger gets 413. Default 32 MiB.
 	MaxRequestBytes int64
 	// State is the fold state the context manager reads and charges; Wire
-	// its options (scrubber, token counter). State is required.
+	// its options (scrubber, token counter). State is required. The
+	// front remembers what Wire.Scrub made of each text (see scrubMemo),
+	// since an agent resends its history on every request.
 	State modelwire.State
 	Wire  modelwire.Options
 	// Observer hears of every request answered; nil: nobody.
@@ -93,6 +95,13 @@ const (
 	ModelUnreachable   = "unreachable"
 	ModelRefused       = "refused"
 	ModelError         = "error"
+)
+
+// Bounds of the scrub memo: texts remembered, and bytes of scrubbed text
+// held, per generation (two generations at most).
+const (
+	modelMemoEntries = 1 << 16
+	modelMemoBytes   = 64 << 20
 )
 
 // modelPassthrough is the Dialect of a request relayed without folding.
@@ -150,6 +159,9 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	}
 	if h.state == nil {
 		return nil, errors.New("model front: ModelOptions.State is required")
+	}
+	if opts.Wire.Scrub != nil {
+		h.wire.Scrub = newScrubMemo(opts.Wire.Scrub, modelMemoEntries, modelMemoBytes).Scrub
 	}
 	if opts.Token == "" && !opts.Loopback {
 		return nil, errors.New("model front: Token is required when the listen address is not loopback")

@@ -38,6 +38,7 @@ type env struct {
 	tmp      string // scratch folder, removed at the end
 	proxy    string // foldproxy built with -tags gore2regex
 	replay   string // the replay helper server
+	model    string // the scripted model server (e2e/servers/model)
 	node     string // e2e/node_modules/node/bin/node, "" when absent
 	fsScript string // server-filesystem's entry point, "" when absent
 	log      *slog.Logger
@@ -84,12 +85,14 @@ func goBuild(ctx context.Context, repo, out string, args ...string) error {
 func (e *env) buildBinaries(ctx context.Context) error {
 	e.proxy = filepath.Join(e.tmp, "foldproxy")
 	e.replay = filepath.Join(e.tmp, "replay")
+	e.model = filepath.Join(e.tmp, "model")
 	var wg sync.WaitGroup
-	var perr, rerr error
+	var perr, rerr, merr error
 	wg.Go(func() { perr = goBuild(ctx, e.repo, e.proxy, "-tags", "gore2regex", "./cmd/foldproxy") })
 	wg.Go(func() { rerr = goBuild(ctx, e.repo, e.replay, "./e2e/servers/replay") })
+	wg.Go(func() { merr = goBuild(ctx, e.repo, e.model, "./e2e/servers/model") })
 	wg.Wait()
-	return errors.Join(perr, rerr)
+	return errors.Join(perr, rerr, merr)
 }
 
 // loadOutputs returns the output of every step of the trajectories.

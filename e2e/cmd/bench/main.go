@@ -1,5 +1,6 @@
-// Command bench is foldproxy's benchmark harness: it builds the binary and
-// the replay server, runs six sections against them and in process, and
+// Command bench is foldproxy's benchmark harness: it builds the binary, the
+// replay server and the scripted model server, runs seven sections against
+// them and in process, and
 // prints one table on stdout (logs go to stderr).
 //
 //	go run -tags gore2regex ./e2e/cmd/bench [-rounds N] [-quick] [-json FILE] [-only SECTION,...]
@@ -8,8 +9,9 @@
 // server directly), pipeline (scrub/count/full-chain throughput on real tool
 // output), branch (branch_create/branch_return latency), cut (a 10 MB result
 // cut into an 8K budget), memory (RSS with 1,000 HTTP sessions holding
-// 10,000 branches) and startup (exec to a served tools/list with three
-// upstreams).
+// 10,000 branches), startup (exec to a served tools/list with three
+// upstreams) and model (first streamed byte of a Messages API answer through
+// the model front against the scripted model server directly).
 //
 // Every figure is measured in the same run as its baseline, in alternating
 // rounds, and reported as the median over rounds. Targets are printed beside
@@ -43,6 +45,7 @@ var sections = []struct {
 	{"cut", runCut},
 	{"memory", runMemory},
 	{"startup", runStartup},
+	{"model", runModel},
 }
 
 func main() {
@@ -53,7 +56,7 @@ func run() int {
 	rounds := flag.Int("rounds", 5, "rounds per measurement; each figure is the median over rounds")
 	quick := flag.Bool("quick", false, "fewer calls, sessions and rounds: a smoke run of every section")
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file (- for stdout)")
-	only := flag.String("only", "", "comma-separated sections to run: overhead, pipeline, branch, cut, memory, startup")
+	only := flag.String("only", "", "comma-separated sections to run: overhead, pipeline, branch, cut, memory, startup, model")
 	data := flag.String("data", "", "trajectory file (default e2e/testdata/trajectories/swe-dev.jsonl.gz from the repository root)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process sections: pipeline, cut) to this file")
 	worker := flag.Bool("scrub-worker", false, "internal: run as the stdlib-regexp scrub child of the pipeline section")
