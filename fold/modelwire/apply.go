@@ -96,7 +96,7 @@ type edit struct {
 func (a *applier) run() (Result, error) {
 	c := a.c
 	a.res.Body = c.body
-	a.res.TokensBefore = a.count(contextText(c))
+	a.res.TokensBefore = a.countAll(contextPieces(c))
 	if len(c.msgs) == 0 {
 		a.res.TokensAfter = a.res.TokensBefore
 		return a.res, nil
@@ -124,7 +124,7 @@ func (a *applier) run() (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("modelwire: internal error: the folded request does not parse: %w", err)
 	}
-	a.res.TokensAfter = a.count(contextText(oc))
+	a.res.TokensAfter = a.countAll(contextPieces(oc))
 	return a.res, nil
 }
 
@@ -136,6 +136,14 @@ func (a *applier) observe(res Result) error {
 		}
 	}
 	return nil
+}
+
+func (a *applier) countAll(pieces []string) int {
+	n := 0
+	for _, p := range pieces {
+		n += a.count(p)
+	}
+	return n
 }
 
 func (a *applier) count(s string) int {

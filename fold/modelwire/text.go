@@ -2,23 +2,28 @@ package modelwire
 
 import "strings"
 
-// contextText is the text of the conversation as the model reads it: the
-// system prompt (Anthropic's system, Responses' instructions) and every
-// string of the messages, tool inputs as their JSON, without ids,
-// signatures, types and binary data. Tool definitions are left out: they
-// are the same folded or not.
-func contextText(c *conv) string {
-	var sb strings.Builder
+// contextPieces is the text of the conversation as the model reads it, in
+// pieces: the system prompt (Anthropic's system, Responses' instructions)
+// and each message, with every string of it, tool inputs as their JSON,
+// and no ids, signatures, types or binary data. Tool definitions are left
+// out: they are the same folded or not. The context's size is the sum of
+// the pieces' tokens, so a memoizing counter recounts only new messages.
+func contextPieces(c *conv) []string {
+	var out []string
 	b := c.body
 	for _, key := range []string{"system", "instructions"} {
 		if v, ok := c.top.get(key); ok {
+			var sb strings.Builder
 			collect(b, v, &sb)
+			out = append(out, sb.String())
 		}
 	}
-	if c.arr.ok() {
-		collect(b, c.arr, &sb)
+	for _, m := range c.msgs {
+		var sb strings.Builder
+		collect(b, m.sp, &sb)
+		out = append(out, sb.String())
 	}
-	return sb.String()
+	return out
 }
 
 // skipKeys are members whose strings the model does not read as text.
