@@ -741,6 +741,18 @@ func (m *Manager) Attribute(ctx context.Context, session, explicit string) (*Bra
 	return b.clone(), nil
 }
 
+// BranchDone returns a channel closed when branch of session closes
+// (returned, force-returned at its deadline or budget, failed), and a func
+// that then says how, for ending the calls still in flight in it. It
+// returns nil when the branch is unknown.
+func (m *Manager) BranchDone(session, branch string) (<-chan struct{}, func() error) {
+	_, n, err := m.branchOf(session, branch)
+	if err != nil {
+		return nil, nil
+	}
+	return n.done, func() error { return closedErr(n.cur.Load()) }
+}
+
 // closedErr is the refusal for a call to a closed branch.
 func closedErr(b *Branch) error {
 	state := string(b.Status)

@@ -240,7 +240,15 @@ type Upstream struct {
 	// and prompt names. "" exposes the names unprefixed, which suits a
 	// proxy wrapping a single server; colliding names keep the first.
 	Prefix *string `json:"prefix,omitempty"`
+	// CallTimeout bounds every request foldproxy forwards to this upstream
+	// and every request the upstream makes of the agent (sampling,
+	// elicitation, roots): past it the call ends with an error and is
+	// cancelled upstream. Default DefaultCallTimeout.
+	CallTimeout Duration `json:"callTimeout,omitempty"`
 }
+
+// DefaultCallTimeout is upstreams.<name>.callTimeout when unset.
+const DefaultCallTimeout = 5 * time.Minute
 
 // Encodings lists the supported token encodings.
 var Encodings = []string{"o200k_base", "cl100k_base"}
@@ -532,6 +540,9 @@ func (s Settings) Validate() error {
 	sort.Strings(names)
 	for _, name := range names {
 		u := s.Upstreams[name]
+		if u.CallTimeout < 0 {
+			errs = append(errs, invalid(fmt.Sprintf("upstreams.%s.callTimeout", name), "%s must not be negative", u.CallTimeout.D()))
+		}
 		if u.Prefix != nil && strings.ContainsAny(*u.Prefix, " \t\n/") {
 			errs = append(errs, invalid(fmt.Sprintf("upstreams.%s.prefix", name), "%q must contain no spaces or slashes", *u.Prefix))
 		}
@@ -581,6 +592,14 @@ func (s Settings) NamePrefix(upstream string) string {
 		return *u.Prefix
 	}
 	return upstream + s.Separator
+}
+
+// CallTimeout returns upstreams.<upstream>.callTimeout, or its default.
+func (s Settings) CallTimeout(upstream string) time.Duration {
+	if u, ok := s.Upstreams[upstream]; ok && u.CallTimeout > 0 {
+		return u.CallTimeout.D()
+	}
+	return DefaultCallTimeout
 }
 
 // BranchIDEnabled reports whether forwarded tools get the branch_id argument.

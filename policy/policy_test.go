@@ -50,6 +50,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{`{"upstreams":{"fs":{"denyTools":["[x"]}}}`, "upstreams.fs"},
 		{`[1]`, "foldproxy"},
 		{`{"upstreams":{"fs":{"prefix":"a b"}}}`, "upstreams.fs.prefix"},
+		{`{"upstreams":{"fs":{"callTimeout":"-1s"}}}`, "upstreams.fs.callTimeout"},
 	}
 	for _, tt := range tests {
 		_, err := Parse([]byte(tt.in))
@@ -109,6 +110,19 @@ func TestToolAllowed(t *testing.T) {
 		if got := s.ToolAllowed(tt.up, tt.tool); got != tt.want {
 			t.Errorf("ToolAllowed(%s, %s) = %v, want %v", tt.up, tt.tool, got, tt.want)
 		}
+	}
+}
+
+func TestCallTimeout(t *testing.T) {
+	s, err := Parse([]byte(`{"upstreams":{"slow":{"callTimeout":"90s"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CallTimeout("slow"); got != 90*time.Second {
+		t.Errorf("CallTimeout(slow) = %s, want 1m30s", got)
+	}
+	if got := s.CallTimeout("other"); got != DefaultCallTimeout {
+		t.Errorf("CallTimeout(other) = %s, want the default %s", got, DefaultCallTimeout)
 	}
 }
 

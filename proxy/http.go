@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -935,6 +936,20 @@ func (p *httpPost) WriteMessage(msg []byte) error {
 	return p.st.event("", data)
 }
 
+// forgetRequest settles a request the agent cancelled: it is owed no
+// response.
+func (p *httpPost) forgetRequest(id json.RawMessage) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done || !p.await.pay(frontIDKey(id)) {
+		return
+	}
+	if p.await.left == 0 {
+		p.done = true
+		close(p.allPaid)
+	}
+}
+
 // emitLocked sends or holds one response.
 func (p *httpPost) emitLocked(data []byte) error {
 	if p.st == nil && !p.allowJSON {
@@ -1005,6 +1020,12 @@ func (p *httpPost) finish() {
 	if p.writeTimeout > 0 {
 		// Best effort, as for event streams: not every ResponseWriter has deadlines.
 		_ = http.NewResponseController(p.w).SetWriteDeadline(time.Now().Add(p.writeTimeout))
+	}
+	if len(p.held) == 0 {
+		// Every request of the POST was cancelled by the agent: nothing
+		// is owed.
+		p.w.WriteHeader(http.StatusAccepted)
+		return
 	}
 	httpWriteJSON(p.w, http.StatusOK, httpBody(p.held, p.batch))
 	p.held = nil

@@ -248,6 +248,10 @@ func (s *Server) UpstreamRequest(ctx context.Context, upstream, method string, p
 	if !ok {
 		return nil, &upstreams.RPCError{Code: CodeInternalError, Message: "foldproxy withheld this request: it could not be scanned for secrets"}
 	}
+	d := s.opts.Settings.CallTimeout(upstream)
+	ctx, cancel := context.WithTimeoutCause(ctx, d, fmt.Errorf(
+		"the agent did not answer %s within %s (foldproxy.upstreams.%s.callTimeout); foldproxy cancelled it", method, d, upstream))
+	defer cancel()
 	res, err := s.request(ctx, sess, out, method, p)
 	if err != nil {
 		var re *upstreams.RPCError

@@ -289,18 +289,43 @@ func (s *Server) Deliver(ctx context.Context, sess *Session, msg *Message, out O
 	case msg.IsNotification():
 		s.handleNotification(ctx, sess, msg)
 	case msg.IsRequest():
-		res, rpcErr := s.serveRequest(ctx, sess, msg, out)
+		res, rpcErr, cancelled := s.serveRequest(ctx, sess, msg, out)
+		if cancelled {
+			// The agent cancelled it: no response, as MCP asks.
+			if f, ok := out.(requestForgetter); ok {
+				f.forgetRequest(msg.ID)
+			}
+			s.log.Debug("request cancelled by the agent: not answered", "session", sess.id, "method", msg.Method)
+			return
+		}
 		if !sess.send(out, Response(msg.ID, res, rpcErr)) {
 			s.log.Debug("response not delivered: stream closed", "session", sess.id, "method", msg.Method)
 		}
 	}
 }
 
-func (s *Server) serveRequest(ctx context.Context, sess *Session, msg *Message, out Outbound) (res json.RawMessage, rpcErr *Error) {
+// branchWatcher is a Folder that tells when a branch closes
+// (*fold.Manager does).
+type branchWatcher interface {
+	BranchDone(session, branch string) (<-chan struct{}, func() error)
+}
+
+// errAgentCancelled is the cause of a request's context when the agent
+// sent notifications/cancelled for it.
+var errAgentCancelled = errors.New("cancelled by the agent")
+
+// requestForgetter is an Outbound that owes responses (a front's POST or
+// stdio collector): forgetRequest tells it that a request is settled
+// without one, because the agent cancelled it.
+type requestForgetter interface {
+	forgetRequest(id json.RawMessage)
+}
+
+func (s *Server) serveRequest(ctx context.Context, sess *Session, msg *Message, out Outbound) (res json.RawMessage, rpcErr *Error, cancelled bool) {
 	key := string(msg.ID)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(sess.ctx, cancel)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(sess.ctx, func() { cancel(errors.New("the agent's session ended")) })
 	defer stop()
 	sess.mu.Lock()
 	sess.inflight[key] = cancel
@@ -313,9 +338,11 @@ func (s *Server) serveRequest(ctx context.Context, sess *Session, msg *Message, 
 			s.log.Error("panic serving request", "method", msg.Method, "panic", r, "stack", string(debug.Stack()))
 			res, rpcErr = nil, Errorf(CodeInternalError, "internal error serving %s", msg.Method)
 		}
+		cancelled = errors.Is(context.Cause(ctx), errAgentCancelled)
 	}()
 	sess.touch()
-	return s.dispatch(ctx, sess, msg, out)
+	res, rpcErr = s.dispatch(ctx, sess, msg, out)
+	return res, rpcErr, false
 }
 
 func (s *Server) dispatch(ctx context.Context, sess *Session, msg *Message, out Outbound) (json.RawMessage, *Error) {
@@ -792,8 +819,34 @@ func (s *Server) callUpstream(ctx context.Context, ex *intercept.Exchange) error
 		ex.Err = fmt.Errorf("unknown upstream %q", ex.Upstream)
 		return ex.Err
 	}
+	d := s.opts.Settings.CallTimeout(ex.Upstream)
+	cctx, cancel := context.WithTimeoutCause(ctx, d, fmt.Errorf(
+		"upstream %q did not answer %s within %s (foldproxy.upstreams.%s.callTimeout); foldproxy cancelled it upstream",
+		ex.Upstream, ex.Method, d, ex.Upstream))
+	defer cancel()
+	// A branch that closes meanwhile (its deadline, a parent returning)
+	// ends the calls still in flight in it: they are cancelled upstream.
+	var branchClosed atomic.Pointer[error]
+	if w, ok := s.opts.Fold.(branchWatcher); ok && ex.Branch != "" {
+		if done, why := w.BranchDone(ex.Session, ex.Branch); done != nil {
+			bctx, bcancel := context.WithCancel(cctx)
+			defer bcancel()
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				select {
+				case <-done:
+					err := fmt.Errorf("the branch closed while this call was in flight, so foldproxy cancelled it upstream: %w", why())
+					branchClosed.Store(&err)
+					bcancel()
+				case <-stop:
+				}
+			}()
+			cctx = bctx
+		}
+	}
 	t0 := time.Now()
-	res, err := u.Call(ctx, ex.Method, ex.Params)
+	res, err := u.Call(cctx, ex.Method, ex.Params)
 	ex.UpstreamLatency = time.Since(t0)
 	if err != nil {
 		var re *upstreams.RPCError
@@ -803,8 +856,15 @@ func (s *Server) callUpstream(ctx context.Context, ex *intercept.Exchange) error
 			return nil
 		}
 		ex.Outcome = intercept.OutcomeError
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%s on %s cancelled: %w", ex.Method, ex.Upstream, ctx.Err())
+		switch {
+		case ctx.Err() != nil:
+			// The agent's cancel, its session's end, or a deadline of the
+			// chain (a branch force-returned): the cause says which.
+			err = fmt.Errorf("%s on %s ended: %w", ex.Method, ex.Upstream, context.Cause(ctx))
+		case branchClosed.Load() != nil:
+			err = *branchClosed.Load()
+		case cctx.Err() != nil:
+			err = context.Cause(cctx)
 		}
 		ex.Err = err
 		return err
@@ -921,7 +981,7 @@ func (s *Server) handleNotification(ctx context.Context, sess *Session, msg *Mes
 			cancel := sess.inflight[string(p.RequestID)]
 			sess.mu.Unlock()
 			if cancel != nil {
-				cancel()
+				cancel(errAgentCancelled)
 			}
 		}
 	case "notifications/roots/list_changed":
@@ -977,9 +1037,13 @@ func (s *Server) request(ctx context.Context, sess *Session, out Outbound, metho
 		}
 		return m.Result, nil
 	case <-ctx.Done():
-		cancelled, _ := json.Marshal(map[string]any{"requestId": id, "reason": "cancelled by the upstream server"})
+		reason := "cancelled by the upstream server"
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			reason = context.Cause(ctx).Error()
+		}
+		cancelled, _ := json.Marshal(map[string]any{"requestId": id, "reason": reason})
 		sess.send(out, Notification("notifications/cancelled", cancelled))
-		return nil, ctx.Err()
+		return nil, context.Cause(ctx)
 	}
 }
 

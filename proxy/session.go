@@ -25,8 +25,8 @@ type Session struct {
 	logLevel        int // index into logLevels; -1: not set (forward everything)
 	lastActive      time.Time
 	opened          time.Time
-	inflight        map[string]context.CancelFunc // agent requests being served, by id
-	pending         map[string]chan *Message      // our requests to the agent, by id
+	inflight        map[string]context.CancelCauseFunc // agent requests being served, by id
+	pending         map[string]chan *Message           // our requests to the agent, by id
 	done            chan struct{}
 }
 
@@ -38,7 +38,7 @@ func newSession(id, transport string, standalone Outbound) *Session {
 		logLevel:   -1,
 		lastActive: time.Now(),
 		opened:     time.Now(),
-		inflight:   make(map[string]context.CancelFunc),
+		inflight:   make(map[string]context.CancelCauseFunc),
 		pending:    make(map[string]chan *Message),
 		done:       make(chan struct{}),
 	}

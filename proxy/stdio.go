@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -281,6 +282,16 @@ func (c *stdioCollector) WriteMessage(msg []byte) error {
 	}
 	c.mu.Unlock()
 	return c.main.WriteMessage(msg)
+}
+
+// forgetRequest settles a request the agent cancelled: it is owed no
+// response.
+func (c *stdioCollector) forgetRequest(id json.RawMessage) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.done {
+		c.await.pay(frontIDKey(id))
+	}
 }
 
 // finish answers every request still owed with an internal error and, for a
