@@ -58,6 +58,10 @@ type Settings struct {
 	BranchIDArg *bool `json:"branchIdArg,omitempty"`
 	// Listen is the default address of the HTTP front; --listen overrides it.
 	Listen string `json:"listen,omitempty"`
+	// ProxyListen is the default address of the forward proxy of
+	// transparent mode (HTTPS_PROXY); --proxy-listen overrides it. Empty:
+	// no forward proxy.
+	ProxyListen string `json:"proxyListen,omitempty"`
 	// AuthToken is the bearer token the HTTP front requires. When empty the
 	// FOLDPROXY_TOKEN environment variable is used. Required whenever the
 	// listen address is not loopback.
@@ -84,6 +88,7 @@ type Settings struct {
 	Metrics   Metrics             `json:"metrics"`
 	Memory    Memory              `json:"memory"`
 	Model     Model               `json:"model"`
+	Proxy     Proxy               `json:"proxy"`
 	Upstreams map[string]Upstream `json:"upstreams,omitempty"`
 }
 
@@ -282,6 +287,7 @@ func Default() Settings {
 		Scrub:  Scrub{Timeout: Duration(10 * time.Second), ChunkBytes: 64 << 10, OverlapBytes: 4 << 10},
 		Audit:  Audit{MaxBytes: 64 << 20, MaxFiles: 5, Fsync: "interval", FsyncInterval: Duration(time.Second)},
 		Model:  Model{AnthropicURL: DefaultAnthropicURL, OpenAIURL: DefaultOpenAIURL, MaxRequestBytes: DefaultModelMaxRequestBytes},
+		Proxy:  Proxy{InterceptHosts: append([]string(nil), DefaultInterceptHosts...), AllowPorts: append([]int(nil), DefaultAllowPorts...)},
 	}
 }
 
@@ -444,6 +450,7 @@ func (s *Settings) fill() {
 	dur(&s.Audit.FsyncInterval, d.Audit.FsyncInterval)
 	s.Memory = FillMemory(s.Memory)
 	s.Model.fill()
+	s.Proxy.fill()
 }
 
 func invalid(field, format string, args ...any) error {
@@ -533,6 +540,7 @@ func (s Settings) Validate() error {
 	if err := s.Model.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, s.Proxy.validate()...)
 	names := make([]string, 0, len(s.Upstreams))
 	for name := range s.Upstreams {
 		names = append(names, name)

@@ -26,6 +26,7 @@ Usage:
   foldproxy import [--from PATH] [--write] [--project DIR] [--name ENTRY] [--out FILE]
   foldproxy report [--audit FILE] [--state DIR] [--session S] [--json]
   foldproxy memory list|show|forget|export|import [--config FILE] [--state DIR] [--project P]
+  foldproxy ca     (--config FILE | --state DIR) [--cert]
   foldproxy version
 
 Run "foldproxy <command> -h" for a command's flags.
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		cmd = &reportCommand{stdout: stdout, stderr: stderr}
 	case "memory":
 		cmd = &memoryCommand{stdin: stdin, stdout: stdout, stderr: stderr}
+	case "ca":
+		cmd = &caCommand{stdout: stdout, stderr: stderr}
 	case "version":
 		fmt.Fprintln(stdout, "foldproxy", version)
 		return 0

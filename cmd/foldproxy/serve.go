@@ -97,6 +97,22 @@ func loadConfig(path string) (*fileConfig, error) {
 	return &fileConfig{Servers: entries, Settings: settings, Dir: filepath.Dir(abs)}, nil
 }
 
+// stateDirOf is the state folder: the --state flag, else the config's
+// stateDir (relative to the config file), else .foldproxy beside the config.
+func stateDirOf(cfg *fileConfig, flagDir string) string {
+	dir := flagDir
+	if dir == "" {
+		dir = cfg.Settings.StateDir
+	}
+	if dir == "" {
+		return filepath.Join(cfg.Dir, ".foldproxy")
+	}
+	if !filepath.IsAbs(dir) && flagDir == "" {
+		return filepath.Join(cfg.Dir, dir)
+	}
+	return dir
+}
+
 // prepareStateDir creates the state folder (0700) and checks that foldproxy
 // can write in it, so that a folder it may not use is reported as what it
 // is, not as a store that cannot be locked.
@@ -184,15 +200,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	if *metricsAddr == "" {
 		*metricsAddr = st.Metrics.Listen
 	}
-	dir := *stateDir
-	if dir == "" {
-		dir = st.StateDir
-	}
-	if dir == "" {
-		dir = filepath.Join(cfg.Dir, ".foldproxy")
-	} else if !filepath.IsAbs(dir) && *stateDir == "" {
-		dir = filepath.Join(cfg.Dir, dir)
-	}
+	dir := stateDirOf(cfg, *stateDir)
 	if err := prepareStateDir(dir); err != nil {
 		return err
 	}
