@@ -83,7 +83,7 @@ fuzz:
 
 # The fronts parse everything the agent sends: CI fuzzes them briefly on
 # every run (make test runs only their seed corpus).
-FUZZCI_TARGETS := FuzzStdioFront FuzzHTTPFront
+FUZZCI_TARGETS := FuzzStdioFront FuzzHTTPFront FuzzModelFront
 fuzz-ci:
 	@set -e; for target in $(FUZZCI_TARGETS); do \
 		echo "== ./proxy $$target ($(FUZZCITIME))"; \

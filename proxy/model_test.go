@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -525,5 +526,103 @@ func TestNewModelHandlerValidates(t *testing.T) {
 	}
 	if _, err := NewModelHandler(ok); err != nil {
 		t.Errorf("valid options: %v", err)
+	}
+}
+
+// modelOneBranch knows one returned branch.
+type modelOneBranch struct{ modelNoBranches }
+
+func (modelOneBranch) Branch(_ context.Context, id string) (modelwire.Branch, bool, error) {
+	if id != "b-1" {
+		return modelwire.Branch{}, false, nil
+	}
+	return modelwire.Branch{ID: "b-1", Closed: true, Summary: "SUMMARY of the branch", Budget: 1000, Used: 10}, true, nil
+}
+
+// TestModelForwardsTheFold: what the model API receives is the context
+// manager's output, and the event says what it did.
+func TestModelForwardsTheFold(t *testing.T) {
+	up := newModelUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"type":"message"}`) })
+	url, obs, _ := newModelTest(t, up, func(o *ModelOptions) { o.State = modelOneBranch{} })
+	req := `{"model":"m","max_tokens":10,"messages":[` +
+		`{"role":"user","content":"go"},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"mcp__foldproxy__branch_create","input":{"description":"d"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"{\"branch_id\":\"b-1\"}"}]},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"t2","name":"Read","input":{"file_path":"/a"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t2","content":"BRANCH-OUTPUT ` + strings.Repeat("words of a file ", 200) + `"}]},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"t3","name":"mcp__foldproxy__branch_return","input":{"message":"m"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t3","content":"{\"success\":true,\"branch_id\":\"b-1\"}"}]},` +
+		`{"role":"assistant","content":[{"type":"text","text":"ok"}]},` +
+		`{"role":"user","content":"next"}]}`
+	resp := modelPost(t, url+"/v1/messages", req, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp.Body))
+	}
+	r, body := up.last(t)
+	if strings.Contains(string(body), "BRANCH-OUTPUT") || !strings.Contains(string(body), "SUMMARY of the branch") {
+		t.Errorf("forwarded body is not folded:\n%s", body)
+	}
+	if r.ContentLength != int64(len(body)) {
+		t.Errorf("Content-Length %d for a %d-byte body", r.ContentLength, len(body))
+	}
+	ev := obs.last(t)
+	if !ev.Changed || ev.Folded != 1 || ev.TokensAfter >= ev.TokensBefore || ev.Outcome != ModelOK {
+		t.Errorf("event = %+v, want one branch folded and fewer tokens", ev)
+	}
+}
+
+// TestModelScrubFailsClosed: a tool result the scrubber cannot scan never
+// reaches the model API: the context manager withholds it.
+func TestModelScrubFailsClosed(t *testing.T) {
+	up := newModelUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })
+	url, obs, _ := newModelTest(t, up, func(o *ModelOptions) {
+		o.Wire.Scrub = func(context.Context, string) (string, error) { return "", errors.New("scan timed out") }
+	})
+	req := `{"model":"m","max_tokens":10,"messages":[` +
+		`{"role":"user","content":"go"},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"env"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"AWS_SECRET=abc"}]}]}`
+	resp := modelPost(t, url+"/v1/messages", req, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, readAll(t, resp.Body))
+	}
+	_, fwd := up.last(t)
+	if strings.Contains(string(fwd), "AWS_SECRET") || !strings.Contains(string(fwd), "withheld") {
+		t.Errorf("forwarded:\n%s\nwant the unscanned result withheld", fwd)
+	}
+	if ev := obs.last(t); !ev.Changed {
+		t.Errorf("event = %+v", ev)
+	}
+}
+
+// modelBrokenState fails every lookup, as a store that cannot be read.
+type modelBrokenState struct{ modelNoBranches }
+
+func (modelBrokenState) Branch(context.Context, string) (modelwire.Branch, bool, error) {
+	return modelwire.Branch{}, false, errors.New("store unreadable")
+}
+
+// TestModelStateFailureNotForwarded: when the fold state fails, budgets
+// would not hold: the request is not forwarded and the agent hears why, in
+// its dialect's shape.
+func TestModelStateFailureNotForwarded(t *testing.T) {
+	up := newModelUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })
+	url, obs, _ := newModelTest(t, up, func(o *ModelOptions) { o.State = modelBrokenState{} })
+	req := `{"model":"m","max_tokens":10,"messages":[` +
+		`{"role":"user","content":"go"},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"mcp__foldproxy__branch_create","input":{"description":"d"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"{\"branch_id\":\"b-1\"}"}]}]}`
+	resp := modelPost(t, url+"/v1/messages", req, nil)
+	if resp.StatusCode != http.StatusInternalServerError {
+		t.Errorf("status %d, want 500", resp.StatusCode)
+	}
+	if e := modelErrorOf(t, resp); e.Type != "error" || e.Error.Type != "api_error" || !strings.Contains(e.Error.Message, "not forwarded") {
+		t.Errorf("error = %+v", e)
+	}
+	if up.count() != 0 {
+		t.Error("the request reached the model API")
+	}
+	if ev := obs.last(t); ev.Outcome != ModelError {
+		t.Errorf("event = %+v", ev)
 	}
 }
