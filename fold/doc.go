@@ -23,6 +23,7 @@ package fold
 //	(*Manager).Tools() []json.RawMessage
 //	(*Manager).CallTool(ctx, session, name string, args json.RawMessage) (json.RawMessage, error)
 //	(*Manager).Close() error
+//	(*Manager).ModelState() modelwire.State (modelstate.go: the model wire's view)
 //
 // Budgets of parents and children: a child's budget is not reserved out of
 // its parent's; it must only not exceed what the parent has left when the

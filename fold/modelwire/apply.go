@@ -228,7 +228,9 @@ func (a *applier) discover() error {
 					k = slices.IndexFunc(stack, func(x int) bool { return a.spans[x].id == id })
 				}
 			}
-			for x := len(stack) - 1; k < 0 && x >= 0; x-- {
+			// branch_create answers may quote other branches' summaries
+			// (dependencies): they end nothing.
+			for x := len(stack) - 1; k < 0 && x >= 0 && !hasSuffixTool(name, toolCreate); x-- {
 				sp := &a.spans[stack[x]]
 				if sp.br.EndCall != "" && sp.br.EndCall == r.callID {
 					k, sp.cutEnd = x, true

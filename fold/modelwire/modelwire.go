@@ -93,9 +93,9 @@ type Result struct {
 	// is, when guidance fired on this request.
 	Reminders   int
 	NewReminder bool
-	// Charged counts the tool results charged to a branch for the first
-	// time by this request; Cut the results cut (in this request, new or not).
-	Charged, Cut int
+	// Cut counts the results this request carries cut (new cuts and
+	// earlier ones, repeated as decided).
+	Cut int
 	// Branches are the ids of every branch whose span the conversation
 	// holds, open or closed, in order of creation.
 	Branches []string
