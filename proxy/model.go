@@ -219,6 +219,15 @@ func (h *ModelHandler) newTarget(name, field, raw string, tr http.RoundTripper) 
 	t.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
+			// The reverse proxy drops the forwarding headers and query
+			// parameters it cannot parse before Rewrite: the agent's go
+			// on as they were. foldproxy adds none of its own.
+			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+			for _, k := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+				if v, ok := pr.In.Header[k]; ok {
+					pr.Out.Header[k] = v
+				}
+			}
 			pr.Out.Header.Del(ModelTokenHeader)
 		},
 		Transport: tr,

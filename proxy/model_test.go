@@ -192,7 +192,7 @@ func TestModelStreamRelayedAsItArrives(t *testing.T) {
 		io.WriteString(w, rest)
 	})
 	url, obs, _ := newModelTest(t, up, nil)
-	resp := modelPost(t, url+"/v1/messages?beta=true", modelTestRequest, nil)
+	resp := modelPost(t, url+"/v1/messages?beta=true&x=%zz;y", modelTestRequest, nil)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
@@ -215,8 +215,8 @@ func TestModelStreamRelayedAsItArrives(t *testing.T) {
 		t.Errorf("rest of the stream = %q, want %q", got, rest)
 	}
 	r, body := up.last(t)
-	if r.URL.Path != "/v1/messages" || r.URL.RawQuery != "beta=true" {
-		t.Errorf("forwarded to %s?%s, want /v1/messages?beta=true", r.URL.Path, r.URL.RawQuery)
+	if r.URL.Path != "/v1/messages" || r.URL.RawQuery != "beta=true&x=%zz;y" {
+		t.Errorf("forwarded to %s?%s, want /v1/messages?beta=true&x=%%zz;y", r.URL.Path, r.URL.RawQuery)
 	}
 	if string(body) != modelTestRequest {
 		t.Errorf("forwarded body = %s, want the request unchanged (no branches)", body)
