@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,6 +61,12 @@ type ModelOptions struct {
 	// http.DefaultTransport that leaves Accept-Encoding and the response
 	// bytes alone.
 	Transport http.RoundTripper
+	// Transparent is the model front behind the forward proxy (transparent
+	// mode): the request names the real API host, the proxy has already
+	// authorized the client, so neither the Host check nor the token
+	// applies, and paths outside /v1/ are relayed untouched to AnthropicURL
+	// instead of answered 404.
+	Transparent bool
 }
 
 // ModelObserver is told of each model request once it is answered, for
@@ -135,6 +143,8 @@ type ModelHandler struct {
 	obs       ModelObserver
 	anthropic *modelTarget
 	openai    *modelTarget
+	// transparent: see ModelOptions.Transparent.
+	transparent bool
 }
 
 var _ http.Handler = (*ModelHandler)(nil)
@@ -156,6 +166,8 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 		wire:     opts.Wire,
 		obs:      opts.Observer,
 		allowed:  make(map[string]bool, len(opts.AllowedOrigins)),
+
+		transparent: opts.Transparent,
 	}
 	if h.state == nil {
 		return nil, errors.New("model front: ModelOptions.State is required")
@@ -163,10 +175,10 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	if opts.Wire.Scrub != nil {
 		h.wire.Scrub = newScrubMemo(opts.Wire.Scrub, modelMemoEntries, modelMemoBytes).Scrub
 	}
-	if opts.Token == "" && !opts.Loopback {
+	if opts.Token == "" && !opts.Loopback && !opts.Transparent {
 		return nil, errors.New("model front: Token is required when the listen address is not loopback")
 	}
-	if opts.Token != "" {
+	if opts.Token != "" && !opts.Transparent {
 		if strings.TrimSpace(opts.Token) != opts.Token || strings.ContainsAny(opts.Token, "\r\n") {
 			return nil, errors.New("model front: Token must not contain spaces at its ends or line breaks")
 		}
@@ -188,7 +200,7 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	}
 	tr := opts.Transport
 	if tr == nil {
-		tr = modelTransport()
+		tr = NewModelTransport(nil)
 	}
 	var err error
 	if h.anthropic, err = h.newTarget("Anthropic", "AnthropicURL", opts.AnthropicURL, tr); err != nil {
@@ -200,11 +212,19 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	return h, nil
 }
 
-// modelTransport is http.DefaultTransport's setup with compression left to
-// the agent: its Accept-Encoding goes upstream as it is, and the response
-// comes back as the model API encoded it.
-func modelTransport() *http.Transport {
+// NewModelTransport is http.DefaultTransport's setup with compression left
+// to the agent: its Accept-Encoding goes upstream as it is, and the
+// response comes back as the model API encoded it. roots, when not nil,
+// replaces the system roots in verifying the model API's certificate
+// (a failure is an error, never skipped); the forward proxy passes the
+// system roots plus its extra roots, and no proxy from the environment
+// (foldproxy would be its own proxy).
+func NewModelTransport(roots *x509.CertPool) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	if roots != nil {
+		t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+		t.Proxy = nil
+	}
 	t.DisableCompression = true
 	t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	return t
@@ -305,6 +325,8 @@ func (h *ModelHandler) route(r *http.Request) (rt modelRoute, ok bool) {
 		return modelRoute{modelPassthrough, h.anthropic}, true
 	case strings.HasPrefix(p, "/v1/"):
 		return modelRoute{modelPassthrough, h.openai}, true
+	case h.transparent:
+		return modelRoute{modelPassthrough, h.anthropic}, true
 	}
 	return modelRoute{}, false
 }
@@ -336,7 +358,7 @@ func (h *ModelHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	if reason := httpOriginRefusal(r, h.loopback, h.allowed); reason != "" {
+	if reason := httpOriginRefusal(r, h.loopback, h.allowed); reason != "" && !h.transparent {
 		modelError(w, ev.Dialect, http.StatusForbidden, "permission_error", "%s", reason)
 		return
 	}

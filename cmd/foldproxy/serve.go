@@ -169,11 +169,12 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	configPath := fs.String("config", "", "configuration file: a Claude Code mcpServers document (required)")
 	listen := fs.String("listen", "", "serve streamable HTTP on this address (path /mcp) instead of stdio")
 	stateDir := fs.String("state", "", "state folder (Badger store, audit log); default .foldproxy beside the config")
+	proxyListen := fs.String("proxy-listen", "", "serve a forward proxy (HTTPS_PROXY, transparent mode) on this address")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address (also on --listen)")
 	logLevel := fs.String("log-level", "info", "log level on stderr: debug, info, warn, error")
 	entry := fs.String("entry-name", "foldproxy", "foldproxy's own name in the agent's MCP config, for the tool name length check")
 	fs.Usage = func() {
-		fmt.Fprintln(c.stderr, "usage: foldproxy serve --config FILE [--listen ADDR] [--state DIR] [--metrics ADDR]")
+		fmt.Fprintln(c.stderr, "usage: foldproxy serve --config FILE [--listen ADDR] [--proxy-listen ADDR] [--state DIR] [--metrics ADDR]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -200,6 +201,9 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	if *metricsAddr == "" {
 		*metricsAddr = st.Metrics.Listen
 	}
+	if *proxyListen == "" {
+		*proxyListen = st.ProxyListen
+	}
 	dir := stateDirOf(cfg, *stateDir)
 	if err := prepareStateDir(dir); err != nil {
 		return err
@@ -210,6 +214,12 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	}
 	if *listen != "" && !proxy.IsLoopback(*listen) && token == "" {
 		return fmt.Errorf("--listen %s is not a loopback address: set foldproxy.authToken in the config or FOLDPROXY_TOKEN", *listen)
+	}
+	if *proxyListen != "" && !proxy.IsLoopback(*proxyListen) && token == "" {
+		return fmt.Errorf("--proxy-listen %s is not a loopback address: set foldproxy.authToken in the config or FOLDPROXY_TOKEN (clients send it as Proxy-Authorization)", *proxyListen)
+	}
+	if st.Proxy.ExtraRootsFile != "" && !filepath.IsAbs(st.Proxy.ExtraRootsFile) {
+		st.Proxy.ExtraRootsFile = filepath.Join(cfg.Dir, st.Proxy.ExtraRootsFile)
 	}
 	if st.Scrub.GitleaksConfig != "" && !filepath.IsAbs(st.Scrub.GitleaksConfig) {
 		st.Scrub.GitleaksConfig = filepath.Join(cfg.Dir, st.Scrub.GitleaksConfig)
@@ -394,6 +404,35 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 		defer ms.Close()
 	}
 
+	// newModelFront makes a model front with the shared fold core: the
+	// manager's model state, the scrubber, the token counter, the audit log
+	// and the metrics. The HTTP front has one; the forward proxy one per
+	// intercepted host.
+	newModelFront := func(o proxy.ModelOptions) (*proxy.ModelHandler, error) {
+		o.MaxRequestBytes = st.Model.MaxRequestBytes
+		o.State = mgr.ModelState()
+		o.Wire = modelwire.Options{
+			Scrub: func(ctx context.Context, text string) (string, error) {
+				sctx, cancel := context.WithTimeout(ctx, st.Scrub.Timeout.D())
+				defer cancel()
+				clean, _, err := scrubber.ScrubText(sctx, text)
+				return clean, err
+			},
+			Count: counter.CountText,
+		}
+		o.Observer = observer{auditor: auditor, metrics: metrics, logger: logger}
+		o.Logger = logger
+		return proxy.NewModelHandler(o)
+	}
+
+	if *proxyListen != "" {
+		stop, err := startForwardProxy(*proxyListen, dir, cfg.Dir, token, st.Proxy, newModelFront, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
 	if *listen == "" {
 		logger.Info("foldproxy serving MCP on stdio", "upstreams", len(cfg.Servers), "state", dir)
 		err := proxy.ServeStdio(ctx, srv, c.stdin, c.stdout, proxy.StdioOptions{MaxMessageBytes: st.MaxMessageBytes, Logger: logger})
@@ -417,35 +456,12 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	}
 	// The model front answers every other path: the model APIs under /v1/
 	// and 404 elsewhere ("/" included, which Claude Code probes).
-	model, err := proxy.NewModelHandler(proxy.ModelOptions{
-		AnthropicURL:    st.Model.AnthropicURL,
-		OpenAIURL:       st.Model.OpenAIURL,
-		Token:           token,
-		Loopback:        proxy.IsLoopback(*listen),
-		AllowedOrigins:  st.AllowedOrigins,
-		MaxRequestBytes: st.Model.MaxRequestBytes,
-		State:           mgr.ModelState(),
-		Wire: modelwire.Options{
-			Scrub: func(ctx context.Context, text string) (string, error) {
-				sctx, cancel := context.WithTimeout(ctx, st.Scrub.Timeout.D())
-				defer cancel()
-				clean, _, err := scrubber.ScrubText(sctx, text)
-				return clean, err
-			},
-			Count: counter.CountText,
-			// Claude Code (and Codex) name an MCP tool
-			// mcp__<entry>__<tool>: the results of foldproxy's own entry
-			// were charged and scrubbed on the MCP wire already; those of
-			// MCP servers the agent runs beside foldproxy were not.
-			ChargedOnMCP: func(name string) bool { return strings.HasPrefix(name, "mcp__"+*entry+"__") },
-			Guidance: modelwire.Guidance{
-				Off:         !st.Model.Guidance.On(),
-				AfterTokens: st.Model.Guidance.Tokens(),
-				NoRepeats:   !st.Model.Guidance.OnRepeats(),
-			},
-		},
-		Observer: observer{auditor: auditor, metrics: metrics, logger: logger},
-		Logger:   logger,
+	model, err := newModelFront(proxy.ModelOptions{
+		AnthropicURL:   st.Model.AnthropicURL,
+		OpenAIURL:      st.Model.OpenAIURL,
+		Token:          token,
+		Loopback:       proxy.IsLoopback(*listen),
+		AllowedOrigins: st.AllowedOrigins,
 	})
 	if err != nil {
 		return err

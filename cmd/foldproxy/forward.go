@@ -1,0 +1,83 @@
+package main
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/proxy"
+)
+
+// startForwardProxy serves transparent mode's forward proxy on addr: the
+// local CA under stateDir (made on first use), the intercepted hosts'
+// model fronts from newFront, upstream TLS verified against the system
+// roots plus the extra roots file. stop closes it.
+func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
+	newFront func(proxy.ModelOptions) (*proxy.ModelHandler, error), logger *slog.Logger,
+) (stop func(), err error) {
+	ca, created, err := proxy.LoadOrCreateCA(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		logger.Info("foldproxy made its local CA: trust it in the agent's environment (foldproxy ca prints the lines)", "cert", ca.CertPath())
+	}
+	roots, err := upstreamRoots(ps.ExtraRootsFile)
+	if err != nil {
+		return nil, err
+	}
+	transport := proxy.NewModelTransport(roots)
+	fp, err := proxy.NewForwardProxy(proxy.ForwardOptions{
+		CA:             ca,
+		Token:          token,
+		Loopback:       proxy.IsLoopback(addr),
+		InterceptHosts: ps.InterceptHosts,
+		AllowPorts:     ps.AllowPorts,
+		Model: func(base string) (http.Handler, error) {
+			return newFront(proxy.ModelOptions{AnthropicURL: base, OpenAIURL: base, Transparent: true, Transport: transport})
+		},
+		Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fp.Close()
+		return nil, fmt.Errorf("--proxy-listen %s: %w", addr, err)
+	}
+	hs := &http.Server{Handler: fp, ReadHeaderTimeout: 30 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	logger.Info("foldproxy serving transparent mode (forward proxy)", "HTTPS_PROXY", "http://"+ln.Addr().String(),
+		"NODE_EXTRA_CA_CERTS", ca.CertPath(), "intercept", ps.InterceptHosts, "allowPorts", ps.AllowPorts)
+	return func() {
+		_ = hs.Close()
+		_ = fp.Close()
+	}, nil
+}
+
+// upstreamRoots is the system's root pool plus the certificates of the
+// extra roots file (PEM), if any.
+func upstreamRoots(extraFile string) (*x509.CertPool, error) {
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	if extraFile == "" {
+		return roots, nil
+	}
+	data, err := os.ReadFile(extraFile)
+	if err != nil {
+		return nil, fmt.Errorf("foldproxy.proxy.extraRootsFile: %w", err)
+	}
+	if !roots.AppendCertsFromPEM(data) {
+		return nil, errors.New("foldproxy.proxy.extraRootsFile " + extraFile + ": no PEM certificate in it")
+	}
+	return roots, nil
+}
