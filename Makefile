@@ -7,6 +7,7 @@
 #   make fuzz    every fuzz target in the tree for $(FUZZTIME) each
 #   make fuzz-ci the fronts' fuzz targets for $(FUZZCITIME) each (CI runs it)
 #   make drills  the operational drills: kill -9, crashing upstream, soak, frame fuzzing
+#   make drills-quick the same drills, shortened for CI (a minute or two)
 #   make lint    gofmt and go vet
 #   make clean   remove what the targets above made
 
@@ -25,7 +26,7 @@ NODE_STAMP := e2e/node_modules/.package-lock.json
 E2E_NODE   := $(CURDIR)/e2e/node_modules/node/bin/node
 FS_SERVER  := $(CURDIR)/e2e/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js
 
-.PHONY: all build run test bench fuzz fuzz-ci drills lint clean e2e/node_modules
+.PHONY: all build run test bench fuzz fuzz-ci drills drills-quick lint clean e2e/node_modules
 
 all: build
 
@@ -96,6 +97,11 @@ fuzz-ci:
 # fronts. Not part of make test; a few minutes on two cores.
 drills:
 	$(GO) test -race -tags '$(TAGS) drills' -run Drill -timeout 15m -v ./e2e/
+
+# The drills with fewer frames, sessions and calls: what CI runs on every run.
+drills-quick:
+	FOLDPROXY_DRILL_FRAMES=400 FOLDPROXY_DRILL_SOAK_SESSIONS=40 FOLDPROXY_DRILL_SOAK_CALLS=5 \
+		$(GO) test -race -tags '$(TAGS) drills' -run Drill -timeout 8m -v ./e2e/
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \

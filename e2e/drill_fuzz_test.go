@@ -436,6 +436,12 @@ func judgeObject(obj []byte) (key string, shaped, badID bool) {
 	if !isMethod || len(id) == 0 {
 		return "", false, false
 	}
+	if !utf8.Valid(id) {
+		// An id that is not UTF-8 cannot be echoed in valid JSON: the
+		// answer is an error with a null id (JSON-RPC's "id could not be
+		// read"), not an answer under the id.
+		return "", false, true
+	}
 	switch id[0] {
 	case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 		return idKey(id), true, false

@@ -20,10 +20,11 @@ import (
 // is a generous bound, end < 2× warm-up. Both numbers are logged, and a
 // third after the sessions are deleted.
 
-const (
-	soakSessions = 200
-	soakWarm     = 5
-)
+const soakWarm = 5
+
+// soakSessions is the concurrent sessions: 200, or
+// FOLDPROXY_DRILL_SOAK_SESSIONS (make drills-quick runs fewer).
+var soakSessions = envInt("FOLDPROXY_DRILL_SOAK_SESSIONS", 200)
 
 // soakCalls is the calls per session: 25, or FOLDPROXY_DRILL_SOAK_CALLS for
 // a longer soak by hand.

@@ -131,6 +131,12 @@ func frontIDKey(id json.RawMessage) string {
 // escaped, so compacting changes no value.
 func frontCompact(msg []byte) ([]byte, error) {
 	msg = bytes.TrimSpace(msg)
+	if !utf8.Valid(msg) {
+		// Never write a line that is not UTF-8 (RFC 8259), whatever put
+		// it there: invalid bytes can only sit inside strings and become
+		// U+FFFD.
+		msg = bytes.ToValidUTF8(msg, []byte("\uFFFD"))
+	}
 	if len(msg) == 0 {
 		return nil, errors.New("empty JSON-RPC message")
 	}

@@ -111,6 +111,19 @@ func parseOne(data []byte) (*Message, *Error) {
 		// Echoing it would make the answer invalid JSON (RFC 8259 wants UTF-8).
 		return nil, Errorf(CodeInvalidRequest, "invalid request: the id is not valid UTF-8")
 	}
+	if !utf8.Valid(data) {
+		// Invalid UTF-8 elsewhere (JSON syntax is ASCII, so only inside
+		// strings) becomes U+FFFD, as encoding/json decodes it: nothing of
+		// it reaches an upstream, the agent's stdout or another message
+		// (a progress token echoed into every notification, say).
+		clean := bytes.ToValidUTF8(data, []byte("\uFFFD"))
+		var c Message
+		if err := json.Unmarshal(clean, &c); err != nil {
+			return nil, Errorf(CodeInvalidRequest, "invalid request: %v", err)
+		}
+		c.ID = m.ID
+		m = c
+	}
 	if len(m.ID) > 0 {
 		switch m.ID[0] {
 		case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
