@@ -338,9 +338,9 @@ func FillMemory(m Memory) Memory {
 // error naming the first bad field.
 func (m Memory) Validate() error {
 	switch m.Backend {
-	case "badger":
+	case "badger", "qdrant":
 	default:
-		return invalid("memory.backend", "%q is not one of badger", m.Backend)
+		return invalid("memory.backend", "%q is not one of badger, qdrant", m.Backend)
 	}
 	if m.MaxItems < 0 || m.MaxItems > 100 {
 		return invalid("memory.maxItems", "%d must be between 1 and 100", m.MaxItems)

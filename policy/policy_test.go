@@ -18,6 +18,11 @@ func TestParseDefaults(t *testing.T) {
 			got.Fold.MaxDepth != 3 || got.Fold.DefaultTimeout.D() != 300*time.Second || !got.BranchIDEnabled() {
 			t.Errorf("Parse(%q) = %+v, want defaults", in, got)
 		}
+		m := got.Memory
+		if m.Backend != "badger" || m.MaxItems != 10 || m.MinConfidence != 0.7 || m.InjectionRatio != 0.2 ||
+			!m.BlockSuspiciousEnabled() || m.Disabled || m.MaxUnused.D() != 90*24*time.Hour {
+			t.Errorf("Parse(%q).Memory = %+v, want defaults", in, m)
+		}
 	}
 }
 
@@ -51,6 +56,14 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{`[1]`, "foldproxy"},
 		{`{"upstreams":{"fs":{"prefix":"a b"}}}`, "upstreams.fs.prefix"},
 		{`{"upstreams":{"fs":{"callTimeout":"-1s"}}}`, "upstreams.fs.callTimeout"},
+		{`{"memory":{"backend":"sqlite"}}`, "memory.backend"},
+		{`{"memory":{"maxItems":-1}}`, "memory.maxItems"},
+		{`{"memory":{"minConfidence":1.5}}`, "memory.minConfidence"},
+		{`{"memory":{"injectionRatio":-0.2}}`, "memory.injectionRatio"},
+		{`{"memory":{"penalty":2}}`, "memory.penalty"},
+		{`{"memory":{"maxUnused":"-1h"}}`, "memory.maxUnused"},
+		{`{"memory":{"qdrant":{"collection":"a/b"}}}`, "memory.qdrant.collection"},
+		{`{"memory":{"embeddings":{"url":"localhost:8080"}}}`, "memory.embeddings.url"},
 	}
 	for _, tt := range tests {
 		_, err := Parse([]byte(tt.in))

@@ -12,6 +12,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/fold/memory"
 	membadger "github.com/foldproxy/foldproxy/fold/memory/badger"
+	memqdrant "github.com/foldproxy/foldproxy/fold/memory/qdrant"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -59,6 +60,12 @@ func openMemory(ctx context.Context, set policy.Memory, d memoryDeps) (*memory.S
 	}
 	var store memory.Store
 	switch set.Backend {
+	case "qdrant":
+		qs, err := memqdrant.Open(ctx, memqdrant.Options{Settings: set.Qdrant, Project: set.Project})
+		if err != nil {
+			return nil, err
+		}
+		store = qs
 	default:
 		db, ok := d.store.(*fold.BadgerStore)
 		if !ok {
