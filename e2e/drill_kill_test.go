@@ -245,13 +245,20 @@ func kill9CheckResumed(ctx context.Context, t *testing.T, hc *http.Client, px *d
 		if i == 0 {
 			c.waitTools(ctx, t, "replay__emit")
 		}
-		out, err := c.callTool(ctx, "branch_status", nil)
-		if err != nil || out.failed() {
-			t.Fatalf("session %s after the restart: branch_status: %v %s", led.session, err, outText(out))
-		}
-		tree, err := kill9Tree(out.structured)
-		if err != nil {
-			t.Fatalf("session %s: branch_status: %v: %s", led.session, err, truncate(string(out.structured), 500))
+		tree := map[string]kill9View{}
+		for offset := 0; ; {
+			out, err := c.callTool(ctx, "branch_status", map[string]any{"offset": offset})
+			if err != nil || out.failed() {
+				t.Fatalf("session %s after the restart: branch_status: %v %s", led.session, err, outText(out))
+			}
+			next, err := kill9Tree(out.answer(), tree)
+			if err != nil {
+				t.Fatalf("session %s: branch_status: %v: %s", led.session, err, truncate(out.text, 500))
+			}
+			if next == 0 {
+				break
+			}
+			offset = next
 		}
 		acked := map[string]bool{}
 		resume := ""
@@ -329,8 +336,8 @@ func kill9Loop(ctx context.Context, c *drillClient, led *kill9Ledger) error {
 		var ans struct {
 			BranchID string `json:"branch_id"`
 		}
-		if err := json.Unmarshal(out.structured, &ans); err != nil || ans.BranchID == "" {
-			return fmt.Errorf("branch_create answer without branch_id (%v): %s", err, truncate(string(out.structured), 300))
+		if err := json.Unmarshal(out.answer(), &ans); err != nil || ans.BranchID == "" {
+			return fmt.Errorf("branch_create answer without branch_id (%v): %s", err, truncate(out.text, 300))
 		}
 		b := ans.BranchID
 		led.created = append(led.created, b)
@@ -405,32 +412,35 @@ type kill9View struct {
 	Branches []kill9View `json:"branches"`
 }
 
-// kill9Tree flattens the session tree of a branch_status answer.
-func kill9Tree(structured json.RawMessage) (map[string]kill9View, error) {
+// kill9Tree adds the branches of one page of a branch_status answer to
+// out: the tree of active branches and the closed ones listed beside it
+// (closed branches are never the root: they get depth 1). It returns the
+// offset of the next page, 0 when this was the last.
+func kill9Tree(answer json.RawMessage, out map[string]kill9View) (int, error) {
 	var ans struct {
-		Tree *kill9View `json:"tree"`
+		Tree       *kill9View  `json:"tree"`
+		Closed     []kill9View `json:"closed"`
+		NextOffset int         `json:"next_offset"`
 	}
-	if err := json.Unmarshal(structured, &ans); err != nil {
-		return nil, err
+	if err := json.Unmarshal(answer, &ans); err != nil {
+		return 0, err
 	}
 	if ans.Tree == nil {
-		return nil, errors.New("no tree in the answer")
+		return 0, errors.New("no tree in the answer")
 	}
-	out := map[string]kill9View{}
-	var walk func(v kill9View)
-	walk = func(v kill9View) {
+	var walk func(v kill9View, closed bool)
+	walk = func(v kill9View, closed bool) {
+		if closed {
+			v.Depth = max(v.Depth, 1)
+		}
 		out[v.BranchID] = v
 		for _, c := range v.Branches {
-			walk(c)
+			walk(c, closed)
 		}
 	}
-	walk(*ans.Tree)
-	return out, nil
-}
-
-func outText(o *toolOutcome) string {
-	if o == nil {
-		return ""
+	walk(*ans.Tree, false)
+	for _, c := range ans.Closed {
+		walk(c, true)
 	}
-	return truncate(o.describe(), 300)
+	return ans.NextOffset, nil
 }

@@ -250,6 +250,15 @@ type toolOutcome struct {
 	rpcErr     *rpcError       // a JSON-RPC error instead of a result
 }
 
+// answer is a fold tool's JSON answer: the structuredContent when there is
+// one, else the text.
+func (o *toolOutcome) answer() json.RawMessage {
+	if len(o.structured) > 0 && string(o.structured) != "null" {
+		return o.structured
+	}
+	return json.RawMessage(o.text)
+}
+
 // failed reports whether the call failed either way.
 func (o *toolOutcome) failed() bool { return o.isError || o.rpcErr != nil }
 

@@ -43,8 +43,8 @@ func (r foldReply) decode(t testing.TB, v any) {
 		t.Fatalf("decoding a fold answer: the call failed: %s", r.text())
 	}
 	src := r.sc
-	if len(src) == 0 || string(src) == "null" {
-		src = json.RawMessage(r.text())
+	if (len(src) == 0 || string(src) == "null") && len(r.texts) > 0 {
+		src = json.RawMessage(r.texts[0]) // notices may follow the answer
 	}
 	if err := json.Unmarshal(src, v); err != nil {
 		t.Fatalf("decoding a fold answer %s: %v", truncate(string(src), 500), err)
@@ -108,29 +108,25 @@ func foldMust(ctx context.Context, t testing.TB, p *peer, name string, args map[
 type (
 	foldCreated struct {
 		BranchID        string    `json:"branch_id"`
-		ParentBranchID  string    `json:"parent_branch_id"`
 		Depth           int       `json:"depth"`
-		BudgetAllocated int       `json:"budget_allocated"`
-		Deadline        string    `json:"deadline"`
+		Budget          int       `json:"budget"`
+		ParentRemaining *int      `json:"parent_remaining"`
+		TimeoutSeconds  float64   `json:"timeout_seconds"`
 		Dependencies    []foldDep `json:"dependencies"`
-		Instructions    string    `json:"instructions"`
 	}
 	foldDep struct {
-		BranchID    string `json:"branch_id"`
-		Status      string `json:"status"`
-		Reason      string `json:"reason"`
-		Message     string `json:"message"`
-		ReturnValue string `json:"return_value"`
+		BranchID    string          `json:"branch_id"`
+		Status      string          `json:"status"`
+		Reason      string          `json:"reason"`
+		Message     string          `json:"message"`
+		ReturnValue json.RawMessage `json:"return_value"`
 	}
 	foldReturned struct {
-		Success               bool     `json:"success"`
-		BranchID              string   `json:"branch_id"`
-		ParentBranchID        string   `json:"parent_branch_id"`
-		TokensUsed            int      `json:"tokens_used"`
-		MessageTokens         int      `json:"message_tokens"`
-		Message               string   `json:"message"`
-		ReturnValue           string   `json:"return_value"`
-		ChildrenForceReturned []string `json:"children_force_returned"`
+		TokensUsed            int             `json:"tokens_used"`
+		Message               string          `json:"message"`
+		ReturnValue           json.RawMessage `json:"return_value"`
+		ChildrenForceReturned []string        `json:"children_force_returned"`
+		ParentRemaining       *int            `json:"parent_remaining"`
 	}
 	foldView struct {
 		BranchID        string         `json:"branch_id"`
@@ -410,7 +406,7 @@ func TestFoldBranchKeepsFilesOutOfRoot(t *testing.T) {
 		"description": "read ten files of the repository", "budget": 32768,
 	}, &cr)
 	rootRaw = append(rootRaw, r.raw)
-	if cr.BranchID == "" || cr.Depth != 1 || cr.BudgetAllocated != 32768 {
+	if cr.BranchID == "" || cr.Depth != 1 || cr.Budget != 32768 {
 		t.Fatalf("branch_create answer %+v: want a branch id, depth 1, budget 32768", cr)
 	}
 
@@ -428,7 +424,8 @@ func TestFoldBranchKeepsFilesOutOfRoot(t *testing.T) {
 		branchTokens += resultTokens(t, c, r.raw)
 	}
 
-	st := foldStatus(ctx, t, p, cr.BranchID)
+	var st foldView
+	sr := foldMust(ctx, t, p, "branch_status", map[string]any{"branch_id": cr.BranchID}, &st)
 	if st.Status != "active" || st.Calls != len(files) || st.BudgetUsed != branchTokens || st.BudgetUsed < 2000 {
 		t.Errorf("branch_status before the return: status %s, %d calls, %d tokens used; want active, %d calls, %d tokens (counted by the client)",
 			st.Status, st.Calls, st.BudgetUsed, len(files), branchTokens)
@@ -437,21 +434,23 @@ func TestFoldBranchKeepsFilesOutOfRoot(t *testing.T) {
 		t.Errorf("usage_by_tool fs/read_text_file = %d, want %d (usage %v)", got, branchTokens, st.UsageByTool)
 	}
 
+	branchTokens += modelTokens(t, c, sr) // the branch pays for the answer about it
 	msg := "Read the ten files: package docs for fold, intercept, proxy, policy, upstreams and e2e, the fold timers, limits and batch code, and the Makefile. Nothing is broken."
 	var rr foldReturned
 	r = foldMust(ctx, t, p, "branch_return", map[string]any{"branch_id": cr.BranchID, "message": msg}, &rr)
 	rootRaw = append(rootRaw, r.raw)
-	if !rr.Success || rr.Message != msg || rr.TokensUsed != branchTokens {
+	if rr.Message != msg || rr.TokensUsed != branchTokens {
 		t.Errorf("branch_return answer %+v: want success, the message as sent, tokens_used %d", rr, branchTokens)
 	}
 
-	rootTokens := 0
+	rootTokens, answerTokens := 0, 0
 	var rootText strings.Builder
 	var parts []string
 	for i, raw := range rootRaw {
 		n := resultTokens(t, c, raw)
 		parts = append(parts, fmt.Sprintf("%s answer %d tokens", []string{"branch_create", "branch_return"}[i], n))
 		rootTokens += n
+		answerTokens += n
 		rootText.Write(raw)
 		rootText.WriteString(flattenRaw(t, raw))
 	}
@@ -480,14 +479,16 @@ func TestFoldBranchKeepsFilesOutOfRoot(t *testing.T) {
 		}
 	}
 
-	// The branch is closed and charged; the root paid the message only.
+	// The branch is closed and charged; the root paid for the answers
+	// only (the status answers about the closed branch included).
 	st = foldStatus(ctx, t, p, cr.BranchID)
 	if st.Status != "returned" || st.BudgetUsed != branchTokens {
 		t.Errorf("branch_status after the return: %s with %d tokens, want returned with %d", st.Status, st.BudgetUsed, branchTokens)
 	}
+	// The root paid exactly for the two answers it received.
 	tree := foldSessionTree(ctx, t, p)
-	if tree.Tree.BudgetUsed != rr.MessageTokens || rr.MessageTokens != c.CountText(msg) {
-		t.Errorf("the root was charged %d tokens, message_tokens %d; want both %d, the message's tokens", tree.Tree.BudgetUsed, rr.MessageTokens, c.CountText(msg))
+	if tree.Tree.BudgetUsed != answerTokens+tree.Tree.UsageByTool["foldproxy/branch_status"] || tree.Tree.UsageByTool["foldproxy/branch_create"]+tree.Tree.UsageByTool["foldproxy/branch_return"] != answerTokens {
+		t.Errorf("the root was charged %d tokens (usage %v); want %d, the create and return answers it received", tree.Tree.BudgetUsed, tree.Tree.UsageByTool, answerTokens)
 	}
 }
 
@@ -517,6 +518,7 @@ func TestFoldReplayBudgets(t *testing.T) {
 			var cr foldCreated
 			foldMust(ctx, t, p, "branch_create", map[string]any{
 				"description": "replay " + tr.ID, "budget": budget, "parent_branch_id": root,
+				"inject_memories": false, // the client counts what the branch receives from the replay only
 			}, &cr)
 			used := 0
 			closed := false
@@ -549,9 +551,13 @@ func TestFoldReplayBudgets(t *testing.T) {
 						handle = m[1]
 					}
 				}
-				st := foldStatus(ctx, t, p, cr.BranchID)
+				var st foldView
+				sr := foldMust(ctx, t, p, "branch_status", map[string]any{"branch_id": cr.BranchID}, &st)
 				if st.BudgetUsed != used {
 					t.Errorf("step %d: branch_status budget_used %d, the client counted %d", step, st.BudgetUsed, used)
+				}
+				if st.Status == "active" { // the branch pays for the answer, up to what it has left
+					used += min(modelTokens(t, c, sr), budget-used)
 				}
 				wasCut := len(st.Cuts) > 0 // a cut closes the branch: it is this step's
 				switch {
@@ -660,8 +666,8 @@ func TestFoldNesting(t *testing.T) {
 		if depth == 1 {
 			wantParent = foldSessionTree(ctx, t, p).Tree.BranchID
 		}
-		if cr.Depth != depth || cr.ParentBranchID != wantParent {
-			t.Fatalf("depth %d: created %+v, want depth %d under %s", depth, cr, depth, wantParent)
+		if st := foldStatus(ctx, t, p, cr.BranchID); cr.Depth != depth || st.Parent != wantParent {
+			t.Fatalf("depth %d: created %+v under %s, want depth %d under %s", depth, cr, st.Parent, depth, wantParent)
 		}
 		// A call without branch_id goes to the innermost branch.
 		if r := foldCall(ctx, t, p, "replay__emit", map[string]any{"bytes": 100 * depth}); r.isError {
@@ -680,7 +686,7 @@ func TestFoldNesting(t *testing.T) {
 	}
 	for i, id := range ids {
 		st := foldStatus(ctx, t, p, id)
-		if st.Calls != 1 || st.UsageByTool["replay/emit"] == 0 {
+		if st.UsageByTool["replay/emit"] == 0 || st.Calls != 1+len(st.UsageByTool)-1 && st.UsageByTool["foldproxy/branch_status"] == 0 {
 			t.Errorf("branch %d (%s): %d calls, usage %v; want its own emit call", i+1, id, st.Calls, st.UsageByTool)
 		}
 	}
@@ -761,13 +767,16 @@ func TestFoldParallelAndDependsOn(t *testing.T) {
 			t.Fatalf("sub-agent %d: %s", i, w.errText)
 		}
 		st := foldStatus(ctx, t, p, w.id)
-		if st.Calls != w.calls || st.BudgetUsed != w.tokens || st.UsageByTool["replay/emit"] != w.tokens {
+		// Besides its calls, a branch pays for the branch_status answers
+		// about it (the tree answer goes to the innermost branch).
+		status := st.UsageByTool["foldproxy/branch_status"]
+		if st.UsageByTool["replay/emit"] != w.tokens || st.BudgetUsed != w.tokens+status || len(st.UsageByTool) > 2 {
 			t.Errorf("sub-agent %d (%s): branch_status says %d calls, %d tokens (usage %v); it made %d calls and received %d tokens",
 				i, w.id, st.Calls, st.BudgetUsed, st.UsageByTool, w.calls, w.tokens)
 		}
 	}
-	if root := foldSessionTree(ctx, t, p).Tree; root.Calls != 0 || root.BudgetUsed != 0 {
-		t.Errorf("the root was charged %d calls, %d tokens of the sub-agents' work", root.Calls, root.BudgetUsed)
+	if root := foldSessionTree(ctx, t, p).Tree; root.UsageByTool["replay/emit"] != 0 || root.UsageByUpstream["replay"] != 0 {
+		t.Errorf("the root was charged the sub-agents' work: usage %v", root.UsageByTool)
 	}
 
 	// depends_on: the second branch's creation waits for the first's return.
@@ -790,7 +799,7 @@ func TestFoldParallelAndDependsOn(t *testing.T) {
 	case <-time.After(time.Second):
 	}
 	const msg, value = "the emitter writes deterministic text", `{"lines":42}`
-	foldMust(ctx, t, p, "branch_return", map[string]any{"branch_id": workers[0].id, "message": msg, "return_value": value}, nil)
+	foldMust(ctx, t, p, "branch_return", map[string]any{"branch_id": workers[0].id, "message": msg, "return_value": json.RawMessage(value)}, nil)
 	var got created
 	select {
 	case got = <-done:
@@ -805,7 +814,7 @@ func TestFoldParallelAndDependsOn(t *testing.T) {
 	if len(cr.Dependencies) != 1 {
 		t.Fatalf("dependencies = %+v, want the one branch", cr.Dependencies)
 	}
-	if d := cr.Dependencies[0]; d.BranchID != workers[0].id || d.Status != "returned" || d.Message != msg || d.ReturnValue != value {
+	if d := cr.Dependencies[0]; d.BranchID != workers[0].id || d.Status != "returned" || d.Message != msg || string(d.ReturnValue) != value {
 		t.Errorf("dependency = %+v, want %s returned with message %q and return value %q", d, workers[0].id, msg, value)
 	}
 	if st := foldStatus(ctx, t, p, cr.BranchID); !slices.Equal(st.DependsOn, []string{workers[0].id}) {

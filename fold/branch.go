@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/foldproxy/foldproxy/fold/memory"
 	"github.com/foldproxy/foldproxy/policy"
@@ -29,56 +30,101 @@ type createArgs struct {
 	Prompt         string
 	Budget         *int
 	TimeoutSeconds *float64
-	ParentBranchID string
+	ParentBranchID string // parent_branch_id, or its alias parent_id
 	DependsOn      []string
-	InjectMemories *bool // nil: inject when memories are on
+	InjectMemories *bool // inject_memories; nil: inject when memories are on
 }
 
-// createAnswer is branch_create's answer.
+// createAnswer is branch_create's answer. The parent receives it and is
+// charged its tokens, so it says only what the agent needs and nothing
+// twice: empty and unlimited fields are left out.
 type createAnswer struct {
-	BranchID              string        `json:"branch_id"`
-	ParentBranchID        string        `json:"parent_branch_id"`
-	Depth                 int           `json:"depth"`
-	BudgetAllocated       int           `json:"budget_allocated"`
-	ParentBudgetRemaining int           `json:"parent_budget_remaining"` // -1: unlimited
-	Deadline              string        `json:"deadline"`
-	TimeoutSeconds        float64       `json:"timeout_seconds"`
-	InjectedContext       []memory.Item `json:"injected_context"`
-	Dependencies          []dependency  `json:"dependencies"`
-	Instructions          string        `json:"instructions"`
+	BranchID        string `json:"branch_id"`
+	Depth           int    `json:"depth"`
+	Budget          int    `json:"budget"`
+	ParentRemaining *int   `json:"parent_remaining,omitempty"` // absent: unlimited
+	// TimeoutSeconds is the time to the deadline: an agent cannot use a
+	// clock time it does not know (branch_status gives both).
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+	// InjectedContext holds the memories given to the branch
+	// (inject_memories), which the new branch pays for.
+	InjectedContext []memory.Item `json:"injected_context,omitempty"`
+	// Memory is "unavailable" when memories were asked for and this proxy
+	// has none.
+	Memory       string       `json:"memory,omitempty"`
+	Dependencies []dependency `json:"dependencies,omitempty"`
 }
 
 // dependency is what a new branch learns of a branch it depended on.
 type dependency struct {
-	BranchID    string `json:"branch_id"`
-	Description string `json:"description,omitempty"`
-	Status      Status `json:"status"`
-	Reason      string `json:"reason,omitempty"`
-	Message     string `json:"message,omitempty"`
-	ReturnValue string `json:"return_value,omitempty"`
-	Summary     string `json:"summary,omitempty"`
+	BranchID    string          `json:"branch_id"`
+	Description string          `json:"description,omitempty"`
+	Status      Status          `json:"status"`
+	Reason      string          `json:"reason,omitempty"`
+	Message     string          `json:"message,omitempty"`
+	ReturnValue json.RawMessage `json:"return_value,omitempty"`
+	Summary     string          `json:"summary,omitempty"`
 }
 
 // returnArgs are branch_return's arguments.
 type returnArgs struct {
 	BranchID      string
 	Message       string
-	ReturnValue   string
-	ExtractMemory bool
+	ReturnValue   string // compact JSON text; "" when absent
+	ExtractMemory bool   // extract_memory: queue memories from the branch
 }
 
-// returnAnswer is branch_return's answer.
+// returnAnswer is branch_return's answer, which the parent receives and is
+// charged for: the message (and return value) as the parent keeps them,
+// after the fold-time scan, and the branch's own figures.
+// The branch's id is not repeated: the caller named it, or returned the
+// innermost branch, which branch_create answered.
 type returnAnswer struct {
-	Success               bool     `json:"success"`
-	BranchID              string   `json:"branch_id"`
-	ParentBranchID        string   `json:"parent_branch_id"`
-	TokensUsed            int      `json:"tokens_used"`
-	MessageTokens         int      `json:"message_tokens"`
-	Message               string   `json:"message"`
-	ReturnValue           string   `json:"return_value,omitempty"`
-	ChildrenForceReturned []string `json:"children_force_returned"`
-	ParentBudgetRemaining int      `json:"parent_budget_remaining"` // -1: unlimited
-	MemoryQueued          bool     `json:"memory_queued"`
+	TokensUsed            int             `json:"tokens_used"`
+	Message               string          `json:"message"`
+	ReturnValue           json.RawMessage `json:"return_value,omitempty"`
+	ChildrenForceReturned []string        `json:"children_force_returned,omitempty"`
+	ParentRemaining       *int            `json:"parent_remaining,omitempty"` // absent: unlimited
+	MemoryQueued          bool            `json:"memory_queued,omitempty"`
+	Memory                string          `json:"memory,omitempty"` // "unavailable": no memories in this proxy
+}
+
+// memoryUnavailable is the answer's memory field when memories were asked
+// for and the Manager has no Memories.
+const memoryUnavailable = "unavailable"
+
+// rawValue turns a stored return value (compact JSON text) into the JSON
+// value it was.
+func rawValue(s string) json.RawMessage {
+	if s == "" {
+		return nil
+	}
+	return json.RawMessage(s)
+}
+
+// chargeAnswer fixes an answer's figure of what its receiver has left
+// after paying for the answer itself: it renders the answer with set
+// called on the remaining budget (nil when unlimited) until the figure and
+// the tokens agree, and returns the tokens. rem is what the receiver had
+// before, -1 when unlimited.
+func (m *Manager) chargeAnswer(v any, rem int, set func(*int)) (int, error) {
+	tokens := 0
+	for range 4 {
+		if rem >= 0 {
+			left := max(rem-tokens, 0)
+			set(&left)
+		}
+		text, err := answerText(v)
+		if err != nil {
+			return 0, err
+		}
+		n := m.count.CountText(text)
+		if n == tokens {
+			break
+		}
+		tokens = n
+	}
+	return tokens, nil
 }
 
 func remaining(b *Branch) int {
@@ -106,6 +152,7 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 		return nil, err
 	}
 	budget := m.set.DefaultBudget
+	clamp := a.Budget == nil // the default is clamped to what the parent has left
 	if a.Budget != nil {
 		if *a.Budget < 1 {
 			return nil, fmt.Errorf("%w: budget %d must be at least 1 token (omit it for the default of %d)", ErrInvalidArgument, *a.Budget, m.set.DefaultBudget)
@@ -134,7 +181,7 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	if depth := parent.depth + 1; depth > m.set.MaxDepth {
 		return nil, fmt.Errorf("%w: a branch under %s would be at depth %d, beyond the maximum depth of %d; do this work in the current branch, or create the branch from a shallower one", ErrMaxDepthExceeded, parent.id, depth, m.set.MaxDepth)
 	}
-	if err := m.checkParentBudget(parent.cur.Load(), budget); err != nil {
+	if err := m.checkParentBudget(parent.cur.Load(), &budget, clamp); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
@@ -169,7 +216,7 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	if pb.Status != StatusActive {
 		return nil, closedErr(pb)
 	}
-	if err := m.checkParentBudget(pb, budget); err != nil {
+	if err := m.checkParentBudget(pb, &budget, clamp); err != nil {
 		return nil, err
 	}
 	now := m.now()
@@ -195,12 +242,51 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	for _, d := range deps {
 		b.DependsOn = append(b.DependsOn, d.id)
 	}
+	ans := &createAnswer{
+		BranchID: b.ID, Depth: b.Depth, Budget: budget, TimeoutSeconds: timeout.Seconds(),
+	}
+	for _, d := range deps {
+		db := d.cur.Load()
+		ans.Dependencies = append(ans.Dependencies, dependency{
+			BranchID: db.ID, Description: db.Description, Status: db.Status, Reason: db.Reason,
+			Message: db.Message, ReturnValue: rawValue(db.ReturnValue), Summary: db.Summary,
+		})
+	}
+	if a.InjectMemories != nil && *a.InjectMemories && m.mem == nil {
+		ans.Memory = memoryUnavailable
+	}
+	// The parent receives the answer and pays for it, but for the injected
+	// memories, which the new branch paid for.
+	tokens, err := m.chargeAnswer(ans, remaining(pb), func(p *int) { ans.ParentRemaining = p })
+	if err != nil {
+		return nil, err
+	}
+	if len(injected) > 0 {
+		ans.InjectedContext = injected
+	}
+	if rem := remaining(pb); rem >= 0 && tokens > rem {
+		return nil, fmt.Errorf("%w: parent %s has %d tokens left, fewer than the %d of this answer; return the parent and work from a branch with budget left", ErrBudgetExceeded, pb.ID, rem, tokens)
+	}
+
 	// Once decided, the writes complete even if the caller goes away, so
 	// that the store never holds half a creation.
 	wctx := context.WithoutCancel(ctx)
 	npb := pb.clone()
 	npb.Children = append(npb.Children, b.ID)
-	if err := m.commit(wctx, &Batch{Branches: []*Branch{b, npb}}); err != nil {
+	npb.Used += tokens
+	npb.Calls++
+	addUsage(npb, "foldproxy", ToolCreate, tokens)
+	npb.Level = policy.LevelOf(npb.Used, npb.Budget, m.set.Thresholds).String()
+	text, _ := answerText(ans)
+	cargs, _ := json.Marshal(map[string]string{"description": desc})
+	batch := &Batch{
+		Calls: []BatchCall{{Branch: parent.id, Rec: &CallRecord{
+			Time: now, Upstream: "foldproxy", Method: "tools/call", Name: ToolCreate,
+			Args: string(cargs), Result: text, Tokens: tokens,
+		}}},
+		Branches: []*Branch{b, npb},
+	}
+	if err := m.commit(wctx, batch); err != nil {
 		return nil, fmt.Errorf("fold: create branch: %w", err)
 	}
 	parent.cur.Store(npb)
@@ -216,41 +302,35 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 		n.unlock()
 	}
 	m.emit(ctx, branchEvent("created", b))
+	m.levelEvent(ctx, pb, npb)
 	if len(b.Injected) > 0 {
 		if err := m.mem.MarkUsed(wctx, b.Injected, true); err != nil {
 			m.log.Warn("memory: could not record an injection", "branch", b.ID, "err", err)
 		}
 	}
-
-	ans := &createAnswer{
-		BranchID: b.ID, ParentBranchID: parent.id, Depth: b.Depth,
-		BudgetAllocated: budget, ParentBudgetRemaining: remaining(npb),
-		Deadline: b.Deadline.UTC().Format(time.RFC3339), TimeoutSeconds: timeout.Seconds(),
-		Dependencies: []dependency{}, InjectedContext: injected,
-	}
-	for _, d := range deps {
-		db := d.cur.Load()
-		ans.Dependencies = append(ans.Dependencies, dependency{
-			BranchID: db.ID, Description: db.Description, Status: db.Status, Reason: db.Reason,
-			Message: db.Message, ReturnValue: db.ReturnValue, Summary: db.Summary,
-		})
-	}
-	ans.Instructions = fmt.Sprintf("You are working in branch %s (depth %d) with a budget of %d tokens until %s (%s). "+
-		"Every tool result you receive is charged to it. If you run in parallel with other sub-agents, pass branch_id %q in every tool call. "+
-		"When the task is done, call branch_return with branch_id %q and a concise message holding only the findings the parent needs. "+
-		"At the budget or the deadline the branch is force-returned with an automatic summary.",
-		b.ID, b.Depth, budget, ans.Deadline, timeout.Round(time.Second), b.ID, b.ID)
 	return ans, nil
 }
 
+// createAnswerReserve is what a parent must keep, beyond a clamped child
+// budget, to pay for the create and return answers.
+const createAnswerReserve = 120
+
 // checkParentBudget refuses a child budget above what a limited parent has
-// left.
-func (m *Manager) checkParentBudget(pb *Branch, budget int) error {
+// left; a default budget (clamp) is lowered to it instead, keeping enough
+// for the answers the parent will receive.
+func (m *Manager) checkParentBudget(pb *Branch, budget *int, clamp bool) error {
 	rem := remaining(pb)
-	if rem < 0 || budget <= rem {
+	if rem < 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: budget %d is above the %d tokens left in parent %s (used %d of %d); ask for %d or less, or return the parent and work from a branch with more budget left", ErrBudgetExceeded, budget, rem, pb.ID, pb.Used, pb.Budget, rem)
+	if clamp && *budget > rem-createAnswerReserve && rem > 2*createAnswerReserve {
+		*budget = rem - createAnswerReserve
+		return nil
+	}
+	if *budget <= rem {
+		return nil
+	}
+	return fmt.Errorf("%w: budget %d is above the %d tokens left in parent %s (used %d of %d); ask for %d or less, or return the parent and work from a branch with more budget left", ErrBudgetExceeded, *budget, rem, pb.ID, pb.Used, pb.Budget, max(rem-createAnswerReserve, 0))
 }
 
 // parentFor resolves the parent of a new branch: the explicit id, else the
@@ -344,9 +424,8 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 	if strings.TrimSpace(msg) == "" {
 		return nil, fmt.Errorf("%w: message is required: give the parent a concise account of the findings", ErrInvalidArgument)
 	}
-	rv, err := cleanText("return_value", a.ReturnValue, MaxMessage)
-	if err != nil {
-		return nil, err
+	if n := utf8.RuneCountInString(a.ReturnValue); n > MaxMessage {
+		return nil, fmt.Errorf("%w: return_value is %d characters of JSON; the maximum is %d: shorten it", ErrInvalidArgument, n, MaxMessage)
 	}
 	var n *node
 	switch a.BranchID {
@@ -370,12 +449,15 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 	if msg, err = m.scanText(ctx, "message", msg); err != nil {
 		return nil, err
 	}
-	if rv, err = m.scanText(ctx, "return_value", rv); err != nil {
+	rv, err := m.scanText(ctx, "return_value", a.ReturnValue)
+	if err != nil {
 		return nil, err
 	}
-	tokens := m.count.CountText(msg)
-	if rv != "" {
-		tokens += m.count.CountText(rv)
+	if rv != "" && !json.Valid([]byte(rv)) {
+		// A redaction broke the JSON (a secret spanning a quote): keep
+		// the scrubbed text, as a JSON string.
+		q, _ := marshal(rv, false)
+		rv = string(q)
 	}
 
 	parent := m.lookup(n.parent)
@@ -395,31 +477,49 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 			n.unlock()
 		}
 	}()
-	if b := n.cur.Load(); b.Status != StatusActive {
+	b := n.cur.Load()
+	if b.Status != StatusActive {
 		return nil, closedErr(b)
 	}
+
+	// The answer is known before the branch closes: closing does not
+	// change what it used, and its active descendants close in the order
+	// activeDescendants lists them.
+	ans := &returnAnswer{
+		TokensUsed: b.Used, Message: msg, ReturnValue: rawValue(rv),
+		ChildrenForceReturned: m.activeDescendants(b),
+	}
+	extract := m.mem != nil && (a.ExtractMemory || m.mem.Settings().ExtractAll)
+	if a.ExtractMemory && m.mem == nil {
+		ans.Memory = memoryUnavailable
+	}
+	ans.MemoryQueued = extract // at most what the answer will say
 	pb := parent.cur.Load()
+	tokens, err := m.chargeAnswer(ans, remaining(pb), func(p *int) { ans.ParentRemaining = p })
+	if err != nil {
+		return nil, err
+	}
 	if rem := remaining(pb); rem >= 0 && tokens > rem {
-		return nil, fmt.Errorf("%w: the return message is %d tokens but parent %s has %d left; shorten the message to the essentials and return again", ErrBudgetExceeded, tokens, pb.ID, rem)
+		return nil, fmt.Errorf("%w: the return answer is %d tokens but parent %s has %d left; shorten the message to the essentials and return again", ErrBudgetExceeded, tokens, pb.ID, rem)
 	}
 
 	wctx := context.WithoutCancel(ctx)
-	closed, err := m.closeLocked(wctx, n, StatusReturned, "", func(b *Branch) {
+	if _, err := m.closeLocked(wctx, n, StatusReturned, "", func(b *Branch) {
 		b.Message, b.ReturnValue = msg, rv
-	})
-	if err != nil {
+	}); err != nil {
 		return nil, fmt.Errorf("fold: return branch %s: %w", n.id, err)
 	}
 	n.unlock()
 	nUnlocked = true
-	b := n.cur.Load()
-	ans := &returnAnswer{
-		Success: true, BranchID: b.ID, ParentBranchID: parent.id, TokensUsed: b.Used,
-		MessageTokens: tokens, Message: msg, ReturnValue: rv,
-		ChildrenForceReturned: slices.DeleteFunc(closed, func(id string) bool { return id == n.id }),
-	}
-	if ans.ChildrenForceReturned == nil {
-		ans.ChildrenForceReturned = []string{}
+	b = n.cur.Load()
+	if extract {
+		if ans.MemoryQueued = m.extractMemory(wctx, b); !ans.MemoryQueued {
+			// The answer is shorter than the one checked against the
+			// parent's budget: count it again.
+			if tokens, err = m.chargeAnswer(ans, remaining(pb), func(p *int) { ans.ParentRemaining = p }); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	// Charge the parent what it receives, and archive it there: nothing a
@@ -429,15 +529,14 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 	npb.Calls++
 	addUsage(npb, "foldproxy", ToolReturn, tokens)
 	npb.Level = policy.LevelOf(npb.Used, npb.Budget, m.set.Thresholds).String()
-	ans.ParentBudgetRemaining = remaining(npb)
-	result, err := json.Marshal(ans)
+	result, err := answerText(ans)
 	if err != nil {
-		return nil, fmt.Errorf("fold: encode return answer: %w", err)
+		return nil, err
 	}
 	args, _ := json.Marshal(map[string]string{"branch_id": n.id})
 	batch := &Batch{Calls: []BatchCall{{Branch: parent.id, Rec: &CallRecord{
 		Time: m.now(), Upstream: "foldproxy", Method: "tools/call", Name: ToolReturn,
-		Args: string(args), Result: string(result), Tokens: tokens,
+		Args: string(args), Result: result, Tokens: tokens,
 	}}}}
 	forceParent := parent.depth > 0 && npb.Budget > 0 && npb.Used >= npb.Budget
 	if !forceParent {
@@ -453,14 +552,27 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 	} else {
 		parent.cur.Store(npb)
 	}
-	if a.ExtractMemory || (m.mem != nil && m.mem.Settings().ExtractAll) {
-		ans.MemoryQueued = m.extractMemory(wctx, b)
-	}
 	ev := branchEvent("returned", b)
 	ev.Tokens = tokens
 	m.emit(ctx, ev)
 	m.levelEvent(ctx, pb, npb)
 	return ans, nil
+}
+
+// activeDescendants lists the active descendants of b in the order
+// closeLocked closes them: children last created first, each after its own
+// descendants.
+func (m *Manager) activeDescendants(b *Branch) []string {
+	var out []string
+	for i := len(b.Children) - 1; i >= 0; i-- {
+		c := m.lookup(b.Children[i])
+		if c == nil || !c.active() {
+			continue
+		}
+		out = append(out, m.activeDescendants(c.cur.Load())...)
+		out = append(out, c.id)
+	}
+	return out
 }
 
 // addUsage adds tokens to a branch's usage by tool and upstream.

@@ -116,7 +116,14 @@ func (e *testEnv) call(t testing.TB, session, tool string, args any) (map[string
 	if res.IsError {
 		return nil, res.Content[0].Text, false
 	}
-	return res.Structured, res.Content[0].Text, true
+	if res.Structured != nil {
+		t.Fatalf("CallTool(%s): a structuredContent copy of the answer: %s", tool, out)
+	}
+	var ans map[string]any
+	if err := json.Unmarshal([]byte(res.Content[0].Text), &ans); err != nil {
+		t.Fatalf("CallTool(%s): the answer is not JSON: %s", tool, out)
+	}
+	return ans, res.Content[0].Text, true
 }
 
 // mustCall runs a fold tool that must succeed.

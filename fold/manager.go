@@ -41,6 +41,8 @@ type Options struct {
 	Events EventSink
 	// Memory, when not nil, gives branches memories (fold/memory): the
 	// memory tools, injection at branch_create, extraction at return.
+	// Without it inject_memories and extract_memory are accepted and
+	// answered "memory":"unavailable".
 	Memory *memory.Service
 	// Logger receives the Manager's own warnings; nil discards them.
 	Logger *slog.Logger

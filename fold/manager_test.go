@@ -47,13 +47,15 @@ func TestStateMachine(t *testing.T) {
 		{
 			name: "create then return",
 			steps: []step{
-				{ToolCreate, map[string]any{"description": "explore"}, true, `"depth": 1`},
-				{ToolReturn, map[string]any{"message": "found it in a.go"}, true, `"message": "found it in a.go"`},
+				{ToolCreate, map[string]any{"description": "explore"}, true, `"depth":1`},
+				{ToolReturn, map[string]any{"message": "found it in a.go"}, true, `"message":"found it in a.go"`},
 			},
 			check: func(t *testing.T, e *testEnv) {
 				root := e.branch(t, RootID("s1"))
-				if got, want := root.Used, 4; got != want {
-					t.Errorf("root used: got %d, want %d (the message's words)", got, want)
+				// The answers, as the word counter counts them: the create
+				// answer is one word, the return answer four.
+				if got, want := root.Used, 5; got != want {
+					t.Errorf("root used: got %d, want %d (the answers' words)", got, want)
 				}
 				if len(root.Children) != 1 {
 					t.Fatalf("root children: got %v", root.Children)
@@ -68,9 +70,9 @@ func TestStateMachine(t *testing.T) {
 			name: "nested, return parent forces child",
 			steps: []step{
 				{ToolCreate, map[string]any{"description": "outer"}, true, ""},
-				{ToolCreate, map[string]any{"description": "inner"}, true, `"depth": 2`},
-				{ToolReturn, map[string]any{"message": "inner done"}, true, `"children_force_returned": []`},
-				{ToolCreate, map[string]any{"description": "inner again", "budget": 100}, true, `"depth": 2`},
+				{ToolCreate, map[string]any{"description": "inner"}, true, `"depth":2`},
+				{ToolReturn, map[string]any{"message": "inner done"}, true, `"tokens_used":0,"message":"inner done"`},
+				{ToolCreate, map[string]any{"description": "inner again", "budget": 100}, true, `"depth":2`},
 			},
 			check: func(t *testing.T, e *testEnv) {
 				outer := e.branch(t, e.branch(t, RootID("s1")).Children[0])
@@ -89,11 +91,11 @@ func TestStateMachine(t *testing.T) {
 			name: "secrets in texts are redacted",
 			steps: []step{
 				{ToolCreate, map[string]any{"description": "use SECRET", "prompt": "the SECRET is x"}, true, ""},
-				{ToolReturn, map[string]any{"message": "key SECRET", "return_value": "SECRET"}, true, `"message": "key [REDACTED:test]"`},
+				{ToolReturn, map[string]any{"message": "key SECRET", "return_value": "SECRET"}, true, `"message":"key [REDACTED:test]","return_value":"[REDACTED:test]"`},
 			},
 			check: func(t *testing.T, e *testEnv) {
 				b := e.branch(t, e.branch(t, RootID("s1")).Children[0])
-				if b.Description != "use [REDACTED:test]" || b.Prompt != "the [REDACTED:test] is x" || b.ReturnValue != "[REDACTED:test]" {
+				if b.Description != "use [REDACTED:test]" || b.Prompt != "the [REDACTED:test] is x" || b.ReturnValue != `"[REDACTED:test]"` {
 					t.Errorf("stored: %q %q %q", b.Description, b.Prompt, b.ReturnValue)
 				}
 			},
@@ -297,7 +299,7 @@ func TestLimits(t *testing.T) {
 				e.create(t, map[string]any{"budget": 10})
 				return map[string]any{"message": strings.Repeat("word ", 11)}
 			},
-			want: "ErrBudgetExceeded: the return message is 11 tokens but parent b-",
+			want: "ErrBudgetExceeded: the return answer is 12 tokens but parent b-",
 		},
 	}
 	for _, tt := range tests {
@@ -501,12 +503,13 @@ func TestChargeLevelsAndUsage(t *testing.T) {
 		t.Fatalf("reaching the budget: got %+v, %v", res, err)
 	}
 	// The root is counted but never cut or force-returned.
+	before := e.branch(t, RootID("s1")).Used // the create answer
 	for range 3 {
 		if res, _, err := e.charge(t, "s1", RootID("s1"), 1000); err != nil || res.Forced {
 			t.Fatalf("root: %+v, %v", res, err)
 		}
 	}
-	if got := e.branch(t, RootID("s1")); got.Used != 3000 || got.Status != StatusActive {
+	if got := e.branch(t, RootID("s1")); got.Used != before+3000 || got.Status != StatusActive {
 		t.Errorf("root: used %d status %s", got.Used, got.Status)
 	}
 }
@@ -600,7 +603,8 @@ func TestStatusTree(t *testing.T) {
 	}
 	detail := e.mustCall(t, "s1", ToolStatus, map[string]any{"branch_id": a1, "detailed": true})
 	calls := detail["archived_calls"].([]any)
-	if len(calls) != 1 || calls[0].(map[string]any)["call_handle"] != a1+"#1" {
+	// The read, then the tree's answer, which a1 (the innermost) paid for.
+	if len(calls) != 2 || calls[0].(map[string]any)["call_handle"] != a1+"#1" || calls[1].(map[string]any)["name"] != ToolStatus {
 		t.Errorf("archived calls: got %v", calls)
 	}
 }

@@ -2,8 +2,10 @@ package fold
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -14,37 +16,50 @@ import (
 type statusArgs struct {
 	BranchID string
 	Detailed bool
+	Offset   *int // the first closed branch listed in the tree, most recent first
 }
 
 // branchView is one branch as branch_status shows it.
 type branchView struct {
-	BranchID         string         `json:"branch_id"`
-	Description      string         `json:"description,omitempty"`
-	Status           Status         `json:"status"`
-	Reason           string         `json:"reason,omitempty"`
-	BudgetTotal      int            `json:"budget_total"` // 0: unlimited
-	BudgetUsed       int            `json:"budget_used"`
-	BudgetRemaining  int            `json:"budget_remaining"` // -1: unlimited
-	BudgetPercent    float64        `json:"budget_percent"`
-	WarningLevel     string         `json:"warning_level"`
-	Depth            int            `json:"depth"`
-	Parent           string         `json:"parent,omitempty"`
-	Children         []string       `json:"children"`
-	DependsOn        []string       `json:"depends_on,omitempty"`
-	Created          string         `json:"created"`
-	Deadline         string         `json:"deadline,omitempty"`
-	TimeoutRemaining *int           `json:"timeout_remaining_seconds,omitempty"`
-	Closed           string         `json:"closed,omitempty"`
-	UsageByTool      map[string]int `json:"usage_by_tool"`
-	UsageByUpstream  map[string]int `json:"usage_by_upstream"`
-	Calls            int            `json:"calls"`
-	Cuts             []string       `json:"cuts"`
-	Summary          string         `json:"summary,omitempty"`
-	Message          string         `json:"message,omitempty"`
-	ReturnValue      string         `json:"return_value,omitempty"`
-	ArchivedCalls    []callView     `json:"archived_calls,omitempty"`
-	MoreCalls        bool           `json:"more_calls,omitempty"` // the list stops short; page with branch_recall
-	Branches         []*branchView  `json:"branches,omitempty"`   // the tree: children, nested
+	BranchID         string          `json:"branch_id"`
+	Description      string          `json:"description,omitempty"`
+	Status           Status          `json:"status"`
+	Reason           string          `json:"reason,omitempty"`
+	BudgetTotal      int             `json:"budget_total"` // 0: unlimited
+	BudgetUsed       int             `json:"budget_used"`
+	BudgetRemaining  int             `json:"budget_remaining"` // -1: unlimited
+	BudgetPercent    float64         `json:"budget_percent"`
+	WarningLevel     string          `json:"warning_level"`
+	Depth            int             `json:"depth"`
+	Parent           string          `json:"parent,omitempty"`
+	Children         []string        `json:"children,omitempty"`
+	DependsOn        []string        `json:"depends_on,omitempty"`
+	Created          string          `json:"created"`
+	Deadline         string          `json:"deadline,omitempty"`
+	TimeoutRemaining *int            `json:"timeout_remaining_seconds,omitempty"`
+	Closed           string          `json:"closed,omitempty"`
+	UsageByTool      map[string]int  `json:"usage_by_tool,omitempty"`
+	UsageByUpstream  map[string]int  `json:"usage_by_upstream,omitempty"`
+	Calls            int             `json:"calls"`
+	Cuts             []string        `json:"cuts,omitempty"`
+	Summary          string          `json:"summary,omitempty"`
+	Message          string          `json:"message,omitempty"`
+	ReturnValue      json.RawMessage `json:"return_value,omitempty"`
+	ArchivedCalls    []callView      `json:"archived_calls,omitempty"`
+	MoreCalls        bool            `json:"more_calls,omitempty"` // the list stops short; page with branch_recall
+	Branches         []*branchView   `json:"branches,omitempty"`   // the tree: children, nested
+}
+
+// closedView is a closed branch as the session's tree shows it: enough to
+// find it; branch_status with its branch_id shows the rest.
+type closedView struct {
+	BranchID    string        `json:"branch_id"`
+	Description string        `json:"description,omitempty"`
+	Status      Status        `json:"status"`
+	Reason      string        `json:"reason,omitempty"`
+	BudgetUsed  int           `json:"budget_used"`
+	Calls       int           `json:"calls"`
+	Branches    []*closedView `json:"branches,omitempty"`
 }
 
 // callView is one archived call in a detailed status.
@@ -68,12 +83,22 @@ type treeAnswer struct {
 	// on the model wire, before and after folding (absent until a model
 	// request of the session went through foldproxy).
 	ModelContext *ModelContext `json:"model_context,omitempty"`
+	// Closed lists closed branches of the session, most recent first, one
+	// page of treeClosedPage from the offset asked for; NextOffset is set
+	// when there are more.
+	Closed     []*closedView `json:"closed,omitempty"`
+	NextOffset int           `json:"next_offset,omitempty"`
 }
 
 // Calls listed per branch by a detailed status.
 const (
 	detailCalls     = 200
 	detailTreeCalls = 20
+	// treeClosedPage bounds the closed branches the session's tree lists,
+	// so that branch_status of a long session stays small.
+	treeClosedPage = 20
+	// treeDescription bounds a closed branch's description in the tree.
+	treeDescription = 80
 )
 
 // callHandle names an archived call, for branch_recall.
@@ -103,19 +128,7 @@ func (m *Manager) view(b *Branch, full bool) *branchView {
 		v.Closed = b.Closed.UTC().Format(time.RFC3339)
 	}
 	if full {
-		v.Message, v.ReturnValue = b.Message, b.ReturnValue
-	}
-	if v.Children == nil {
-		v.Children = []string{}
-	}
-	if v.Cuts == nil {
-		v.Cuts = []string{}
-	}
-	if v.UsageByTool == nil {
-		v.UsageByTool = map[string]int{}
-	}
-	if v.UsageByUpstream == nil {
-		v.UsageByUpstream = map[string]int{}
+		v.Message, v.ReturnValue = b.Message, rawValue(b.ReturnValue)
 	}
 	return v
 }
@@ -170,6 +183,11 @@ func (m *Manager) status(ctx context.Context, sess string, a statusArgs) (any, e
 		inner = s.root
 	}
 	ans := &treeAnswer{Session: s.id, Innermost: inner.id, ActiveBranches: active, ModelContext: s.root.cur.Load().ModelContext}
+
+	// Active branches form the tree, in full. Closed branches are listed
+	// apart, compact and paged, most recent first: a closed branch's own
+	// closed descendants nest under it.
+	var closedTops []*Branch
 	var walk func(n *node, depth int) (*branchView, error)
 	walk = func(n *node, depth int) (*branchView, error) {
 		v := m.view(n.cur.Load(), false)
@@ -182,18 +200,114 @@ func (m *Manager) status(ctx context.Context, sess string, a statusArgs) (any, e
 			return v, nil
 		}
 		for _, id := range v.Children {
-			if c := nodes[id]; c != nil {
-				cv, err := walk(c, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				v.Branches = append(v.Branches, cv)
+			c := nodes[id]
+			if c == nil {
+				continue
 			}
+			if cb := c.cur.Load(); cb.Status != StatusActive {
+				closedTops = append(closedTops, cb)
+				continue
+			}
+			cv, err := walk(c, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			v.Branches = append(v.Branches, cv)
 		}
 		return v, nil
 	}
 	if ans.Tree, err = walk(s.root, 0); err != nil {
 		return nil, err
 	}
+	slices.SortStableFunc(closedTops, func(x, y *Branch) int { return y.Created.Compare(x.Created) })
+	off := 0
+	if a.Offset != nil {
+		off = min(*a.Offset, len(closedTops))
+	}
+	end := min(off+treeClosedPage, len(closedTops))
+	var compact func(b *Branch, depth int) *closedView
+	compact = func(b *Branch, depth int) *closedView {
+		desc := b.Description
+		if r := []rune(desc); len(r) > treeDescription {
+			desc = string(r[:treeDescription-1]) + "…"
+		}
+		cv := &closedView{BranchID: b.ID, Description: desc, Status: b.Status, Reason: b.Reason, BudgetUsed: b.Used, Calls: b.Calls}
+		if depth > m.set.MaxDepth+1 {
+			return cv
+		}
+		for _, id := range b.Children {
+			if c := nodes[id]; c != nil {
+				cv.Branches = append(cv.Branches, compact(c.cur.Load(), depth+1))
+			}
+		}
+		return cv
+	}
+	for _, b := range closedTops[off:end] {
+		ans.Closed = append(ans.Closed, compact(b, b.Depth))
+	}
+	if end < len(closedTops) {
+		ans.NextOffset = end
+	}
 	return ans, nil
+}
+
+// chargeOwn charges an answer of a fold tool to the branch it is for: the
+// named branch when it is active, else the session's innermost active
+// branch, else its root. The charge is capped at what the branch has left:
+// a branch at its limit can still read its own state (the cap is recorded
+// as the call's tokens, so the archive and the branch agree).
+func (m *Manager) chargeOwn(ctx context.Context, sess, named, name, args, text string) error {
+	s, err := m.sessionOf(sess)
+	if err != nil {
+		return err
+	}
+	full := m.count.CountText(text)
+	for range 8 {
+		m.mu.Lock()
+		n := s.nodes[named]
+		if n == nil || !n.active() {
+			n = innermostLocked(s)
+		}
+		m.mu.Unlock()
+		if n == nil {
+			n = s.root
+		}
+		if err := n.lock(ctx); err != nil {
+			return err
+		}
+		b := n.cur.Load()
+		if b.Status != StatusActive {
+			n.unlock()
+			if n == s.root {
+				return closedErr(b)
+			}
+			continue // it closed meanwhile: the next one pays
+		}
+		tokens := full
+		if rem := remaining(b); rem >= 0 {
+			tokens = min(tokens, rem)
+		}
+		nb := b.clone()
+		nb.Used += tokens
+		nb.Calls++
+		addUsage(nb, "foldproxy", name, tokens)
+		nb.Level = policy.LevelOf(nb.Used, nb.Budget, m.set.Thresholds).String()
+		err := m.commit(context.WithoutCancel(ctx), &Batch{
+			Calls: []BatchCall{{Branch: b.ID, Rec: &CallRecord{
+				Time: m.now(), Upstream: "foldproxy", Method: "tools/call", Name: name,
+				Args: args, Result: text, Tokens: tokens,
+			}}},
+			Branches: []*Branch{nb},
+		})
+		if err == nil {
+			n.cur.Store(nb)
+		}
+		n.unlock()
+		if err != nil {
+			return fmt.Errorf("fold: charge %s for its %s answer: %w", b.ID, name, err)
+		}
+		m.levelEvent(ctx, b, nb)
+		return nil
+	}
+	return fmt.Errorf("fold: no active branch to charge the %s answer to", name)
 }

@@ -186,13 +186,14 @@ func TestDependsOn(t *testing.T) {
 			t.Fatal(err)
 		}
 		var r struct {
-			IsError           bool           `json:"isError"`
-			StructuredContent map[string]any `json:"structuredContent"`
+			IsError bool `json:"isError"`
+			Content []struct{ Text string }
 		}
-		if out := <-got; json.Unmarshal(out, &r) != nil || r.IsError {
+		var ans map[string]any
+		if out := <-got; json.Unmarshal(out, &r) != nil || r.IsError || json.Unmarshal([]byte(r.Content[0].Text), &ans) != nil {
 			t.Fatalf("create: %s", out)
 		}
-		deps := r.StructuredContent["dependencies"].([]any)
+		deps := ans["dependencies"].([]any)
 		if len(deps) != 2 {
 			t.Fatalf("dependencies: %v", deps)
 		}

@@ -43,114 +43,96 @@ func (m *Manager) Tools() []json.RawMessage { return slices.Clone(m.tools) }
 
 type toolDef struct {
 	Name        string          `json:"name"`
-	Title       string          `json:"title"`
+	Title       string          `json:"title,omitempty"`
 	Description string          `json:"description"`
 	InputSchema map[string]any  `json:"inputSchema"`
-	Annotations toolAnnotations `json:"annotations"`
+	Annotations toolAnnotations `json:"annotations,omitzero"`
 	Meta        map[string]any  `json:"_meta"`
 }
 
+// toolAnnotations are the hints a tool sets; the fold tools set none, for
+// their tokens.
 type toolAnnotations struct {
-	Title           string `json:"title"`
-	ReadOnlyHint    bool   `json:"readOnlyHint"`
-	DestructiveHint bool   `json:"destructiveHint"`
-	IdempotentHint  bool   `json:"idempotentHint"`
-	OpenWorldHint   bool   `json:"openWorldHint"`
+	Title        string `json:"title,omitempty"`
+	ReadOnlyHint bool   `json:"readOnlyHint,omitempty"`
 }
 
 func schema(required []string, props map[string]any) map[string]any {
-	s := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	s := map[string]any{"type": "object", "properties": props}
 	if len(required) > 0 {
 		s["required"] = required
 	}
 	return s
 }
 
+// prop is a property's schema; desc "" leaves the description out.
 func prop(typ, desc string, extra ...any) map[string]any {
-	p := map[string]any{"type": typ, "description": desc}
+	p := map[string]any{"type": typ}
+	if desc != "" {
+		p["description"] = desc
+	}
 	for i := 0; i+1 < len(extra); i += 2 {
 		p[extra[i].(string)] = extra[i+1]
 	}
 	return p
 }
 
-// buildTools renders the tool definitions for the given settings.
+// buildTools renders the tool definitions for the given settings. Every
+// agent loads them into its context at every turn, so they are short
+// (bounded in e2e/fold_cost_test.go, measured by make bench): the names of
+// the arguments say what they are, and the descriptions say when to use a
+// tool and what it costs. Arguments accepted for compatibility (session_id,
+// parent_id) and prompt (a note for a sub-agent, which the agent writes in
+// its own words anyway) are accepted but not listed.
 func buildTools(set policy.Fold, memories bool) ([]json.RawMessage, error) {
-	pct := func(i int) int { return int(math.Round(set.Thresholds[i] * 100)) }
+	secs := func(d policy.Duration) int { return int(d.D().Seconds()) }
 	defs := []toolDef{
 		{
-			Name:  ToolCreate,
-			Title: "Fold: create a branch",
-			Description: fmt.Sprintf("Fold a sub-task into a branch so that its raw tool output stays out of your main context. "+
-				"Use it before work whose output you will not need verbatim afterwards: exploring a codebase, reading many files, "+
-				"searching, running tests and reading their logs, trying approaches that may fail. "+
-				"How: create the branch with a short description (and a budget and timeout if the defaults do not fit), do the work, "+
-				"then call branch_return with a concise message holding only the findings the parent needs; the parent keeps that message, not the output. "+
-				"Every tool result you receive while the branch is active is charged to its budget (default %d tokens, at most %d, "+
-				"and no more than the parent has left). A single agent may omit branch_id in its tool calls (they go to the innermost active branch); "+
-				"parallel sub-agents must pass the returned branch_id as the branch_id argument of every tool call. "+
-				"Notices are appended at %d%%, %d%% and %d%% of the budget. A result that would overrun the budget is cut to fit "+
-				"(branch_recall reads the rest) and the branch is force-returned with an automatic summary; the same happens at the deadline "+
-				"(default %d s, at most %d s). Branches nest to depth %d. depends_on waits for other branches to finish and hands you their messages.",
-				set.DefaultBudget, set.MaxBudget, pct(0), pct(1), pct(2),
-				int(set.DefaultTimeout.D().Seconds()), int(set.MaxTimeout.D().Seconds()), set.MaxDepth),
+			Name: ToolCreate,
+			Description: fmt.Sprintf("Run a sub-task (exploring code, reading many files, test logs) in a branch: its results use its budget "+
+				"(default %d, max %d tokens) and leave your context at branch_return, which keeps your message. "+
+				"Past budget or deadline (default %d s) it is force-returned; branch_recall reads cut output. "+
+				"Parallel sub-agents pass branch_id in each call.",
+				set.DefaultBudget, set.MaxBudget, secs(set.DefaultTimeout)),
 			InputSchema: schema([]string{"description"}, map[string]any{
-				"description":      prop("string", "What the branch is for, in a few words.", "maxLength", MaxDescription),
-				"prompt":           prop("string", "Optional instructions for the sub-agent doing the work.", "maxLength", MaxPrompt),
-				"budget":           prop("integer", fmt.Sprintf("Tokens the branch may receive (default %d, at most %d).", set.DefaultBudget, set.MaxBudget), "minimum", 1, "maximum", set.MaxBudget),
-				"timeout_seconds":  prop("number", fmt.Sprintf("Seconds before the branch is force-returned (default %d, at most %d).", int(set.DefaultTimeout.D().Seconds()), int(set.MaxTimeout.D().Seconds())), "exclusiveMinimum", 0, "maximum", set.MaxTimeout.D().Seconds()),
-				"parent_branch_id": prop("string", "The parent branch; default: your innermost active branch, else the main thread."),
-				"depends_on":       map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "maxItems": maxDependsOn, "description": "Branches to wait for; their messages and return values come back in the answer."},
-				"inject_memories":  prop("boolean", "Give the branch the most relevant memories of earlier branches as injected_context, charged to its budget (default true)."),
+				"description":      prop("string", ""),
+				"budget":           prop("integer", ""),
+				"timeout_seconds":  prop("number", ""),
+				"parent_branch_id": prop("string", ""),
+				"depends_on":       map[string]any{"type": "array", "items": prop("string", "")},
+				"inject_memories":  prop("boolean", ""),
 			}),
-			Annotations: toolAnnotations{Title: "Create a branch"},
 		},
 		{
-			Name:  ToolReturn,
-			Title: "Fold: return a branch",
-			Description: "Finish a branch and fold it back into its parent. Pass a concise message with what the parent needs to continue: " +
-				"findings, decisions, file paths and symbols, the failing test and why; not the raw output. The parent sees only this message " +
-				"and is charged its tokens. return_value is an optional machine-readable result (a string or any JSON value) for branches that depend on this one. " +
-				"Without branch_id the innermost active branch returns; sub-agents should pass their branch_id. Active sub-branches are force-returned first. " +
-				"The answer gives the message as the parent sees it (secrets redacted), the tokens the branch used and the sub-branches force-returned. " +
-				"The main thread cannot be returned.",
+			Name: ToolReturn,
+			Description: "End a branch (default: the innermost); the parent keeps only message (findings, not raw output) " +
+				"and return_value (any JSON).",
 			InputSchema: schema([]string{"message"}, map[string]any{
-				"branch_id":      prop("string", "The branch to return; default: your innermost active branch."),
-				"message":        prop("string", "The findings, concise: this is all the parent keeps.", "maxLength", MaxMessage),
-				"return_value":   map[string]any{"description": "Optional machine-readable result for dependent branches: a string or any JSON value."},
-				"extract_memory": prop("boolean", "Keep this branch's task and message as a memory for later branches on related tasks."),
+				"branch_id":      prop("string", ""),
+				"message":        prop("string", ""),
+				"return_value":   map[string]any{},
+				"extract_memory": prop("boolean", ""),
 			}),
-			Annotations: toolAnnotations{Title: "Return a branch"},
 		},
 		{
-			Name:  ToolStatus,
-			Title: "Fold: branch status",
-			Description: "Show where a branch stands: status, budget used, total and percent, warning level, time left, usage by tool and upstream, " +
-				"children, cut results, and the automatic summary of a branch that was force-returned (budget, deadline, parent returning). " +
-				"Without branch_id it shows this session's whole tree, main thread first. Check it before a large read to see what budget is left, " +
-				"and after a sub-branch was force-returned to read its summary. detailed:true also lists the branch's archived calls and their handles.",
+			Name:        ToolStatus,
+			Description: "Budget and time left, force-return summaries; no branch_id: the session tree (offset pages it); detailed: archived calls.",
 			InputSchema: schema(nil, map[string]any{
-				"branch_id": prop("string", "The branch to show; default: the whole session tree."),
-				"detailed":  prop("boolean", "Also list the archived calls of the branch."),
+				"branch_id": prop("string", ""),
+				"detailed":  prop("boolean", ""),
+				"offset":    prop("integer", ""),
 			}),
-			Annotations: toolAnnotations{Title: "Branch status", ReadOnlyHint: true, IdempotentHint: true},
 		},
 		{
-			Name:  ToolRecall,
-			Title: "Fold: recall archived output",
-			Description: fmt.Sprintf("Read what a branch received; nothing is lost when a result is cut or a branch is folded. "+
-				"With a handle (from a cut notice, or a call_handle listed by branch_status detailed or by a recall by branch_id) it returns the text "+
-				"from byte offset (default 0), one page of at most max_tokens tokens (default and maximum %d) cut at a line or word boundary, "+
-				"with next_offset until done is true; the pages concatenated give the text byte for byte. "+
-				"With a branch_id of this session (open or closed) it pages through that branch's archived calls, offset being the first call's sequence number. "+
-				"Pages enter your context like any result: read only what you need.", set.RecallPageTokens),
+			Name: ToolRecall,
+			Description: fmt.Sprintf("Read archived output by handle (cut notice, call_handle) from offset, max_tokens (at most %d) a page, until done; "+
+				"or list a branch_id's calls.", set.RecallPageTokens),
 			InputSchema: schema(nil, map[string]any{
-				"handle":     prop("string", "A cut handle or call handle."),
-				"branch_id":  prop("string", "A branch whose archived calls to list (instead of a handle)."),
-				"offset":     prop("integer", "Byte offset in the text (with a handle) or first call sequence number (with a branch_id).", "minimum", 0),
-				"max_tokens": prop("integer", fmt.Sprintf("Page size in tokens (default and maximum %d).", set.RecallPageTokens), "minimum", 1),
+				"handle":     prop("string", ""),
+				"branch_id":  prop("string", ""),
+				"offset":     prop("integer", ""),
+				"max_tokens": prop("integer", ""),
 			}),
-			Annotations: toolAnnotations{Title: "Recall archived output", ReadOnlyHint: true, IdempotentHint: true},
 		},
 	}
 	if memories {
@@ -183,22 +165,33 @@ func (m *Manager) CallTool(ctx context.Context, session, name string, args json.
 	switch name {
 	case ToolCreate:
 		var a createArgs
-		if a, err = parseCreateArgs(args); err == nil {
+		if a, err = parseCreateArgs(session, args); err == nil {
 			ans, err = m.create(ctx, session, a)
 		}
 	case ToolReturn:
 		var a returnArgs
-		if a, err = parseReturnArgs(args); err == nil {
+		if a, err = parseReturnArgs(session, args); err == nil {
 			ans, err = m.ret(ctx, session, a)
 		}
 	case ToolStatus:
 		var a statusArgs
-		if a, err = parseStatusArgs(args); err == nil {
+		if a, err = parseStatusArgs(session, args); err == nil {
 			ans, err = m.status(ctx, session, a)
+		}
+		if err == nil {
+			named := a.BranchID
+			// The asking branch receives the answer and pays for it
+			// (branch_create and branch_return charge their parents
+			// themselves; branch_recall is charged by the budget
+			// interceptor, like any result).
+			var text string
+			if text, err = answerText(ans); err == nil {
+				err = m.chargeOwn(ctx, session, named, ToolStatus, string(args), text)
+			}
 		}
 	case ToolRecall:
 		var a recallArgs
-		if a, err = parseRecallArgs(args); err == nil {
+		if a, err = parseRecallArgs(session, args); err == nil {
 			ans, err = m.recall(ctx, session, a)
 		}
 	case ToolMemoryRecord:
@@ -250,19 +243,27 @@ type textContent struct {
 	Text string `json:"text"`
 }
 
+// toolResult is a successful answer: its compact JSON as the one text
+// block. The fold tools declare no outputSchema, so there is no
+// structuredContent copy: the model would be shown, and charged, the same
+// answer twice.
 func toolResult(v any) (json.RawMessage, error) {
-	structured, err := marshal(v, false)
-	if err != nil {
-		return nil, fmt.Errorf("fold: encode answer: %w", err)
-	}
-	text, err := marshal(v, true)
+	text, err := marshal(v, false)
 	if err != nil {
 		return nil, fmt.Errorf("fold: encode answer: %w", err)
 	}
 	return marshal(struct {
-		Content           []textContent   `json:"content"`
-		StructuredContent json.RawMessage `json:"structuredContent"`
-	}{[]textContent{{"text", string(text)}}, structured}, false)
+		Content []textContent `json:"content"`
+	}{[]textContent{{"text", string(text)}}}, false)
+}
+
+// answerText is an answer's text as the agent receives it.
+func answerText(v any) (string, error) {
+	text, err := marshal(v, false)
+	if err != nil {
+		return "", fmt.Errorf("fold: encode answer: %w", err)
+	}
+	return string(text), nil
 }
 
 func toolError(text string) (json.RawMessage, error) {
@@ -441,10 +442,23 @@ func (a *args) ids(name string) ([]string, error) {
 	return out, nil
 }
 
-func parseCreateArgs(raw json.RawMessage) (createArgs, error) {
+// sessionArg checks a session_id argument: accepted for the seeds'
+// sake, it must name the caller's own session and never switches sessions.
+func (a *args) sessionArg(session string) error {
+	id, err := a.id("session_id")
+	if err != nil || id == "" || id == session {
+		return err
+	}
+	return fmt.Errorf("%w: %s: session_id %q is not this session (%q); omit it: calls always act on the caller's own session", ErrInvalidArgument, a.tool, id, session)
+}
+
+func parseCreateArgs(session string, raw json.RawMessage) (createArgs, error) {
 	var c createArgs
-	a, err := readArgs(ToolCreate, raw, "description", "prompt", "budget", "timeout_seconds", "parent_branch_id", "depends_on", "inject_memories")
+	a, err := readArgs(ToolCreate, raw, "description", "prompt", "budget", "timeout_seconds", "parent_branch_id", "parent_id", "depends_on", "inject_memories", "session_id")
 	if err != nil {
+		return c, err
+	}
+	if err = a.sessionArg(session); err != nil {
 		return c, err
 	}
 	if c.Description, err = a.str("description", true); err != nil {
@@ -462,8 +476,15 @@ func parseCreateArgs(raw json.RawMessage) (createArgs, error) {
 	if c.ParentBranchID, err = a.id("parent_branch_id"); err != nil {
 		return c, err
 	}
-	if c.DependsOn, err = a.ids("depends_on"); err != nil {
+	alias, err := a.id("parent_id")
+	if err != nil {
 		return c, err
+	}
+	switch {
+	case c.ParentBranchID == "":
+		c.ParentBranchID = alias
+	case alias != "" && alias != c.ParentBranchID:
+		return c, fmt.Errorf("%w: %s: parent_id %q and parent_branch_id %q differ; give one of them", ErrInvalidArgument, ToolCreate, alias, c.ParentBranchID)
 	}
 	if _, ok := a.fields["inject_memories"]; ok {
 		v, err := a.boolean("inject_memories")
@@ -472,13 +493,17 @@ func parseCreateArgs(raw json.RawMessage) (createArgs, error) {
 		}
 		c.InjectMemories = &v
 	}
-	return c, nil
+	c.DependsOn, err = a.ids("depends_on")
+	return c, err
 }
 
-func parseReturnArgs(raw json.RawMessage) (returnArgs, error) {
+func parseReturnArgs(session string, raw json.RawMessage) (returnArgs, error) {
 	var r returnArgs
-	a, err := readArgs(ToolReturn, raw, "branch_id", "message", "return_value", "extract_memory")
+	a, err := readArgs(ToolReturn, raw, "branch_id", "message", "return_value", "extract_memory", "session_id")
 	if err != nil {
+		return r, err
+	}
+	if err = a.sessionArg(session); err != nil {
 		return r, err
 	}
 	if r.BranchID, err = a.id("branch_id"); err != nil {
@@ -487,22 +512,19 @@ func parseReturnArgs(raw json.RawMessage) (returnArgs, error) {
 	if r.Message, err = a.str("message", true); err != nil {
 		return r, err
 	}
-	if r.ReturnValue, err = a.anyJSON("return_value"); err != nil {
+	if r.ExtractMemory, err = a.boolean("extract_memory"); err != nil {
 		return r, err
 	}
-	r.ExtractMemory, err = a.boolean("extract_memory")
+	r.ReturnValue, err = a.anyJSON("return_value")
 	return r, err
 }
 
-// anyJSON reads a field that may hold any JSON value: a string is taken as
-// it is, anything else as its compact JSON text.
+// anyJSON reads a field that may hold any JSON value, as its compact JSON
+// text ("" when absent).
 func (a *args) anyJSON(name string) (string, error) {
 	raw, ok := a.fields[name]
 	if !ok {
 		return "", nil
-	}
-	if jsonKind(raw) == "a string" {
-		return a.str(name, false)
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, raw); err != nil {
@@ -511,23 +533,32 @@ func (a *args) anyJSON(name string) (string, error) {
 	return buf.String(), nil
 }
 
-func parseStatusArgs(raw json.RawMessage) (statusArgs, error) {
+func parseStatusArgs(session string, raw json.RawMessage) (statusArgs, error) {
 	var s statusArgs
-	a, err := readArgs(ToolStatus, raw, "branch_id", "detailed")
+	a, err := readArgs(ToolStatus, raw, "branch_id", "detailed", "offset", "session_id")
 	if err != nil {
 		return s, err
 	}
+	if err = a.sessionArg(session); err != nil {
+		return s, err
+	}
 	if s.BranchID, err = a.id("branch_id"); err != nil {
+		return s, err
+	}
+	if s.Offset, err = a.integer("offset", 0, math.MaxInt32); err != nil {
 		return s, err
 	}
 	s.Detailed, err = a.boolean("detailed")
 	return s, err
 }
 
-func parseRecallArgs(raw json.RawMessage) (recallArgs, error) {
+func parseRecallArgs(session string, raw json.RawMessage) (recallArgs, error) {
 	var r recallArgs
-	a, err := readArgs(ToolRecall, raw, "handle", "branch_id", "offset", "max_tokens")
+	a, err := readArgs(ToolRecall, raw, "handle", "branch_id", "offset", "max_tokens", "session_id")
 	if err != nil {
+		return r, err
+	}
+	if err = a.sessionArg(session); err != nil {
 		return r, err
 	}
 	if r.Handle, err = a.id("handle"); err != nil {

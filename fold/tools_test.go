@@ -1,11 +1,15 @@
 package fold
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/foldproxy/foldproxy/policy"
 )
 
 func TestTools(t *testing.T) {
@@ -17,7 +21,6 @@ func TestTools(t *testing.T) {
 			Name        string         `json:"name"`
 			Description string         `json:"description"`
 			InputSchema map[string]any `json:"inputSchema"`
-			Annotations map[string]any `json:"annotations"`
 			Meta        map[string]any `json:"_meta"`
 		}
 		dec := json.NewDecoder(strings.NewReader(string(raw)))
@@ -25,24 +28,21 @@ func TestTools(t *testing.T) {
 			t.Fatalf("tool %s: %v", raw, err)
 		}
 		names = append(names, def.Name)
-		if n := len(def.Description); n > 2048 || n < 200 {
-			t.Errorf("%s: description of %d bytes, want 200..2048", def.Name, n)
+		if n := len(def.Description); n > 600 || n < 120 {
+			t.Errorf("%s: description of %d bytes, want 100..600: every agent loads it at every turn", def.Name, n)
 		}
-		if def.InputSchema["type"] != "object" || def.InputSchema["additionalProperties"] != false {
+		if def.InputSchema["type"] != "object" {
 			t.Errorf("%s: schema %v", def.Name, def.InputSchema)
 		}
 		if def.Meta["anthropic/alwaysLoad"] != true {
 			t.Errorf("%s: _meta %v", def.Name, def.Meta)
-		}
-		if _, ok := def.Annotations["readOnlyHint"]; !ok {
-			t.Errorf("%s: annotations %v", def.Name, def.Annotations)
 		}
 	}
 	if !slices.Equal(names, ToolNames()) {
 		t.Errorf("tools: got %v, want %v", names, ToolNames())
 	}
 	create := string(tools[0])
-	for _, want := range []string{"exploring a codebase", "reading many files", "branch_return", "branch_id", "8192", "force-returned", "deadline"} {
+	for _, want := range []string{"exploring code", "reading many files", "branch_return", "branch_id", "8192", "force-returned", "deadline", "branch_recall"} {
 		if !strings.Contains(create, want) {
 			t.Errorf("branch_create's description does not mention %q", want)
 		}
@@ -67,7 +67,14 @@ func TestCallToolArguments(t *testing.T) {
 		{ToolCreate, `[]`, "ErrInvalidArgument: branch_create: the arguments must be a JSON object, got an array"},
 		{ToolCreate, `{"description":`, "ErrInvalidArgument: branch_create: the arguments are not valid JSON"},
 		{ToolCreate, `{}`, `ErrInvalidArgument: branch_create: field "description" is required`},
-		{ToolCreate, `{"description":"x","bugdet":5}`, `ErrInvalidArgument: branch_create: unknown field "bugdet"; the fields are description, prompt, budget, timeout_seconds, parent_branch_id, depends_on`},
+		{ToolCreate, `{"description":"x","bugdet":5}`, `ErrInvalidArgument: branch_create: unknown field "bugdet"; the fields are description, prompt, budget, timeout_seconds, parent_branch_id, parent_id, depends_on, inject_memories, session_id`},
+		{ToolCreate, `{"description":"x","session_id":"s2"}`, `ErrInvalidArgument: branch_create: session_id "s2" is not this session ("s1")`},
+		{ToolCreate, `{"description":"x","parent_id":"a","parent_branch_id":"b"}`, `parent_id "a" and parent_branch_id "b" differ`},
+		{ToolCreate, `{"description":"x","parent_id":"nope"}`, `ErrBranchNotFound: parent_branch_id "nope" is not a branch of this session`},
+		{ToolCreate, `{"description":"x","inject_memories":"yes"}`, `field "inject_memories": want a boolean, got a string`},
+		{ToolReturn, `{"message":"x","extract_memory":1}`, `field "extract_memory": want a boolean, got a number`},
+		{ToolStatus, `{"session_id":"other"}`, `session_id "other" is not this session`},
+		{ToolRecall, `{"handle":"h","session_id":"other"}`, `session_id "other" is not this session`},
 		{ToolCreate, `{"description":5}`, `ErrInvalidArgument: branch_create: field "description": want a string, got a number`},
 		{ToolCreate, `{"description":"x","budget":"100"}`, `field "budget": want an integer, got a string`},
 		{ToolCreate, `{"description":"x","budget":1.5}`, `field "budget": want an integer, got 1.5`},
@@ -108,8 +115,18 @@ func TestCallToolArguments(t *testing.T) {
 	if !ok {
 		t.Fatalf("create: %s", text)
 	}
-	if _, text, ok := e.call(t, "s1", ToolReturn, map[string]any{"message": "done", "return_value": map[string]any{"files": []int{1, 2}}}); !ok || !strings.Contains(text, `{\"files\":[1,2]}`) {
+	if _, text, ok := e.call(t, "s1", ToolReturn, map[string]any{"message": "done", "return_value": map[string]any{"files": []int{1, 2}}}); !ok || !strings.Contains(text, `"return_value":{"files":[1,2]}`) {
 		t.Errorf("structured return value: ok=%v %s", ok, text)
+	}
+	// The seeds' names: session_id of the caller's own session, parent_id,
+	// and the memory flags, reported unavailable without memories.
+	ans := e.mustCall(t, "s1", ToolCreate, map[string]any{"description": "seed", "session_id": "s1", "parent_id": RootID("s1"), "inject_memories": true})
+	if ans["memory"] != "unavailable" || ans["depth"] != float64(1) {
+		t.Errorf("create with the seeds' arguments: %v", ans)
+	}
+	ans = e.mustCall(t, "s1", ToolReturn, map[string]any{"message": "done", "return_value": "text", "extract_memory": true, "session_id": "s1"})
+	if ans["memory"] != "unavailable" || ans["return_value"] != "text" || ans["memory_queued"] != nil {
+		t.Errorf("return with the seeds' arguments: %v", ans)
 	}
 
 	// Nulls are absent fields, and null arguments an empty object.
@@ -126,39 +143,41 @@ func TestCallToolArguments(t *testing.T) {
 }
 
 func TestCallToolResultShape(t *testing.T) {
-	e := newEnv(t, nil)
+	e := newEnv(t, func(f *policy.Fold) { f.RootBudget = 1000 })
 	out, err := e.m.CallTool(t.Context(), "s1", ToolCreate, json.RawMessage(`{"description":"<a & b>"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res struct {
-		Content []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
-		StructuredContent map[string]any `json:"structuredContent"`
-	}
+	// One compact JSON text block and nothing else: no structuredContent
+	// copy, no instructions, nothing empty.
+	var res map[string]json.RawMessage
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatal(err)
 	}
-	var fromText map[string]any
-	if err := json.Unmarshal([]byte(res.Content[0].Text), &fromText); err != nil {
+	if len(res) != 1 || res["content"] == nil {
+		t.Fatalf("result %s: want only content", out)
+	}
+	var content []textContent
+	if err := json.Unmarshal(res["content"], &content); err != nil || len(content) != 1 || content[0].Type != "text" {
+		t.Fatalf("content %s", res["content"])
+	}
+	var ans map[string]any
+	if err := json.Unmarshal([]byte(content[0].Text), &ans); err != nil {
 		t.Fatalf("text is not JSON: %v", err)
 	}
-	if !strings.Contains(res.Content[0].Text, "\n  \"branch_id\"") {
-		t.Errorf("text is not indented: %s", res.Content[0].Text)
+	var buf bytes.Buffer
+	if json.Compact(&buf, []byte(content[0].Text)); buf.String() != content[0].Text {
+		t.Errorf("text is not compact: %s", content[0].Text)
 	}
-	want := []string{"branch_id", "depth", "budget_allocated", "parent_budget_remaining", "deadline", "injected_context", "dependencies", "instructions"}
-	for _, k := range want {
-		if _, ok := res.StructuredContent[k]; !ok {
-			t.Errorf("structuredContent lacks %s", k)
-		}
-		if _, ok := fromText[k]; !ok {
-			t.Errorf("text lacks %s", k)
-		}
+	keys := slices.Sorted(maps.Keys(ans))
+	if want := []string{"branch_id", "budget", "depth", "parent_remaining", "timeout_seconds"}; !slices.Equal(keys, want) {
+		t.Errorf("answer keys %v, want %v", keys, want)
 	}
-	if res.StructuredContent["parent_budget_remaining"] != float64(-1) {
-		t.Errorf("parent_budget_remaining: got %v, want -1 for the unlimited root", res.StructuredContent["parent_budget_remaining"])
+	// The root paid for the answer, and the answer says what it has left
+	// after paying.
+	root := e.branch(t, RootID("s1"))
+	if n := e.m.count.CountText(content[0].Text); root.Used != n || ans["parent_remaining"] != float64(1000-n) {
+		t.Errorf("root used %d, answer says %v left; the answer is %d tokens", root.Used, ans["parent_remaining"], n)
 	}
 }
 
@@ -194,16 +213,16 @@ func FuzzCallToolArgs(f *testing.F) {
 			if !strings.HasPrefix(res.Content[0].Text, "Err") {
 				t.Fatalf("%s(%q): refusal without a sentinel: %s", tool, args, res.Content[0].Text)
 			}
-		} else if len(res.Structured) == 0 {
-			t.Fatalf("%s(%q): success without structuredContent: %s", tool, args, out)
+		} else if len(res.Structured) != 0 || !json.Valid([]byte(res.Content[0].Text)) {
+			t.Fatalf("%s(%q): a success is its JSON answer as text, alone: %s", tool, args, out)
 		}
 		var obj map[string]json.RawMessage
 		if json.Unmarshal(args, &obj) == nil {
 			allowed := map[string][]string{
-				ToolCreate: {"description", "prompt", "budget", "timeout_seconds", "parent_branch_id", "depends_on"},
-				ToolReturn: {"branch_id", "message", "return_value"},
-				ToolStatus: {"branch_id", "detailed"},
-				ToolRecall: {"handle", "branch_id", "offset", "max_tokens"},
+				ToolCreate: {"description", "prompt", "budget", "timeout_seconds", "parent_branch_id", "parent_id", "depends_on", "inject_memories", "session_id"},
+				ToolReturn: {"branch_id", "message", "return_value", "extract_memory", "session_id"},
+				ToolStatus: {"branch_id", "detailed", "offset", "session_id"},
+				ToolRecall: {"handle", "branch_id", "offset", "max_tokens", "session_id"},
 			}[tool]
 			for k := range obj {
 				if !slices.Contains(allowed, k) {

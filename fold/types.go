@@ -63,12 +63,12 @@ type Branch struct {
 	Children    []string       `json:"children,omitempty"`
 	DependsOn   []string       `json:"dependsOn,omitempty"`
 	Calls       int            `json:"calls"`
-	ByTool      map[string]int `json:"byTool,omitempty"`     // tokens by "<upstream>/<tool>"
-	ByUpstream  map[string]int `json:"byUpstream,omitempty"` // tokens by upstream
-	Cuts        []string       `json:"cuts,omitempty"`       // recall handles of cut results
-	Message     string         `json:"message,omitempty"`    // the return message as the parent sees it
-	ReturnValue string         `json:"returnValue,omitempty"`
-	Summary     string         `json:"summary,omitempty"` // automatic summary of a forced return
+	ByTool      map[string]int `json:"byTool,omitempty"`      // tokens by "<upstream>/<tool>"
+	ByUpstream  map[string]int `json:"byUpstream,omitempty"`  // tokens by upstream
+	Cuts        []string       `json:"cuts,omitempty"`        // recall handles of cut results
+	Message     string         `json:"message,omitempty"`     // the return message as the parent sees it
+	ReturnValue string         `json:"returnValue,omitempty"` // compact JSON text of the value returned
+	Summary     string         `json:"summary,omitempty"`     // automatic summary of a forced return
 	// Injected lists the memories injected into the branch at its
 	// creation, whose confidence its outcome moves.
 	Injected []string `json:"injected,omitempty"`
@@ -133,7 +133,7 @@ type Event struct {
 	Level   string
 	Used    int
 	Budget  int
-	Tokens  int // message tokens for returns; cut remainder for cuts
+	Tokens  int // the return answer's tokens (charged to the parent) for returns; cut remainder for cuts
 	Err     error
 }
 

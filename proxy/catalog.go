@@ -13,7 +13,13 @@ import (
 // tool's input schema and strips before forwarding.
 const branchIDArg = "branch_id"
 
-var branchIDSchema = []byte(`{"type":"string","description":"foldproxy: the id of the branch (from branch_create) to charge this call to. Parallel sub-agents pass their own; omit it to use the innermost active branch."}`)
+// branchIDSchema is the added argument's schema: its name alone, for every
+// forwarded tool is in every conversation's context. branch_create's
+// description says what it is for (parallel sub-agents pass their branch's
+// id); omitted, the call goes to the innermost active branch. The bound
+// of 10 tokens over a tool's own definition is kept by
+// e2e/fold_cost_test.go.
+var branchIDSchema = []byte(`{"type":"string"}`)
 
 // catalog is the merged view of every upstream's catalogue, rebuilt when an
 // upstream changes. It is immutable once built.

@@ -162,7 +162,7 @@ func (a *applier) chargedOnMCP(name string) bool {
 
 var (
 	reBranchID = regexp.MustCompile(`"branch_id"\s*:\s*"([^"\\]+)"`)
-	reSuccess  = regexp.MustCompile(`"success"\s*:\s*true`)
+	reSuccess  = regexp.MustCompile(`"success"\s*:\s*true|^\s*\{"tokens_used"\s*:`)
 )
 
 // createdID finds the new branch's id in branch_create's answer: the first
@@ -176,16 +176,23 @@ func createdID(text string) string {
 	return ""
 }
 
-// returnedID is the branch a successful branch_return answer closed.
-func returnedID(text string) string {
+// returnedID is the branch a successful branch_return answer closed: the
+// answer's "branch_id" when it has one, else the call's branch_id
+// argument (input); ok reports a successful answer, whose branch is the
+// innermost open one when neither names it. The compact answer
+// ({"tokens_used":...}) does not repeat the id the caller named.
+func returnedID(text, input string) (id string, ok bool) {
 	t := strings.ReplaceAll(text, `\"`, `"`)
 	if !reSuccess.MatchString(t) {
-		return ""
+		return "", false
 	}
 	if m := reBranchID.FindStringSubmatch(t); m != nil {
-		return m[1]
+		return m[1], true
 	}
-	return ""
+	if m := reBranchID.FindStringSubmatch(strings.ReplaceAll(input, `\"`, `"`)); m != nil {
+		return m[1], true
+	}
+	return "", true
 }
 
 // forcedNotice reports whether a result carries the notice of branch id's
@@ -224,8 +231,14 @@ func (a *applier) discover() error {
 			name := c.callName(r.callID)
 			k := -1
 			if hasSuffixTool(name, toolReturn) && !r.isError {
-				if id := returnedID(r.text); id != "" {
+				input := ""
+				if cr, ok := c.calls[r.callID]; ok {
+					input = c.msgs[cr.msg].calls[cr.idx].input
+				}
+				if id, ok := returnedID(r.text, input); id != "" {
 					k = slices.IndexFunc(stack, func(x int) bool { return a.spans[x].id == id })
+				} else if ok {
+					k = len(stack) - 1 // the innermost open branch returned
 				}
 			}
 			// branch_create answers may quote other branches' summaries

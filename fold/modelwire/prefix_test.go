@@ -41,7 +41,7 @@ func TestPrefixStable(t *testing.T) {
 				for _, tr := range s.turns {
 					for _, c := range tr.calls {
 						if strings.HasSuffix(c.name, "branch_return") {
-							if id := returnedID(c.result); id != "" && st.branches[id] != nil {
+							if id, _ := returnedID(c.result, ""); id != "" && st.branches[id] != nil {
 								st.branches[id].Closed = true
 								st.branches[id].Summary = "SUMMARY of " + id
 							}

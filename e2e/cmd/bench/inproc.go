@@ -104,23 +104,26 @@ func (s *stack) createBranch(ctx context.Context, session string, args map[strin
 		return "", err
 	}
 	var res struct {
-		IsError           bool                    `json:"isError"`
-		Content           []struct{ Text string } `json:"content"`
-		StructuredContent struct {
-			BranchID string `json:"branch_id"`
-		} `json:"structuredContent"`
+		IsError bool                    `json:"isError"`
+		Content []struct{ Text string } `json:"content"`
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		return "", err
 	}
-	if res.IsError || res.StructuredContent.BranchID == "" {
+	var ans struct {
+		BranchID string `json:"branch_id"`
+	}
+	if !res.IsError && len(res.Content) > 0 {
+		_ = json.Unmarshal([]byte(res.Content[0].Text), &ans)
+	}
+	if res.IsError || ans.BranchID == "" {
 		var texts []string
 		for _, c := range res.Content {
 			texts = append(texts, c.Text)
 		}
 		return "", fmt.Errorf("branch_create refused: %s", truncate(strings.Join(texts, " "), 300))
 	}
-	return res.StructuredContent.BranchID, nil
+	return ans.BranchID, nil
 }
 
 func (s *stack) close() error {

@@ -273,29 +273,31 @@ func runMemory(ctx context.Context, e *env, res *results) error {
 				}
 				// Siblings under the root: without parent_branch_id a new
 				// branch nests under the innermost active one, and depth is
-				// capped. The first answer names the root.
-				root := ""
-				for j := range perSession {
-					args := map[string]any{"description": fmt.Sprintf("bench branch %d of session %d", j, i), "timeout_seconds": 600}
-					if root != "" {
-						args["parent_branch_id"] = root
+				// capped. branch_status names the root.
+				var root string
+				{
+					st, err := h.callTool(ctx, "branch_status", map[string]any{})
+					var ans struct {
+						Content []struct{ Text string } `json:"content"`
 					}
-					out, err := h.callTool(ctx, "branch_create", args)
-					if err != nil {
-						errs[w] = fmt.Errorf("session %d, branch %d: %w", i, j, err)
+					var tree struct {
+						Tree struct {
+							ID string `json:"branch_id"`
+						} `json:"tree"`
+					}
+					if err != nil || json.Unmarshal(st, &ans) != nil || len(ans.Content) == 0 ||
+						json.Unmarshal([]byte(ans.Content[0].Text), &tree) != nil || tree.Tree.ID == "" {
+						errs[w] = fmt.Errorf("session %d: branch_status: no tree in %s (%v)", i, truncate(string(st), 300), err)
 						return
 					}
-					if root == "" {
-						var ans struct {
-							StructuredContent struct {
-								Parent string `json:"parent_branch_id"`
-							} `json:"structuredContent"`
-						}
-						if err := json.Unmarshal(out, &ans); err != nil || ans.StructuredContent.Parent == "" {
-							errs[w] = fmt.Errorf("session %d: branch_create: no parent_branch_id in %s", i, truncate(string(out), 300))
-							return
-						}
-						root = ans.StructuredContent.Parent
+					root = tree.Tree.ID
+				}
+				for j := range perSession {
+					args := map[string]any{"description": fmt.Sprintf("bench branch %d of session %d", j, i), "timeout_seconds": 600}
+					args["parent_branch_id"] = root
+					if _, err := h.callTool(ctx, "branch_create", args); err != nil {
+						errs[w] = fmt.Errorf("session %d, branch %d: %w", i, j, err)
+						return
 					}
 				}
 				if n := done.Add(1); n%200 == 0 {
