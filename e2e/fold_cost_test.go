@@ -84,7 +84,7 @@ func modelTokens(t testing.TB, c *intercept.Counter, r foldReply) int {
 // tokens of the fold tools, and of each upstream tool direct and proxied.
 type catalogueCost struct {
 	foldTools          int
-	memoryTools        int // memory_search, memory_record (fold/memory)
+	memoryTools        int            // memory_search, memory_record (fold/memory)
 	direct, proxied    map[string]int // by upstream tool name
 	directTotal, total int
 }
