@@ -632,6 +632,7 @@ func (m *Manager) EndSession(ctx context.Context, id string) error {
 	delete(m.sessions, id)
 	for bid := range s.nodes {
 		delete(m.nodes, bid)
+		delete(m.model, bid) // reloaded from the archive if asked again
 	}
 	m.mu.Unlock()
 	return nil

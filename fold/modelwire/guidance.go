@@ -120,9 +120,8 @@ func (a *applier) guidance(removed []bool) {
 		since, repeat = 0, false
 		if a.remind(i, text) {
 			a.res.Reminders++
-			a.res.Guidance = true
 			if i == len(c.msgs)-1 {
-				a.res.NewReminder = true
+				a.res.Guidance = true
 			}
 		}
 	}

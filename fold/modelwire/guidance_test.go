@@ -17,7 +17,7 @@ func TestGuidance(t *testing.T) {
 	}
 	opt := Options{Guidance: Guidance{AfterTokens: 5000}}
 	res := mustApply(t, Anthropic, anthropicRequest(t, msgs), newFakeState(), opt)
-	if res.Reminders != 1 || !res.NewReminder || !res.Guidance || !contains(res.Body, "tokens of tool output since the last fold") {
+	if res.Reminders != 1 || !res.Guidance || !contains(res.Body, "tokens of tool output since the last fold") {
 		t.Fatalf("no token reminder: %+v\n%s", res, res.Body)
 	}
 	if res.TokensAfter <= res.TokensBefore {
@@ -43,7 +43,7 @@ func TestGuidance(t *testing.T) {
 	if !bytes.HasPrefix(res.Body, first) {
 		t.Fatal("the earlier reminder moved")
 	}
-	if res.Reminders != 2 || !res.NewReminder || !contains(res.Body, "failed before with the same input") {
+	if res.Reminders != 2 || !res.Guidance || !contains(res.Body, "failed before with the same input") {
 		t.Fatalf("no repeat reminder: %+v\n%s", res, res.Body)
 	}
 

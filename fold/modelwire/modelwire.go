@@ -86,13 +86,12 @@ type Result struct {
 	Folded       []string // branch ids folded
 	TokensBefore int      // tokens of the conversation as the client sent it
 	TokensAfter  int      // as forwarded
-	Guidance     bool     // a reminder was added
-	// Reminders is how many reminders the forwarded request holds (they
-	// are placed deterministically, so earlier ones are repeated as they
-	// were); NewReminder is set when one sits on the newest message, that
-	// is, when guidance fired on this request.
-	Reminders   int
-	NewReminder bool
+	// Guidance is set when guidance fired on this request: a reminder
+	// sits on its newest message. Reminders is how many reminders the
+	// forwarded request holds in all (placed deterministically, earlier
+	// ones are repeated as they were).
+	Guidance  bool
+	Reminders int
 	// Cut counts the results this request carries cut (new cuts and
 	// earlier ones, repeated as decided).
 	Cut int

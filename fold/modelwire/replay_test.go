@@ -204,7 +204,7 @@ func TestTrajectoryReplay(t *testing.T) {
 			s.after += int64(res.TokensAfter)
 			s.maxBefore = max(s.maxBefore, res.TokensBefore)
 			s.maxAfter = max(s.maxAfter, res.TokensAfter)
-			if res.NewReminder {
+			if res.Guidance {
 				s.reminders++
 			}
 			s.cuts += res.Cut
