@@ -50,8 +50,8 @@ type modelServer struct {
 }
 
 // startModelServer runs servers/model with script (encoded as JSON) on a
-// free loopback port.
-func startModelServer(t testing.TB, script any) *modelServer {
+// free loopback port, with extraArgs added to its flags (-tls-cert...).
+func startModelServer(t testing.TB, script any, extraArgs ...string) *modelServer {
 	t.Helper()
 	dir := t.TempDir()
 	b, err := json.MarshalIndent(script, "", " ")
@@ -64,7 +64,7 @@ func startModelServer(t testing.TB, script any) *modelServer {
 	}
 	rec := filepath.Join(dir, "requests.jsonl")
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := startProcess(t, "model server", exec.Command(helperBin(t, "model"), "-listen", addr, "-script", scriptPath, "-record", rec))
+	p := startProcess(t, "model server", exec.Command(helperBin(t, "model"), append([]string{"-listen", addr, "-script", scriptPath, "-record", rec}, extraArgs...)...))
 	waitListening(testContext(t, 30*time.Second), t, p, addr)
 	return &modelServer{url: "http://" + addr, record: rec}
 }

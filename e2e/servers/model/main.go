@@ -6,6 +6,7 @@
 // model is reachable from the test machine.
 //
 //	model -listen 127.0.0.1:0 -script script.json -record requests.jsonl
+//	      [-tls-cert cert.pem -tls-key key.pem]   (HTTPS instead of HTTP)
 //
 // It prints "listening on ADDR" as the first line on stdout once it accepts
 // connections; logs go to stderr.
@@ -45,6 +46,8 @@ func run() int {
 	scriptPath := flag.String("script", "", "script file (JSON); none: every request gets the fallback answer")
 	recordPath := flag.String("record", "", "append every request to this JSONL file; none: record nothing")
 	chunk := flag.Int("chunk", 16, "bytes of text per text_delta and of JSON per input_json_delta")
+	tlsCert := flag.String("tls-cert", "", "serve HTTPS with this certificate (PEM; with -tls-key)")
+	tlsKey := flag.String("tls-key", "", "the private key of -tls-cert (PEM)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
@@ -80,7 +83,13 @@ func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() {
+		if *tlsCert != "" || *tlsKey != "" {
+			errc <- hs.ServeTLS(ln, *tlsCert, *tlsKey)
+			return
+		}
+		errc <- hs.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, http.ErrServerClosed) {
