@@ -164,14 +164,16 @@ type killableStdio struct {
 	done chan struct{}
 }
 
-// startKillableProxy runs "foldproxy serve --config cfg --state state" over
-// stdio and connects an mcp-go client to it.
+// startKillableProxy runs "foldproxy serve --standalone --config cfg --state
+// state" over stdio (the process that holds the store, not a relay to the
+// project's daemon: daemon_test.go kills those) and connects an mcp-go
+// client to it.
 func startKillableProxy(t testing.TB, name, cfg, state string) (*peer, *killableStdio) {
 	t.Helper()
 	stderr := &syncBuffer{}
 	dumpOnFailure(t, name+" stderr", stderr)
 	k := &killableStdio{done: make(chan struct{})}
-	k.Stdio = transport.NewStdioWithOptions(proxyBin(t), nil, []string{"serve", "--config", cfg, "--state", state}, transport.WithCommandFunc(
+	k.Stdio = transport.NewStdioWithOptions(proxyBin(t), nil, []string{"serve", "--standalone", "--config", cfg, "--state", state}, transport.WithCommandFunc(
 		func(ctx context.Context, command string, env []string, args []string) (*exec.Cmd, error) {
 			cmd := exec.CommandContext(ctx, command, args...)
 			cmd.Env = append(os.Environ(), env...)

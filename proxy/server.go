@@ -204,10 +204,10 @@ func (s *Server) ResumeSession(ctx context.Context, id string) (*Session, bool) 
 	}
 	s.mu.Unlock()
 	rec, err := s.opts.Fold.ResumeSession(ctx, id)
-	if err != nil || rec.Transport != "http" {
+	if err != nil || !Resumable(rec.Transport) {
 		return nil, false
 	}
-	sess := newSession(id, "http", nil)
+	sess := newSession(id, rec.Transport, nil)
 	sess.protocolVersion = rec.ProtocolVersion
 	sess.clientInfo = rec.ClientInfo
 	sess.clientCaps = rec.ClientCaps
@@ -226,8 +226,23 @@ func (s *Server) ResumeSession(ctx context.Context, id string) (*Session, bool) 
 	return sess, true
 }
 
+// Resumable reports whether sessions of a transport can come back after a
+// restart: HTTP sessions by their Mcp-Session-Id, attached stdio sessions
+// (TransportAttach) by the id their relay keeps. Plain stdio sessions
+// cannot.
+func Resumable(transport string) bool {
+	return transport == "http" || transport == TransportAttach
+}
+
 // CloseSession implements Endpoint.
-func (s *Server) CloseSession(sess *Session) {
+func (s *Server) CloseSession(sess *Session) { s.closeSession(sess, true) }
+
+// DetachSession forgets sess in memory without ending it: its branches stay
+// open in the store, for the session to be resumed by a daemon started
+// later (the attach front calls it when the daemon stops).
+func (s *Server) DetachSession(sess *Session) { s.closeSession(sess, false) }
+
+func (s *Server) closeSession(sess *Session, end bool) {
 	sess.mu.Lock()
 	if sess.closed {
 		sess.mu.Unlock()
@@ -248,7 +263,7 @@ func (s *Server) CloseSession(sess *Session) {
 		}
 	}
 	s.mu.Unlock()
-	if initialized {
+	if initialized && end {
 		grace := s.opts.Settings.Fold.SessionEndGrace.D()
 		if grace <= 0 {
 			grace = 30 * time.Second

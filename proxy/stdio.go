@@ -25,6 +25,20 @@ type StdioOptions struct {
 	// DrainTimeout bounds how long in-flight requests may still run after
 	// the agent closes stdin, before they are cancelled. 0 means 5s.
 	DrainTimeout time.Duration
+
+	// The attach front (attach.go) serves each attached stdio process with
+	// ServeStdio and sets these. SessionID names the session: when the
+	// endpoint can resume it from the store (a daemon that restarted) it
+	// continues there, else a new session gets that id. Transport is
+	// recorded with the session ("stdio" when empty).
+	SessionID string
+	Transport string
+	// Detach leaves the session in the store, to be resumed, when ctx ends
+	// (the daemon is stopping) instead of ending it; EOF from the agent
+	// still ends it.
+	Detach bool
+	// Opened, when set, is called with the session once it is open.
+	Opened func(*Session)
 }
 
 const stdioDefaultDrain = 5 * time.Second
@@ -54,6 +68,7 @@ func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, opts
 		return fmt.Errorf("stdio: MaxMessageBytes %d is negative", opts.MaxMessageBytes)
 	}
 	sv := &stdioServer{
+		opts:  opts,
 		ep:    ep,
 		log:   frontLogger(opts.Logger),
 		max:   opts.MaxMessageBytes,
@@ -71,6 +86,7 @@ func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, opts
 
 // stdioServer is the state of one ServeStdio call.
 type stdioServer struct {
+	opts  StdioOptions
 	ep    Endpoint
 	log   *slog.Logger
 	max   int64
@@ -78,6 +94,7 @@ type stdioServer struct {
 	out   *stdioWriter
 
 	s        *Session
+	detach   bool            // leave the session in the store at shutdown
 	reqCtx   context.Context // parent of every request's context
 	inflight sync.WaitGroup
 }
@@ -94,9 +111,12 @@ func (sv *stdioServer) serve(ctx context.Context, r io.Reader) error {
 	defer cancelReqs()
 	sv.reqCtx = reqCtx
 
-	sv.s = sv.ep.OpenSession(ctx, "", "stdio", sv.out)
+	sv.s = sv.openSession(ctx)
 	if sv.s == nil {
 		return errors.New("stdio: the endpoint opened no session")
+	}
+	if sv.opts.Opened != nil {
+		sv.opts.Opened(sv.s)
 	}
 
 	lines := make(chan stdioLine)
@@ -107,6 +127,7 @@ func (sv *stdioServer) serve(ctx context.Context, r io.Reader) error {
 	for {
 		select {
 		case <-ctx.Done():
+			sv.detach = sv.opts.Detach
 			sv.shutdown(ctx, cancelReqs, 0)
 			return ctx.Err()
 		case <-sv.out.broken:
@@ -149,7 +170,31 @@ func (sv *stdioServer) closeSession() {
 			sv.log.Error("panic while closing the stdio session", "panic", fmt.Sprint(v))
 		}
 	}()
+	if d, ok := sv.ep.(interface{ DetachSession(*Session) }); ok && sv.detach {
+		d.DetachSession(sv.s)
+		return
+	}
 	sv.ep.CloseSession(sv.s)
+}
+
+// openSession opens the session: a new one, or with SessionID the one of
+// that id, resumed from the store when the endpoint can.
+func (sv *stdioServer) openSession(ctx context.Context) *Session {
+	transport := sv.opts.Transport
+	if transport == "" {
+		transport = "stdio"
+	}
+	if id := sv.opts.SessionID; id != "" {
+		if r, ok := sv.ep.(interface {
+			ResumeSession(context.Context, string) (*Session, bool)
+		}); ok {
+			if s, ok := r.ResumeSession(ctx, id); ok {
+				s.SetStandalone(sv.out)
+				return s
+			}
+		}
+	}
+	return sv.ep.OpenSession(ctx, sv.opts.SessionID, transport, sv.out)
 }
 
 // stdioWait waits for wg up to d, or until stop is closed, and reports

@@ -27,11 +27,35 @@ import (
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
-// serveCommand runs the proxy: MCP over stdio by default, streamable HTTP
-// with --listen.
+// serveCommand runs the proxy: MCP over stdio by default (a relay to the
+// project's shared daemon, see daemon_unix.go), streamable HTTP with
+// --listen.
 type serveCommand struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	ready          *os.File // --daemon: the pipe to say "ready" on
+}
+
+// swapWriter writes to the writer set last, or nowhere.
+type swapWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *swapWriter) set(w io.Writer) {
+	s.mu.Lock()
+	s.w = w
+	s.mu.Unlock()
+}
+
+func (s *swapWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	w := s.w
+	s.mu.Unlock()
+	if w == nil {
+		return len(p), nil
+	}
+	return w.Write(p)
 }
 
 // fileConfig is the configuration file: a Claude Code mcpServers document
@@ -163,7 +187,7 @@ func position(data []byte, off int64) (line, col int) {
 }
 
 // Run implements command.
-func (c *serveCommand) Run(ctx context.Context, args []string) error {
+func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
 	configPath := fs.String("config", "", "configuration file: a Claude Code mcpServers document (required)")
@@ -173,6 +197,10 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address (also on --listen)")
 	logLevel := fs.String("log-level", "info", "log level on stderr: debug, info, warn, error")
 	entry := fs.String("entry-name", "foldproxy", "foldproxy's own name in the agent's MCP config, for the tool name length check")
+	standalone := fs.Bool("standalone", false, "serve this stdio session in this process, without the project's shared daemon (one process per state folder at a time)")
+	daemon := fs.Bool("daemon", false, "run as the shared daemon of the state folder (started by foldproxy itself)")
+	readyFD := fs.Int("ready-fd", 0, "with --daemon: file descriptor on which to say \"ready\" or why not (set by foldproxy)")
+	idleExit := fs.Duration("idle-exit", 0, "with --daemon: how long the daemon stays up after its last session ends")
 	fs.Usage = func() {
 		fmt.Fprintln(c.stderr, "usage: foldproxy serve --config FILE [--listen ADDR] [--proxy-listen ADDR] [--state DIR] [--metrics ADDR]")
 		fs.PrintDefaults()
@@ -183,6 +211,20 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	if *configPath == "" {
 		fs.Usage()
 		return errors.New("--config is required")
+	}
+	if *daemon && !daemonSupported {
+		return errors.New("--daemon needs a unix system; use --standalone")
+	}
+	// A daemon tells the relay that started it whether it is ready, or
+	// why it could not start.
+	if ready := readyPipe(*readyFD); *daemon && ready != nil {
+		defer func() {
+			if err != nil {
+				fmt.Fprintln(ready, err)
+			}
+			ready.Close()
+		}()
+		c.ready = ready
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -208,6 +250,52 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 	if err := prepareStateDir(dir); err != nil {
 		return err
 	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return err
+	}
+	ident, err := configIdentity(*configPath)
+	if err != nil {
+		return err
+	}
+	if *listen == "" && !*daemon && !*standalone && daemonSupported {
+		extra := []string{"--log-level", *logLevel, "--entry-name", *entry}
+		if *metricsAddr != "" && *metricsAddr != st.Metrics.Listen {
+			extra = append(extra, "--metrics", *metricsAddr)
+		}
+		if *proxyListen != "" && *proxyListen != st.ProxyListen {
+			extra = append(extra, "--proxy-listen", *proxyListen)
+		}
+		return proxy.Relay(ctx, c.stdin, c.stdout, proxy.RelayOptions{
+			Dial:            func(ctx context.Context) (net.Conn, error) { return dialDaemon(ctx, dir, *configPath, extra) },
+			WaitExit:        func(ctx context.Context) error { return waitDaemonExit(ctx, dir) },
+			Config:          ident,
+			MaxMessageBytes: st.MaxMessageBytes,
+			Stderr:          c.stderr,
+			Logger:          logger,
+		})
+	}
+	// The daemon logs to its file, and copies every record to the relays
+	// attached to it (their stderr, which the agent shows or keeps).
+	fan := &swapWriter{}
+	if *daemon {
+		f, err := openDaemonLog(dir)
+		if err != nil {
+			return fmt.Errorf("daemon log: %w", err)
+		}
+		defer f.Close()
+		logger = slog.New(slog.NewTextHandler(io.MultiWriter(f, fan), &slog.HandlerOptions{Level: level}))
+	}
+	// One process owns a state folder: the daemon (which waits for one
+	// that is exiting), or a foreground --listen / --standalone server.
+	lockWait := 100 * time.Millisecond
+	if *daemon {
+		lockWait = 30 * time.Second
+	}
+	release, err := lockDaemon(ctx, dir, lockWait)
+	if err != nil {
+		return err
+	}
+	defer release()
 	token := st.AuthToken
 	if token == "" {
 		token = os.Getenv("FOLDPROXY_TOKEN")
@@ -339,13 +427,14 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer mgr.Close()
-	// HTTP sessions can come back after a restart with their session id;
-	// stdio sessions cannot: their orphaned branches are closed as failed.
+	// HTTP sessions can come back after a restart with their session id,
+	// attached stdio sessions through their relay; plain stdio sessions
+	// cannot: their orphaned branches are closed as failed.
 	resumable := func(string) bool { return false }
-	if *listen != "" {
+	if *listen != "" || *daemon {
 		resumable = func(id string) bool {
 			rec, err := mgr.ResumeSession(ctx, id)
-			return err == nil && rec.Transport == "http"
+			return err == nil && proxy.Resumable(rec.Transport)
 		}
 	}
 	if err := mgr.Recover(ctx, resumable); err != nil {
@@ -431,6 +520,45 @@ func (c *serveCommand) Run(ctx context.Context, args []string) error {
 			return err
 		}
 		defer stop()
+	}
+
+	// Stdio processes of the same project attach to the daemon, or to a
+	// foreground --listen server, over the state folder's socket.
+	var attach *proxy.AttachServer
+	var attachLn net.Listener
+	if (*daemon || *listen != "") && daemonSupported {
+		idle := time.Duration(-1)
+		if *daemon {
+			idle = *idleExit
+		}
+		attach = proxy.NewAttachServer(srv, proxy.AttachOptions{
+			Config: ident, MaxMessageBytes: st.MaxMessageBytes, Logger: logger,
+			CheckPeer: checkPeer, IdleExit: idle,
+		})
+		var sock string
+		attachLn, sock, err = listenSocket(dir)
+		if err != nil {
+			return err
+		}
+		fan.set(attach)
+		defer fan.set(nil)
+		logger.Info("foldproxy attach socket", "socket", sock, "pid", os.Getpid())
+	}
+	if *daemon {
+		logger.Info("foldproxy daemon serving the project's stdio sessions", "upstreams", len(cfg.Servers), "state", dir, "config", *configPath)
+		if c.ready != nil {
+			fmt.Fprintln(c.ready, "ready")
+			c.ready.Close()
+			c.ready = nil
+		}
+		return attach.Serve(ctx, attachLn)
+	}
+	if attach != nil {
+		go func() {
+			if err := attach.Serve(ctx, attachLn); err != nil {
+				logger.Warn("attach socket", "err", err)
+			}
+		}()
 	}
 
 	if *listen == "" {

@@ -1,0 +1,281 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// Many sessions, one project: every "foldproxy serve" over stdio on the same
+// state folder is a relay to one daemon that owns the store and the
+// upstreams; each relay is its own session.
+
+// attachedProcess is one stdio foldproxy process (a relay) and its client.
+type attachedProcess struct {
+	*peer
+	k *killableStdio
+}
+
+// newAttached prepares a stdio foldproxy process on cfg and state, its
+// client not started yet.
+func newAttached(t *testing.T, name, cfg, state string) *attachedProcess {
+	t.Helper()
+	stderr := &syncBuffer{}
+	dumpOnFailure(t, name+" stderr", stderr)
+	k := &killableStdio{done: make(chan struct{})}
+	k.Stdio = transport.NewStdioWithOptions(proxyBin(t), nil, []string{"serve", "--config", cfg, "--state", state}, transport.WithCommandFunc(
+		func(ctx context.Context, command string, env []string, args []string) (*exec.Cmd, error) {
+			cmd := exec.CommandContext(ctx, command, args...)
+			cmd.Env = append(os.Environ(), env...)
+			cmd.Stderr = stderr
+			ownProcessGroup(cmd)
+			cmd.Cancel = func() error { return killGroup(cmd) }
+			k.cmd = cmd
+			return cmd, nil
+		}))
+	p := &peer{name: name, agent: newAgent(), notes: newRecorder()}
+	p.Client = client.NewClient(k, client.WithProtocolVersion(protocolVersion))
+	p.OnNotification(p.notes.add)
+	a := &attachedProcess{peer: p, k: k}
+	t.Cleanup(func() {
+		_ = p.Close()
+		if k.cmd != nil {
+			_ = killGroup(k.cmd)
+		}
+	})
+	return a
+}
+
+// start starts the process and initializes the session. It may run in any
+// goroutine.
+func (a *attachedProcess) start(ctx context.Context) error {
+	if err := a.Start(context.Background()); err != nil {
+		return fmt.Errorf("%s: start: %w", a.name, err)
+	}
+	_, err := a.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{
+		ProtocolVersion: protocolVersion,
+		ClientInfo:      mcp.Implementation{Name: a.name, Version: "1"},
+	}})
+	if err != nil {
+		return fmt.Errorf("%s: initialize: %w", a.name, err)
+	}
+	pid := a.k.cmd.Process.Pid
+	go watchExit(pid, a.k.done)
+	return nil
+}
+
+// watchExit closes done when pid is gone or a zombie.
+func watchExit(pid int, done chan struct{}) {
+	for {
+		if !processAlive(pid) {
+			close(done)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return !(i > 0 && i+2 < len(b) && b[i+2] == 'Z')
+}
+
+// daemonsOf lists the pids of the foldproxy daemons serving state.
+func daemonsOf(t *testing.T, state string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatalf("reading /proc: %v", err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !processAlive(pid) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		hasDaemon, hasState := false, false
+		for i, a := range args {
+			hasDaemon = hasDaemon || a == "--daemon"
+			hasState = hasState || (a == "--state" && i+1 < len(args) && args[i+1] == state)
+		}
+		if hasDaemon && hasState {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitNoDaemon waits until no daemon serves state any more.
+func waitNoDaemon(ctx context.Context, t *testing.T, state string) {
+	t.Helper()
+	for len(daemonsOf(t, state)) > 0 {
+		select {
+		case <-ctx.Done():
+			t.Errorf("a foldproxy daemon still serves %s after its sessions ended: %v", state, daemonsOf(t, state))
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestDaemonThreeSessionsOneProject: three stdio processes started at once
+// on one state folder share one daemon (one store, one replay upstream);
+// they create branches and call tools at the same time, each sees only its
+// own tree; kill -9 of one relay leaves the others untouched, and kill -9 of
+// the daemon loses nothing acknowledged: the relays start a new daemon and
+// resume their sessions with the same branches, budgets and calls.
+func TestDaemonThreeSessionsOneProject(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	cfg := foldProxyConfig(t, map[string]any{"replay": replayEntry(t)}, map[string]any{"defaultTimeout": "300s"}, false)
+	state := t.TempDir()
+	// Runs before the state folder is removed (cleanups run last first).
+	t.Cleanup(func() { waitNoDaemon(testContext(t, 60*time.Second), t, state) })
+
+	procs := make([]*attachedProcess, 3)
+	for i := range procs {
+		procs[i] = newAttached(t, fmt.Sprintf("session %d", i), cfg, state)
+	}
+	errs := make([]error, len(procs))
+	var wg sync.WaitGroup
+	for i, a := range procs {
+		wg.Go(func() { errs[i] = a.start(ctx) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	daemons := daemonsOf(t, state)
+	if len(daemons) != 1 {
+		t.Fatalf("three sessions on one state folder run %d daemons (%v), want 1", len(daemons), daemons)
+	}
+	if fi, err := os.Stat(filepath.Join(state, "foldproxy.sock")); err != nil || fi.Mode().Perm() != 0o600 || fi.Mode()&os.ModeSocket == 0 {
+		t.Errorf("the daemon's socket: %v, %v; want a socket of mode 0600", fi, err)
+	}
+	for _, a := range procs {
+		foldWaitTools(ctx, t, a.peer, "replay__emit")
+	}
+
+	// At the same time, each session opens a branch and calls inside it.
+	type work struct {
+		session string
+		branch  string
+		view    foldView
+	}
+	done := make([]work, len(procs))
+	failures := make([]string, len(procs))
+	for i, a := range procs {
+		wg.Go(func() {
+			var cr foldCreated
+			r, err := foldCallRaw(ctx, a.peer, "branch_create", map[string]any{"description": fmt.Sprintf("work of session %d", i), "budget": 6000})
+			if err != nil || r.isError {
+				failures[i] = fmt.Sprintf("branch_create: %v %s", err, r.text())
+				return
+			}
+			r.decode(t, &cr)
+			for j := range 3 {
+				r, err := foldCallRaw(ctx, a.peer, "replay__emit", map[string]any{"bytes": 200 + 100*i + j, "kind": "log"})
+				if err != nil || r.isError {
+					failures[i] = fmt.Sprintf("emit %d: %v %s", j, err, r.text())
+					return
+				}
+			}
+			done[i].branch = cr.BranchID
+		})
+	}
+	wg.Wait()
+	for i, f := range failures {
+		if f != "" {
+			t.Fatalf("session %d: %s", i, f)
+		}
+	}
+	for i, a := range procs {
+		tree := foldSessionTree(ctx, t, a.peer)
+		done[i].session = tree.Session
+		done[i].view = foldStatus(ctx, t, a.peer, done[i].branch)
+		if tree.Innermost != done[i].branch || len(tree.Tree.Branches) != 1 || tree.Tree.Branches[0].BranchID != done[i].branch {
+			t.Errorf("session %d's tree: innermost %s, branches %v; want only its own branch %s", i, tree.Innermost, tree.Tree.Branches, done[i].branch)
+		}
+		if done[i].view.Calls != 3 || done[i].view.Status != "active" {
+			t.Errorf("session %d's branch: %+v, want active with 3 calls", i, done[i].view)
+		}
+	}
+	for i, a := range procs {
+		other := done[(i+1)%len(procs)].branch
+		if r := foldCall(ctx, t, a.peer, "branch_status", map[string]any{"branch_id": other}); !r.isError || !strings.Contains(r.text(), "ErrBranchNotFound") {
+			t.Errorf("session %d saw another session's branch %s: %s", i, other, r.text())
+		}
+	}
+	if done[0].session == done[1].session || done[1].session == done[2].session || done[0].session == done[2].session {
+		t.Fatalf("the sessions share ids: %s %s %s", done[0].session, done[1].session, done[2].session)
+	}
+
+	// kill -9 of one relay: the others go on, untouched.
+	kill9(ctx, t, procs[0].k.cmd, procs[0].k.done)
+	for i := 1; i < 3; i++ {
+		if r := foldCall(ctx, t, procs[i].peer, "replay__emit", map[string]any{"bytes": 50, "kind": "log"}); r.isError {
+			t.Errorf("session %d after another relay was killed: %s", i, r.text())
+		}
+		done[i].view = foldStatus(ctx, t, procs[i].peer, done[i].branch)
+	}
+
+	// kill -9 of the daemon: the relays start another and resume.
+	if err := syscall.Kill(daemons[0], syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 the daemon %d: %v", daemons[0], err)
+	}
+	for processAlive(daemons[0]) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the daemon %d survived kill -9", daemons[0])
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	for i := 1; i < 3; i++ {
+		a := procs[i]
+		// ping changes nothing: a relay sends it again to the new daemon
+		// if the old one took it with it.
+		if err := a.Ping(ctx); err != nil {
+			t.Fatalf("session %d: ping after the daemon was killed: %v", i, err)
+		}
+		after := foldStatus(ctx, t, a.peer, done[i].branch)
+		before := done[i].view
+		if after.Status != "active" || after.Calls != before.Calls || after.BudgetUsed != before.BudgetUsed || after.Deadline != before.Deadline {
+			t.Errorf("session %d's branch after the daemon was killed:\n before %+v\n after  %+v", i, before, after)
+		}
+		if tree := foldSessionTree(ctx, t, a.peer); tree.Session != done[i].session || tree.Innermost != done[i].branch {
+			t.Errorf("session %d resumed as %s (innermost %s), want %s (innermost %s)", i, tree.Session, tree.Innermost, done[i].session, done[i].branch)
+		}
+		if r := foldCall(ctx, t, a.peer, "replay__emit", map[string]any{"bytes": 80, "kind": "log"}); r.isError {
+			t.Errorf("session %d: a call after the daemon restarted: %s", i, r.text())
+		}
+		if st := foldStatus(ctx, t, a.peer, done[i].branch); st.Calls != before.Calls+1 {
+			t.Errorf("session %d: the call after the restart was not charged to its branch: %d calls, want %d", i, st.Calls, before.Calls+1)
+		}
+	}
+	if d := daemonsOf(t, state); len(d) != 1 || d[0] == daemons[0] {
+		t.Errorf("after the daemon was killed: daemons %v, want one new one", d)
+	}
+}

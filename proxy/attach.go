@@ -1,0 +1,629 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// The attach front lets any number of stdio processes of one project share
+// one foldproxy: the daemon, which owns the state store and the upstream
+// processes, serves each attached process as its own session over a unix
+// socket in the state folder, and each stdio process that an agent starts is
+// a thin relay of JSON-RPC lines between its stdin/stdout and that socket.
+//
+// The protocol on the socket is newline-delimited: the relay sends one
+// AttachHello line, the daemon answers one AttachWelcome line, and from then
+// on each side writes whole JSON-RPC messages, one per line, exactly as
+// over stdio. The daemon also writes two kinds of lines that are not
+// JSON-RPC: "#" followed by one of its log records, which the relay copies
+// to its stderr, and "!exiting", which says the daemon stops once this
+// connection ends (its last session ended), so that the relay waits for it
+// to be gone before exiting itself.
+
+// TransportAttach is the transport recorded for sessions of attached stdio
+// processes. Unlike plain stdio sessions they resume after a restart of the
+// daemon: the relay keeps the session id and presents it again.
+const TransportAttach = "attach"
+
+// AttachVersion is the attach protocol's version.
+const AttachVersion = 1
+
+// AttachHello is the first line a relay sends.
+type AttachHello struct {
+	Version int `json:"foldproxyAttach"`
+	// Session is the id to resume; empty for a new session.
+	Session string `json:"session,omitempty"`
+	// Config identifies the configuration the relay was started with; the
+	// daemon refuses a relay whose configuration differs from its own.
+	Config string `json:"config"`
+}
+
+// AttachWelcome is the daemon's answer to a hello.
+type AttachWelcome struct {
+	Session string `json:"session,omitempty"`
+	PID     int    `json:"pid,omitempty"`
+	// Error refuses the attachment; Exiting says it is refused because the
+	// daemon is stopping, so that a new one may be started.
+	Error   string `json:"error,omitempty"`
+	Exiting bool   `json:"exiting,omitempty"`
+}
+
+const (
+	attachLogPrefix = '#'
+	attachExiting   = "!exiting"
+	attachHelloMax  = 64 << 10
+)
+
+// AttachOptions configure an AttachServer.
+type AttachOptions struct {
+	// Config is the identity of the daemon's configuration (see
+	// AttachHello.Config).
+	Config string
+	// MaxMessageBytes bounds one message from an agent (0: the default).
+	MaxMessageBytes int64
+	Logger          *slog.Logger
+	// CheckPeer, when set, vets each connection before anything is read
+	// from it (the daemon checks that the peer runs as the same user).
+	CheckPeer func(net.Conn) error
+	// IdleExit makes Serve return once no process has been attached for
+	// this long, 0 meaning as soon as the last one detaches; negative:
+	// never (a daemon that also serves HTTP). FirstWait bounds the wait
+	// for the first attachment (default 30s).
+	IdleExit  time.Duration
+	FirstWait time.Duration
+}
+
+// AttachServer serves attached stdio processes. Its Write method copies a
+// log record to every attached relay, so that it can be a log handler's
+// writer.
+type AttachServer struct {
+	ep   *Server
+	opts AttachOptions
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	conns   map[*attachConn]bool
+	exiting bool
+	idle    *time.Timer
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+type attachConn struct {
+	c  net.Conn
+	mu sync.Mutex // one writer at a time
+}
+
+func (a *attachConn) Write(p []byte) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.c.Write(p)
+}
+
+// NewAttachServer returns an attach front for ep.
+func NewAttachServer(ep *Server, opts AttachOptions) *AttachServer {
+	if opts.FirstWait <= 0 {
+		opts.FirstWait = 30 * time.Second
+	}
+	return &AttachServer{ep: ep, opts: opts, log: frontLogger(opts.Logger), conns: make(map[*attachConn]bool)}
+}
+
+// Write copies one log record to every attached relay. A relay that is
+// busy receiving a message misses the record rather than holding up the
+// daemon's logging.
+func (a *AttachServer) Write(p []byte) (int, error) {
+	line := make([]byte, 0, len(p)+2)
+	line = append(line, attachLogPrefix)
+	line = append(line, bytes.TrimRight(p, "\n")...)
+	line = append(line, '\n')
+	a.mu.Lock()
+	conns := make([]*attachConn, 0, len(a.conns))
+	for c, welcomed := range a.conns {
+		if welcomed {
+			conns = append(conns, c)
+		}
+	}
+	a.mu.Unlock()
+	for _, c := range conns {
+		if c.mu.TryLock() {
+			_ = c.c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			_, _ = c.c.Write(line)
+			_ = c.c.SetWriteDeadline(time.Time{})
+			c.mu.Unlock()
+		}
+	}
+	return len(p), nil
+}
+
+// Attached returns how many processes are attached.
+func (a *AttachServer) Attached() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.conns)
+}
+
+// Serve accepts attachments on ln until ctx ends or, with IdleExit, the
+// daemon has been idle; then it stops accepting, detaches the sessions
+// still attached (they stay in the store, to be resumed by the next
+// daemon) and returns once every connection is finished.
+func (a *AttachServer) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	a.mu.Lock()
+	a.stop = stop
+	if a.opts.IdleExit >= 0 {
+		a.idle = time.AfterFunc(a.opts.FirstWait, a.idleOver)
+	}
+	a.mu.Unlock()
+	go func() {
+		<-ctx.Done()
+		_ = ln.Close()
+	}()
+	var err error
+	for {
+		c, aerr := ln.Accept()
+		if aerr != nil {
+			if ctx.Err() == nil {
+				err = fmt.Errorf("attach: accepting: %w", aerr)
+			}
+			break
+		}
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.handle(ctx, c)
+		}()
+	}
+	stop()
+	a.wg.Wait()
+	a.mu.Lock()
+	if a.idle != nil {
+		a.idle.Stop()
+	}
+	a.mu.Unlock()
+	return err
+}
+
+// idleOver stops the server if nothing is attached.
+func (a *AttachServer) idleOver() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.conns) == 0 && !a.exiting {
+		a.exiting = true
+		a.stop()
+	}
+}
+
+func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	if a.opts.CheckPeer != nil {
+		if err := a.opts.CheckPeer(c); err != nil {
+			a.log.Warn("attach: connection refused", "err", err)
+			return
+		}
+	}
+	br := bufio.NewReaderSize(c, 64<<10)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, tooLarge, err := stdioReadLine(br, attachHelloMax)
+	_ = c.SetReadDeadline(time.Time{})
+	ac := &attachConn{c: c}
+	welcome := func(w AttachWelcome) error {
+		b, _ := json.Marshal(w)
+		_, err := ac.Write(append(b, '\n'))
+		return err
+	}
+	var hello AttachHello
+	switch {
+	case err != nil && len(line) == 0:
+		return
+	case tooLarge || json.Unmarshal(line, &hello) != nil || hello.Version == 0:
+		_ = welcome(AttachWelcome{Error: "not a foldproxy attach hello"})
+		return
+	case hello.Version != AttachVersion:
+		_ = welcome(AttachWelcome{Error: fmt.Sprintf("attach protocol %d is not %d: this foldproxy binary differs from the daemon's; stop the daemon (pid %d) and start again", hello.Version, AttachVersion, os.Getpid())})
+		return
+	case hello.Config != a.opts.Config:
+		_ = welcome(AttachWelcome{Error: fmt.Sprintf("the foldproxy daemon (pid %d) on this state folder runs another configuration (%s, not %s); it stops when its sessions end, or stop it now with kill %d", os.Getpid(), a.opts.Config, hello.Config, os.Getpid())})
+		return
+	}
+	a.mu.Lock()
+	if a.exiting {
+		a.mu.Unlock()
+		_ = welcome(AttachWelcome{Error: "the foldproxy daemon is stopping", Exiting: true})
+		return
+	}
+	if a.idle != nil {
+		a.idle.Stop()
+	}
+	a.conns[ac] = false
+	a.mu.Unlock()
+
+	id := hello.Session
+	if id == "" {
+		id = newID("s")
+	}
+	if welcome(AttachWelcome{Session: id, PID: os.Getpid()}) != nil {
+		a.detachConn(ac, false)
+		return
+	}
+	a.mu.Lock()
+	a.conns[ac] = true
+	a.mu.Unlock()
+	a.log.Info("process attached", "session", id, "resumed", hello.Session != "", "attached", a.Attached())
+	err = ServeStdio(ctx, a.ep, br, ac, StdioOptions{
+		MaxMessageBytes: a.opts.MaxMessageBytes, Logger: a.log,
+		SessionID: id, Transport: TransportAttach, Detach: true,
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		a.log.Info("attached process", "session", id, "err", err)
+	}
+	a.detachConn(ac, ctx.Err() == nil)
+}
+
+// detachConn forgets a connection. When it was the last one and the
+// daemon exits when idle, the relay is told so before its connection
+// closes.
+func (a *AttachServer) detachConn(ac *attachConn, tell bool) {
+	a.mu.Lock()
+	delete(a.conns, ac)
+	n := len(a.conns)
+	last := n == 0 && a.opts.IdleExit >= 0 && !a.exiting
+	if last && a.opts.IdleExit == 0 {
+		a.exiting = true
+		a.stop()
+	} else if last {
+		a.idle = time.AfterFunc(a.opts.IdleExit, a.idleOver)
+	}
+	exiting := a.exiting
+	a.mu.Unlock()
+	a.log.Info("process detached", "attached", n)
+	if tell && exiting {
+		_, _ = ac.Write([]byte(attachExiting + "\n"))
+	}
+}
+
+// RelayOptions configure Relay.
+type RelayOptions struct {
+	// Dial connects to the daemon's socket, starting a daemon when none
+	// answers. It is called again after the daemon went away.
+	Dial func(ctx context.Context) (net.Conn, error)
+	// WaitExit waits until the daemon that said it is exiting is gone.
+	WaitExit func(ctx context.Context) error
+	// Config is sent in the hello (AttachHello.Config).
+	Config string
+	// MaxMessageBytes bounds one line from the agent (0: the default).
+	MaxMessageBytes int64
+	// Stderr receives the daemon's log records.
+	Stderr io.Writer
+	Logger *slog.Logger
+}
+
+// relayResendable are the requests that a relay sends again to a new
+// daemon when the old one went away before answering: they change nothing.
+// Any other request is answered with an error that says it may or may not
+// have been carried out.
+var relayResendable = map[string]bool{
+	"initialize": true, "ping": true, "tools/list": true, "prompts/list": true,
+	"resources/list": true, "resources/templates/list": true,
+}
+
+type relayPending struct {
+	id     json.RawMessage
+	method string
+	line   []byte
+	seq    int
+}
+
+type relayLost struct {
+	gen     int
+	exiting bool
+}
+
+// Relay copies JSON-RPC lines between an agent (stdin, stdout) and a
+// foldproxy daemon, as one session. When the daemon goes away (killed, or
+// stopped) it connects again, a new daemon being started by Dial, and
+// resumes the same session: branches and everything the agent was told
+// survive. Requests in flight at that moment are sent again when they
+// change nothing (initialize, ping, lists) and answered with an error
+// otherwise. Relay returns nil when stdin ends and the daemon has answered
+// what was in flight.
+func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOptions) error {
+	if opts.Dial == nil {
+		return errors.New("relay: RelayOptions.Dial is required")
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if opts.Stderr == nil {
+		opts.Stderr = io.Discard
+	}
+	r := &relay{opts: opts, log: frontLogger(opts.Logger), out: &stdioWriter{w: stdout, broken: make(chan struct{})},
+		pending: make(map[string]*relayPending), lost: make(chan relayLost, 4)}
+	lines := make(chan stdioLine)
+	stop := make(chan struct{})
+	defer close(stop)
+	go stdioReadLines(stdin, opts.MaxMessageBytes, lines, stop)
+	if err := r.connect(ctx); err != nil {
+		return err
+	}
+	defer func() { r.conn.Close() }()
+	stdinDone := false
+	for {
+		select {
+		case <-ctx.Done():
+			r.finish(stdinDone)
+			return ctx.Err()
+		case <-r.out.broken:
+			return r.out.failure()
+		case ev := <-r.lost:
+			if ev.gen != r.gen {
+				continue
+			}
+			if ev.exiting && opts.WaitExit != nil {
+				if err := opts.WaitExit(ctx); err != nil {
+					r.log.Warn("relay: the daemon said it was exiting but is still there", "err", err)
+				}
+			}
+			if stdinDone {
+				return nil
+			}
+			r.log.Info("relay: the foldproxy daemon went away; reconnecting")
+			if err := r.connect(ctx); err != nil {
+				return err
+			}
+		case ln := <-lines:
+			if ln.tooLarge {
+				r.write(Response(nil, nil, Errorf(CodeMessageTooLarge,
+					"message too large: a message may be at most %d bytes (maxMessageBytes)", opts.MaxMessageBytes)))
+			} else if len(bytes.TrimSpace(ln.data)) > 0 {
+				r.forward(ln.data)
+			}
+			if ln.err != nil {
+				stdinDone = true
+				// The daemon answers what is in flight, ends the session
+				// and closes; the loop ends when the connection does.
+				if cw, ok := r.conn.(interface{ CloseWrite() error }); ok {
+					_ = cw.CloseWrite()
+				} else {
+					_ = r.conn.Close()
+				}
+			}
+		}
+	}
+}
+
+// finish ends the session when the relay is stopped (SIGTERM) rather than
+// by the end of stdin: the daemon ends the session, and when it was its
+// last, the relay waits (bounded) for the daemon to be gone, so that whoever
+// stopped the relay finds the state folder released once it has exited.
+func (r *relay) finish(stdinDone bool) {
+	if !stdinDone {
+		if cw, ok := r.conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			_ = r.conn.Close()
+		}
+	}
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case ev := <-r.lost:
+			if ev.gen != r.gen {
+				continue
+			}
+			if ev.exiting && r.opts.WaitExit != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = r.opts.WaitExit(ctx)
+				cancel()
+			}
+			return
+		case <-t.C:
+			return
+		}
+	}
+}
+
+type relay struct {
+	opts RelayOptions
+	log  *slog.Logger
+	out  *stdioWriter
+
+	conn    net.Conn
+	gen     int
+	session string
+	lost    chan relayLost
+
+	mu      sync.Mutex
+	pending map[string]*relayPending
+	seq     int
+}
+
+// connect attaches to the daemon, with the session id once there is one,
+// and deals with the requests the previous daemon left unanswered.
+func (r *relay) connect(ctx context.Context) error {
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if attempt >= 50 {
+			return fmt.Errorf("relay: could not attach to a foldproxy daemon: %w", lastErr)
+		}
+		c, err := r.opts.Dial(ctx)
+		if err != nil {
+			return err
+		}
+		w, br, err := r.hello(c)
+		if err != nil {
+			c.Close()
+			lastErr = err
+			continue
+		}
+		if w.Error != "" {
+			c.Close()
+			if !w.Exiting {
+				return errors.New(w.Error)
+			}
+			lastErr = errors.New(w.Error)
+			if r.opts.WaitExit != nil {
+				_ = r.opts.WaitExit(ctx)
+			}
+			continue
+		}
+		if r.conn != nil {
+			r.conn.Close()
+		}
+		r.conn = c
+		r.gen++
+		r.session = w.Session
+		go r.readDaemon(br, r.gen)
+		r.replay()
+		return nil
+	}
+}
+
+func (r *relay) hello(c net.Conn) (AttachWelcome, *bufio.Reader, error) {
+	b, _ := json.Marshal(AttachHello{Version: AttachVersion, Session: r.session, Config: r.opts.Config})
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	if _, err := c.Write(append(b, '\n')); err != nil {
+		return AttachWelcome{}, nil, fmt.Errorf("sending the attach hello: %w", err)
+	}
+	br := bufio.NewReaderSize(c, 64<<10)
+	line, _, err := stdioReadLine(br, attachHelloMax)
+	if len(line) == 0 && err != nil {
+		return AttachWelcome{}, nil, fmt.Errorf("reading the daemon's welcome: %w", err)
+	}
+	var w AttachWelcome
+	if json.Unmarshal(line, &w) != nil || (w.Session == "" && w.Error == "") {
+		return AttachWelcome{}, nil, fmt.Errorf("the daemon's welcome is not valid: %.200q", line)
+	}
+	return w, br, nil
+}
+
+// replay sends again, in their order, the requests the previous daemon did
+// not answer and that change nothing, and answers the others with an error.
+func (r *relay) replay() {
+	r.mu.Lock()
+	list := make([]*relayPending, 0, len(r.pending))
+	for _, p := range r.pending {
+		list = append(list, p)
+	}
+	r.mu.Unlock()
+	if len(list) == 0 {
+		return
+	}
+	for i := 1; i < len(list); i++ {
+		for j := i; j > 0 && list[j].seq < list[j-1].seq; j-- {
+			list[j], list[j-1] = list[j-1], list[j]
+		}
+	}
+	for _, p := range list {
+		if relayResendable[p.method] {
+			r.send(p.line)
+			continue
+		}
+		r.mu.Lock()
+		delete(r.pending, frontIDKey(p.id))
+		r.mu.Unlock()
+		r.write(Response(p.id, nil, Errorf(CodeInternalError,
+			"foldproxy's daemon stopped while handling %s; it may or may not have been carried out: check before retrying", p.method)))
+	}
+}
+
+// forward sends one line from the agent to the daemon, noting the requests
+// it carries.
+func (r *relay) forward(line []byte) {
+	items, _ := frontDecode(line)
+	r.mu.Lock()
+	for _, it := range items {
+		if it.msg != nil && it.msg.IsRequest() {
+			r.seq++
+			r.pending[frontIDKey(it.msg.ID)] = &relayPending{id: it.msg.ID, method: it.msg.Method, line: bytes.Clone(line), seq: r.seq}
+		}
+	}
+	r.mu.Unlock()
+	r.send(line)
+}
+
+// send writes one line to the daemon. A failed write is not an error here:
+// the reader sees the connection end and the loop reconnects.
+func (r *relay) send(line []byte) {
+	buf := make([]byte, 0, len(line)+1)
+	buf = append(append(buf, line...), '\n')
+	if _, err := r.conn.Write(buf); err != nil {
+		r.log.Debug("relay: writing to the daemon", "err", err)
+	}
+}
+
+func (r *relay) write(msg []byte) {
+	if err := r.out.WriteMessage(msg); err != nil && !errors.Is(err, ErrOutboundClosed) {
+		r.log.Debug("relay: writing to the agent", "err", err)
+	}
+}
+
+// readDaemon copies the daemon's lines to the agent until the connection
+// ends, then reports it.
+func (r *relay) readDaemon(br *bufio.Reader, gen int) {
+	exiting := false
+	defer func() { r.lost <- relayLost{gen: gen, exiting: exiting} }()
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		line = append(line, frag...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		msg := bytes.TrimRight(line, "\r\n")
+		switch {
+		case len(msg) == 0:
+		case msg[0] == attachLogPrefix:
+			_, _ = r.opts.Stderr.Write(append(bytes.Clone(msg[1:]), '\n'))
+		case string(msg) == attachExiting:
+			exiting = true
+		default:
+			if key, isResp, _ := frontClassify(msg); isResp {
+				r.mu.Lock()
+				delete(r.pending, key)
+				r.mu.Unlock()
+			} else if msg[0] == '[' {
+				r.settleBatch(msg)
+			}
+			r.write(msg)
+		}
+		if cap(line) > 1<<20 {
+			line = nil
+		} else {
+			line = line[:0]
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// settleBatch forgets the requests answered by a batch response.
+func (r *relay) settleBatch(msg []byte) {
+	var items []json.RawMessage
+	if json.Unmarshal(msg, &items) != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, it := range items {
+		if key, isResp, _ := frontClassify(it); isResp {
+			delete(r.pending, key)
+		}
+	}
+}
