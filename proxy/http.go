@@ -331,6 +331,19 @@ func (h *HTTPHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// Guard wraps next (the listener's /metrics and /healthz) in the same Host,
+// Origin and bearer-token checks as the MCP endpoint: what it serves
+// (upstream names, redaction counts, session counts) is no more public than
+// the sessions themselves.
+func (h *HTTPHandler) Guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.checkOrigin(w, r) || !h.checkToken(w, r) {
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // servePost handles one POST: a message or a batch.
 func (h *HTTPHandler) servePost(w *httpTrackWriter, r *http.Request) {
 	allowJSON := httpAccepts(r.Header, "application/json")

@@ -814,3 +814,36 @@ func TestSSERing(t *testing.T) {
 		t.Errorf("byte-bounded ring kept %d events, want the last 2", len(got))
 	}
 }
+
+// Issue 14: /metrics and /healthz skipped the token and Host checks and told
+// anyone upstream names, redaction counts and session counts. Guard applies
+// the MCP endpoint's rules to them.
+func TestGuardAppliesTokenAndHostRules(t *testing.T) {
+	h, _ := newHTTPTest(t, HTTPOptions{Loopback: true, Token: "s3cret-token"})
+	served := 0
+	g := h.Guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++; _, _ = io.WriteString(w, "metrics") }))
+	get := func(host, auth string) int {
+		r := httptest.NewRequest(http.MethodGet, "http://"+host+"/metrics", nil)
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		w := httptest.NewRecorder()
+		g.ServeHTTP(w, r)
+		return w.Code
+	}
+	if code := get("127.0.0.1:8765", ""); code != http.StatusUnauthorized {
+		t.Errorf("no token: %d, want 401", code)
+	}
+	if code := get("127.0.0.1:8765", "Bearer wrong"); code != http.StatusUnauthorized {
+		t.Errorf("wrong token: %d, want 401", code)
+	}
+	if code := get("evil.example:8765", "Bearer s3cret-token"); code != http.StatusForbidden {
+		t.Errorf("non-loopback Host on a loopback listener: %d, want 403", code)
+	}
+	if served != 0 {
+		t.Fatalf("the guarded handler ran %d times for refused requests", served)
+	}
+	if code := get("127.0.0.1:8765", "Bearer s3cret-token"); code != http.StatusOK || served != 1 {
+		t.Errorf("with the token: %d (served %d), want 200", code, served)
+	}
+}

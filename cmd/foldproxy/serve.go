@@ -481,6 +481,11 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	}()
 
 	if *metricsAddr != "" {
+		// This listener checks no token: it may only listen on loopback.
+		if !proxy.IsLoopback(*metricsAddr) {
+			return fmt.Errorf("--metrics %s is not a loopback address: the separate metrics listener has no token check; "+
+				"scrape /metrics on --listen (same token and Host rules as /mcp), or bind --metrics to 127.0.0.1", *metricsAddr)
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", metrics.Handler())
 		ms := &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -596,8 +601,9 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", h)
-	mux.Handle("/metrics", metrics.Handler())
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	guard := h.(*proxy.HTTPHandler).Guard
+	mux.Handle("/metrics", guard(metrics.Handler()))
+	mux.Handle("/healthz", guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })))
 	mux.Handle("/", model)
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
