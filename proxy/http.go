@@ -163,15 +163,9 @@ func newHTTPHandler(ep Endpoint, opts HTTPOptions) (*HTTPHandler, error) {
 	if !strings.HasPrefix(h.path, "/") {
 		return nil, fmt.Errorf("http front: Path %q must start with \"/\"", opts.Path)
 	}
-	if opts.Token == "" && !opts.Loopback {
-		return nil, errors.New("http front: Token is required when the listen address is not loopback")
-	}
-	if opts.Token != "" {
-		if strings.TrimSpace(opts.Token) != opts.Token || strings.ContainsAny(opts.Token, "\r\n") {
-			return nil, errors.New("http front: Token must not contain spaces at its ends or line breaks")
-		}
-		h.needToken = true
-		h.tokenSum = sha256.Sum256([]byte(opts.Token))
+	var err error
+	if h.needToken, h.tokenSum, err = httpTokenSum("http front", opts.Token, opts.Loopback); err != nil {
+		return nil, err
 	}
 	if h.maxBytes < 0 {
 		return nil, fmt.Errorf("http front: MaxMessageBytes %d is negative", opts.MaxMessageBytes)
@@ -185,13 +179,8 @@ func newHTTPHandler(ep Endpoint, opts HTTPOptions) (*HTTPHandler, error) {
 	if h.idle == 0 {
 		h.idle = httpDefaultIdleTimeout
 	}
-	h.allowedOrigins = make(map[string]bool, len(opts.AllowedOrigins))
-	for _, o := range opts.AllowedOrigins {
-		norm, err := httpNormalizeOrigin(o)
-		if err != nil {
-			return nil, fmt.Errorf("http front: AllowedOrigins entry %q: %w", o, err)
-		}
-		h.allowedOrigins[norm] = true
+	if h.allowedOrigins, err = httpOrigins("http front", opts.AllowedOrigins); err != nil {
+		return nil, err
 	}
 	h.baseCtx, h.cancel = context.WithCancel(context.Background())
 	period := min(max(h.idle/4, time.Second), time.Minute)
@@ -828,6 +817,34 @@ func (h *HTTPHandler) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 	h.log.Debug("http front: refused a request", "host", r.Host, "origin", r.Header.Get("Origin"))
 	httpError(w, http.StatusForbidden, CodeInvalidRequest, "%s", reason)
 	return false
+}
+
+// httpTokenSum checks a front's token and returns whether one is needed
+// and its hash. A token is required off loopback.
+func httpTokenSum(front, token string, loopback bool) (bool, [sha256.Size]byte, error) {
+	if token == "" && !loopback {
+		return false, [sha256.Size]byte{}, fmt.Errorf("%s: Token is required when the listen address is not loopback", front)
+	}
+	if token == "" {
+		return false, [sha256.Size]byte{}, nil
+	}
+	if strings.TrimSpace(token) != token || strings.ContainsAny(token, "\r\n") {
+		return false, [sha256.Size]byte{}, fmt.Errorf("%s: Token must not contain spaces at its ends or line breaks", front)
+	}
+	return true, sha256.Sum256([]byte(token)), nil
+}
+
+// httpOrigins normalizes a front's AllowedOrigins into a set.
+func httpOrigins(front string, origins []string) (map[string]bool, error) {
+	set := make(map[string]bool, len(origins))
+	for _, o := range origins {
+		norm, err := httpNormalizeOrigin(o)
+		if err != nil {
+			return nil, fmt.Errorf("%s: AllowedOrigins entry %q: %w", front, o, err)
+		}
+		set[norm] = true
+	}
+	return set, nil
 }
 
 // httpOriginRefusal says why a request is refused against DNS rebinding,

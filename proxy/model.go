@@ -165,7 +165,6 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 		state:    opts.State,
 		wire:     opts.Wire,
 		obs:      opts.Observer,
-		allowed:  make(map[string]bool, len(opts.AllowedOrigins)),
 
 		transparent: opts.Transparent,
 	}
@@ -175,15 +174,16 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	if opts.Wire.Scrub != nil {
 		h.wire.Scrub = newScrubMemo(opts.Wire.Scrub, modelMemoEntries, modelMemoBytes).Scrub
 	}
-	if opts.Token == "" && !opts.Loopback && !opts.Transparent {
-		return nil, errors.New("model front: Token is required when the listen address is not loopback")
-	}
-	if opts.Token != "" && !opts.Transparent {
-		if strings.TrimSpace(opts.Token) != opts.Token || strings.ContainsAny(opts.Token, "\r\n") {
-			return nil, errors.New("model front: Token must not contain spaces at its ends or line breaks")
+	var err error
+	if !opts.Transparent {
+		// Behind the forward proxy the agent's CONNECT was admitted
+		// already; no token applies (see Transparent).
+		if h.needToken, h.tokenSum, err = httpTokenSum("model front", opts.Token, opts.Loopback); err != nil {
+			return nil, err
 		}
-		h.needToken = true
-		h.tokenSum = sha256.Sum256([]byte(opts.Token))
+	}
+	if h.allowed, err = httpOrigins("model front", opts.AllowedOrigins); err != nil {
+		return nil, err
 	}
 	if h.maxBytes < 0 {
 		return nil, fmt.Errorf("model front: MaxRequestBytes %d is negative", opts.MaxRequestBytes)
@@ -191,18 +191,10 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	if h.maxBytes == 0 {
 		h.maxBytes = 32 << 20
 	}
-	for _, o := range opts.AllowedOrigins {
-		norm, err := httpNormalizeOrigin(o)
-		if err != nil {
-			return nil, fmt.Errorf("model front: AllowedOrigins entry %q: %w", o, err)
-		}
-		h.allowed[norm] = true
-	}
 	tr := opts.Transport
 	if tr == nil {
 		tr = NewModelTransport(nil)
 	}
-	var err error
 	if h.anthropic, err = h.newTarget("Anthropic", "AnthropicURL", opts.AnthropicURL, tr); err != nil {
 		return nil, err
 	}
