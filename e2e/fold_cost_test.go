@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -258,4 +261,66 @@ func TestFoldCostBranch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFoldCutTypeScriptSDK: a read cut inside a branch reaches the official
+// TypeScript SDK client (the one Claude Code uses) without a validation
+// error, although server-filesystem's tools declare an outputSchema; the
+// text the model is shown carries the cut notice and its handle; and
+// branch_recall returns the rest of the file exactly, once.
+func TestFoldCutTypeScriptSDK(t *testing.T) {
+	ctx := testContext(t, 90*time.Second)
+	dir := t.TempDir()
+	var b strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&b, "line %d: the quick brown fox jumps over the lazy dog\n", i)
+	}
+	file := writeFileIn(t, dir, "big.txt", b.String())
+	cfg := foldProxyConfig(t, map[string]any{"fs": stdioEntry(nodeBin(t), filesystemScript(t), dir)}, map[string]any{}, true)
+	sdk := filepath.Join(nodeModules(t), "@modelcontextprotocol", "sdk")
+	script := filepath.Join(repoDir, "e2e", "testdata", "ts_cut_client.mjs")
+	cmd := exec.CommandContext(ctx, nodeBin(t), script, sdk, proxyBin(t), cfg, t.TempDir(), file, "2000")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	dumpOnFailure(t, "ts client stderr", &stderr)
+	outb, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the TypeScript client failed: %v", err)
+	}
+	var out struct {
+		OutputSchema bool     `json:"outputSchema"`
+		Error        string   `json:"error"`
+		IsError      bool     `json:"isError"`
+		Texts        []string `json:"texts"`
+		Handle       string   `json:"handle"`
+		Rest         *string  `json:"rest"`
+	}
+	if err := json.Unmarshal(outb, &out); err != nil {
+		t.Fatalf("the client's report %q: %v", outb, err)
+	}
+	if !out.OutputSchema {
+		t.Fatalf("read_text_file lists no outputSchema: the test would prove nothing")
+	}
+	if out.Error != "" {
+		t.Fatalf("the SDK client refused the cut result: %s", out.Error)
+	}
+	if !out.IsError || len(out.Texts) != 2 || !strings.Contains(out.Texts[1], "result cut at") || out.Handle == "" || !strings.Contains(out.Texts[1], out.Handle) {
+		t.Fatalf("the cut result as the client saw it: isError %v, texts %q; want the cut text, then a notice naming the handle", out.IsError, out.Texts)
+	}
+	if out.Rest == nil {
+		t.Fatalf("no recall of %s", out.Handle)
+	}
+	if got := out.Texts[0] + *out.Rest; got != b.String() {
+		t.Errorf("kept text (%d bytes) + recalled rest (%d bytes) differs from the file (%d bytes) at byte %d", len(out.Texts[0]), len(*out.Rest), b.Len(), firstDiff(got, b.String()))
+	}
+}
+
+// writeFileIn writes a file in dir and returns its path.
+func writeFileIn(t testing.TB, dir, name, data string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

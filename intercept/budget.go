@@ -295,6 +295,9 @@ func (bi *budgeter) cut(ex *Exchange, bud fold.Budget, rt int, over bool, summar
 		if err != nil {
 			return delivery{}, false
 		}
+		if out, err = markCutError(ex.Method, ex.Result, out); err != nil {
+			return delivery{}, false
+		}
 		n, _, err := c.CountResult(ex.Method, out, -1)
 		if err != nil || n > lim {
 			return delivery{tokens: n}, false
@@ -501,4 +504,59 @@ func isErrorResult(result []byte) bool {
 		}
 	}
 	return false
+}
+
+// markCutError marks a cut tools/call result that lost its
+// structuredContent as a tool error ("isError": true). A tool that declares
+// an outputSchema must return structuredContent that matches it unless the
+// result is an error, and clients enforce it (the TypeScript SDK, which
+// Claude Code uses, throws -32600 "has an output schema but did not return
+// structured content"): a cut structured value would not match the schema
+// either. An error result is shown to the model as it is, so the cut text
+// and the notice with its recall handle reach the model, and the notice
+// says the result was cut, not that the tool failed. Other results are
+// returned unchanged.
+func markCutError(method string, orig, cut json.RawMessage) (json.RawMessage, error) {
+	if method != "tools/call" {
+		return cut, nil
+	}
+	om, err := parseObject(trimWS(orig), nil)
+	if err != nil {
+		return cut, nil
+	}
+	hadSC := false
+	for _, m := range om {
+		if m.key == "structuredContent" {
+			hadSC = true
+		}
+	}
+	raw := trimWS(cut)
+	cm, err := parseObject(raw, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range cm {
+		if m.key == "structuredContent" {
+			return cut, nil // kept: nothing to mark
+		}
+		if m.key == "isError" && hadSC {
+			if string(raw[m.vStart:m.vEnd]) == "true" {
+				return cut, nil
+			}
+			out := make([]byte, 0, len(raw)+4)
+			out = append(out, raw[:m.vStart]...)
+			out = append(out, "true"...)
+			return append(out, raw[m.vEnd:]...), nil
+		}
+	}
+	if !hadSC {
+		return cut, nil
+	}
+	out := make([]byte, 0, len(raw)+16)
+	out = append(out, raw[:len(raw)-1]...)
+	if len(cm) > 0 {
+		out = append(out, ',')
+	}
+	out = append(out, `"isError":true}`...)
+	return out, nil
 }

@@ -495,10 +495,11 @@ func sub(limit, n int) int {
 // rest is defined so that branch_recall can return it byte for byte: the
 // text of the cut item after the cut point (or, for an item that is dropped
 // whole and is not text, its raw JSON); then, for each later item, "\n" and
-// its text (text items) or its raw JSON (other items); then, for a cut
-// tools/call result that had structuredContent, "\n" and its raw JSON. When
-// the cut item is the first part of the rest nothing precedes it; when the
-// only thing dropped is structuredContent, rest is its raw JSON. For a
+// its text (text items) or its raw JSON (other items). structuredContent,
+// which a cut result loses, is in the rest only when the content was kept
+// whole (rest is then its raw JSON): when the content was cut, the
+// structured content is the same output again, and the rest holds what the
+// model would have read, once. For a
 // result with a single text item, the kept text followed by rest is exactly
 // the original text.
 //
@@ -577,7 +578,12 @@ func (c *Counter) CutResult(method string, result json.RawMessage, limit int) (c
 			size += len(sh.items[i].raw) + 1
 		}
 	}
-	if dropSC {
+	// The structured content is in the rest only when the content was
+	// delivered whole: when the text was cut, structuredContent is its
+	// copy (the spec has tools send both), and the rest is the rest of the
+	// text once, not followed by the whole of it again.
+	scInRest := dropSC && k == len(sh.items)
+	if scInRest {
 		size += len(sh.value(sh.sc)) + 1
 	}
 	b := make([]byte, 0, size)
@@ -615,7 +621,7 @@ func (c *Counter) CutResult(method string, result json.RawMessage, limit int) (c
 			add(nil, t)
 		}
 	}
-	if dropSC {
+	if scInRest {
 		add(sh.value(sh.sc), "")
 	}
 
