@@ -2,13 +2,15 @@ package modelwire
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"testing"
 )
 
 // BenchmarkApply folds the golden Claude Code request with a returned
-// branch (the common case once folding is in use), against the pass-through
-// of a request without branches, measured in the same run.
+// branch, and charges the results of an open one, against two baselines
+// measured in the same run: json.Valid over the same bytes, and Check (one
+// parse of the conversation).
 func BenchmarkApply(b *testing.B) {
 	folded := readFile(b, filepath.Join("testdata", "golden", "claude-code-returned", "request.json"))
 	open := readFile(b, filepath.Join("testdata", "golden", "claude-code-open", "request.json"))
@@ -16,6 +18,12 @@ func BenchmarkApply(b *testing.B) {
 	stOpen := newFakeState(Branch{ID: "b-7f3a9c01d2e4b5a6", Budget: 1 << 30})
 	ctx := context.Background()
 	b.Run("baseline-json-valid", func(b *testing.B) {
+		b.SetBytes(int64(len(folded)))
+		for b.Loop() {
+			json.Valid(folded)
+		}
+	})
+	b.Run("baseline-check", func(b *testing.B) {
 		b.SetBytes(int64(len(folded)))
 		for b.Loop() {
 			Check(Anthropic, folded)
