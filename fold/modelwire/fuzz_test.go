@@ -238,13 +238,7 @@ func FuzzApplyRaw(f *testing.F) {
 // pseudo-random conversations and checks that they exercise folding,
 // nesting and cuts in every dialect.
 func TestGeneratedConversations(t *testing.T) {
-	rng := uint64(42)
-	rnd := func() byte {
-		rng ^= rng << 13
-		rng ^= rng >> 7
-		rng ^= rng << 17
-		return byte(rng)
-	}
+	rnd := xorshift(42)
 	folds := map[Dialect]int{}
 	cuts := map[Dialect]int{}
 	reminders := map[Dialect]int{}

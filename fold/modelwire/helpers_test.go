@@ -146,3 +146,13 @@ func keys[M ~map[string]V, V any](m M) []string {
 }
 
 func contains(b []byte, s string) bool { return strings.Contains(string(b), s) }
+
+// xorshift returns a deterministic byte source for generated tests.
+func xorshift(seed uint64) func() byte {
+	return func() byte {
+		seed ^= seed << 13
+		seed ^= seed >> 7
+		seed ^= seed << 17
+		return byte(seed)
+	}
+}

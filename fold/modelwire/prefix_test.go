@@ -13,13 +13,7 @@ import (
 // still up to that branch's branch_create result. That is what keeps
 // prompt caching hitting.
 func TestPrefixStable(t *testing.T) {
-	rng := uint64(7)
-	rnd := func() byte {
-		rng ^= rng << 13
-		rng ^= rng >> 7
-		rng ^= rng << 17
-		return byte(rng)
-	}
+	rnd := xorshift(7)
 	checked := 0
 	for i := 0; i < 60; i++ {
 		data := make([]byte, 80)
