@@ -1,6 +1,7 @@
 # foldproxy's developer entry points. GNU make.
 #
 #   make build   build bin/foldproxy
+#   make install install foldproxy into $(go env GOBIN), or $(go env GOPATH)/bin
 #   make run     serve foldproxy over HTTP on 127.0.0.1:8765, wrapping server-filesystem on this folder
 #   make test    all tests, with the race detector (installs e2e/node_modules first)
 #   make bench   the benchmarks
@@ -26,12 +27,20 @@ NODE_STAMP := e2e/node_modules/.package-lock.json
 E2E_NODE   := $(CURDIR)/e2e/node_modules/node/bin/node
 FS_SERVER  := $(CURDIR)/e2e/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js
 
-.PHONY: all build run test bench fuzz fuzz-ci drills drills-quick lint clean e2e/node_modules
+.PHONY: all build install run test bench fuzz fuzz-ci drills drills-quick lint clean e2e/node_modules
 
 all: build
 
 build:
 	$(GO) build -tags $(TAGS) -o $(BIN) ./cmd/foldproxy
+
+# foldproxy import writes the absolute path of the binary it runs from into
+# .mcp.json: run it from the installed one.
+install:
+	$(GO) install -tags $(TAGS) ./cmd/foldproxy
+	@dir=$$($(GO) env GOBIN); [ -n "$$dir" ] || dir=$$($(GO) env GOPATH)/bin; \
+	echo "installed $$dir/foldproxy"; \
+	case ":$$PATH:" in *":$$dir:"*) ;; *) echo "note: $$dir is not on PATH; run it as $$dir/foldproxy or add the folder to PATH";; esac
 
 # npm ci again whenever package.json or the lock changed since the last one.
 $(NODE_STAMP): e2e/package.json e2e/package-lock.json

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -10,6 +12,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -40,6 +43,11 @@ type importCommand struct {
 	cwd string
 	// now stamps backup names; nil means time.Now. Tests pin it.
 	now func() time.Time
+	// exe is the foldproxy binary the new .mcp.json runs; "" means the one
+	// running (os.Executable). checkStart checks that it starts; nil means
+	// running "<exe> version".
+	exe        string
+	checkStart func(exe string) error
 }
 
 // Run parses args and performs the import. It returns flag.ErrHelp for -h.
@@ -65,6 +73,9 @@ func (c *importCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if opts.binary, err = c.binary(); err != nil {
+		return err
+	}
 	var buf bytes.Buffer
 	plan, err := buildImportPlan(opts, &buf)
 	if err == nil && plan != nil {
@@ -83,7 +94,9 @@ type importOptions struct {
 	fromDefault   bool   // from is <project>/.mcp.json because --from was not given
 	mcpJSON       string // <project>/.mcp.json, the file rewritten to run foldproxy
 	out           string // foldproxy's config
+	outDefault    bool   // out is the default, not --out
 	name          string // the foldproxy entry's name
+	binary        string // the foldproxy binary .mcp.json runs, absolute
 	now           time.Time
 }
 
@@ -130,6 +143,7 @@ func (c *importCommand) resolve(from, project, name, out string) (importOptions,
 		o.from = abs(from)
 	}
 	o.out = filepath.Join(o.project, "foldproxy.json")
+	o.outDefault = out == ""
 	if out != "" {
 		o.out = abs(out)
 	}
@@ -142,6 +156,61 @@ func (c *importCommand) resolve(from, project, name, out string) (importOptions,
 	}
 	o.now = now()
 	return o, nil
+}
+
+// binary returns the absolute path of the foldproxy binary that the
+// project's .mcp.json will run: the one running this import. Claude Code
+// starts MCP servers with its own PATH, where a bare "foldproxy" may not
+// be; a binary that go run built in a temporary folder is refused, since it
+// is gone once go run ends.
+func (c *importCommand) binary() (string, error) {
+	exe := c.exe
+	if exe == "" {
+		e, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("finding the foldproxy binary to put in .mcp.json: %w", err)
+		}
+		if r, err := filepath.EvalSymlinks(e); err == nil {
+			e = r
+		}
+		exe = e
+	}
+	tmp := filepath.Clean(os.TempDir()) + string(filepath.Separator)
+	if strings.Contains(exe, string(filepath.Separator)+"go-build") || strings.HasPrefix(exe, tmp) {
+		return "", fmt.Errorf("this foldproxy runs from a temporary build (%s) that .mcp.json cannot run later; install it first, then run import with the installed binary:\n    make install    # or: go install -tags gore2regex ./cmd/foldproxy\n    \"$(go env GOPATH)/bin/foldproxy\" import", exe)
+	}
+	check := c.checkStart
+	if check == nil {
+		check = impCheckStarts
+	}
+	if err := check(exe); err != nil {
+		return "", fmt.Errorf("the foldproxy binary %s does not start (%v); reinstall it with make install and run import again", exe, err)
+	}
+	return exe, nil
+}
+
+// impCheckStarts runs "<exe> version" and checks that it answers.
+func impCheckStarts(exe string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, exe, "version").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s version: %w: %s", exe, err, strings.TrimSpace(string(out)))
+	}
+	if !strings.HasPrefix(string(out), "foldproxy ") {
+		return fmt.Errorf("%s version printed %.80q, not foldproxy's version", exe, out)
+	}
+	return nil
+}
+
+// impPrivateConfig is where the servers imported from a user-level file
+// (~/.claude.json, which may hold API keys and bearer tokens) are written:
+// a file of the user's own, outside the project, so that no secret is one
+// "git add" from being published.
+func impPrivateConfig(home, project string) string {
+	sum := sha256.Sum256([]byte(project))
+	base := impClaudeName(filepath.Base(project))
+	return filepath.Join(home, ".config", "foldproxy", "projects", base+"-"+hex.EncodeToString(sum[:4]), "foldproxy.json")
 }
 
 // impNameRE matches the characters Claude Code keeps in an MCP server name
@@ -328,6 +397,7 @@ func impRunsFoldproxy(raw []byte) (config string, ok bool) {
 
 // impFile is one file the import reads and may change.
 type impFile struct {
+	private bool   // create its folder 0700
 	path    string // as shown to the user
 	target  string // the path written: path with symlinks resolved
 	exists  bool
@@ -367,6 +437,7 @@ type importPlan struct {
 	files    []*impFile // in the order they are written
 	removals []string   // claude mcp remove commands to print
 	from     string     // the config imported from
+	out      string     // foldproxy's config
 	warnings []string
 }
 
@@ -431,11 +502,31 @@ func buildImportPlan(o importOptions, w *bytes.Buffer) (*importPlan, error) {
 
 	var warnings []string
 	plan := &importPlan{from: o.from}
+	defer func() { plan.out = o.out }()
+
+	// Servers from a user-level file go to a private file of the user's,
+	// outside the project (see impPrivateConfig).
+	private := false
+	if source.claudeJSON && o.home != "" {
+		// A project config that exists already (servers imported from the
+		// project before) is where they all stay together.
+		if _, err := os.Stat(o.out); o.outDefault && errors.Is(err, fs.ErrNotExist) {
+			o.out = impPrivateConfig(o.home, o.project)
+		}
+		private = !impInside(o.out, o.project)
+		if !private {
+			warnings = append(warnings, fmt.Sprintf("%s is inside the project: the servers of %s may carry API keys or tokens; it is written with mode 0600 and listed in .gitignore, but keep it out of commits", o.out, o.from))
+		}
+	}
 
 	// foldproxy's config: imported servers merged into what is already there.
 	outFile, err := impReadFile(o.out)
 	if err != nil {
 		return nil, err
+	}
+	if source.claudeJSON {
+		outFile.mode = 0o600
+		outFile.private = true
 	}
 	outData, proxied, sep, warn, err := impBuildOut(o.out, outFile, servers)
 	if err != nil {
@@ -507,6 +598,22 @@ func buildImportPlan(o importOptions, w *bytes.Buffer) (*importPlan, error) {
 	}
 	plan.files = append(plan.files, settings...)
 
+	// foldproxy's state, the backups and a config inside the project that
+	// holds user-level servers stay out of git.
+	ignore := []string{"/.foldproxy/", "*.bak-*"}
+	if source.claudeJSON && impInside(o.out, o.project) {
+		if rel, err := filepath.Rel(o.project, o.out); err == nil {
+			ignore = append(ignore, "/"+filepath.ToSlash(rel))
+		}
+	}
+	gi, err := impGitignore(filepath.Join(o.project, ".gitignore"), ignore)
+	if err != nil {
+		return nil, err
+	}
+	if gi != nil {
+		plan.files = append(plan.files, gi)
+	}
+
 	if o.home != "" {
 		if n := impCountHomeRules(filepath.Join(o.home, ".claude", "settings.json"), imported); n > 0 {
 			warnings = append(warnings, fmt.Sprintf("%s has %d permission rules for imported servers; it applies to every project, so import leaves it unchanged: rewrite them by hand to mcp__%s__<server>%s<tool> if this project should keep them",
@@ -546,6 +653,10 @@ func buildImportPlan(o importOptions, w *bytes.Buffer) (*importPlan, error) {
 		names[i] = s.name
 	}
 	fmt.Fprintf(w, "Importing %s from %s (%s): %s\n", impCount(len(servers), "server"), o.from, scope, strings.Join(names, ", "))
+	if private {
+		fmt.Fprintf(w, "  they go to %s (mode 0600, outside the project): user-level servers may carry API keys and tokens\n", o.out)
+	}
+	fmt.Fprintf(w, "  .mcp.json will run %s\n", o.binary)
 	if len(source.overridden) > 0 {
 		fmt.Fprintf(w, "  defined in both scopes, the local (project) entry wins: %s\n", strings.Join(source.overridden, ", "))
 	}
@@ -725,7 +836,9 @@ func impBuildMCPJSON(o importOptions, f *impFile) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("{\n  \"mcpServers\": {\n    ")
 	b.Write(impJSONString(o.name))
-	b.WriteString(": {\n      \"command\": \"foldproxy\",\n      \"args\": [\"serve\", \"--config\", ")
+	b.WriteString(": {\n      \"command\": ")
+	b.Write(impJSONString(o.binary))
+	b.WriteString(",\n      \"args\": [\"serve\", \"--config\", ")
 	b.Write(impJSONString(o.out))
 	b.WriteString("]\n    }\n  }")
 	if f.exists {
@@ -1020,6 +1133,10 @@ func (p *importPlan) run(ctx context.Context, w *bytes.Buffer, write bool) error
 		}
 		describe(f, false)
 	}
+	// The config written must be one serve accepts.
+	if _, err := loadConfig(p.out); err != nil {
+		fmt.Fprintf(w, "warning: foldproxy serve will refuse %s as it is: %v\n", p.out, err)
+	}
 	p.printWarnings(w)
 	p.printRemovals(w, "Now remove")
 	fmt.Fprintln(w, "Done. Restart Claude Code (it asks once to approve the new project server).")
@@ -1083,6 +1200,48 @@ func (f *impFile) apply() error {
 	return nil
 }
 
+// impInside reports whether path is inside dir.
+func impInside(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+// impGitignore returns the project's .gitignore with the lines it lacks
+// appended, or nil when it has them all.
+func impGitignore(path string, lines []string) (*impFile, error) {
+	f, err := impReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	have := map[string]bool{}
+	for _, l := range strings.Split(string(f.data), "\n") {
+		have[strings.TrimSpace(l)] = true
+	}
+	var add []string
+	for _, l := range lines {
+		if !have[l] && !have[strings.TrimPrefix(l, "/")] {
+			add = append(add, l)
+		}
+	}
+	if len(add) == 0 {
+		return nil, nil
+	}
+	data := append([]byte(nil), f.data...)
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		data = append(data, '\n')
+	}
+	data = append(data, "# foldproxy: its state, import's backups and private config\n"...)
+	for _, l := range add {
+		data = append(data, l+"\n"...)
+	}
+	f.newData = data
+	f.verb, f.what = "update", "to ignore "+strings.Join(add, " ")
+	if !f.exists {
+		f.verb = "create"
+	}
+	return f, nil
+}
+
 // impBackupName returns <path>.bak-<stamp>, with a counter when that name
 // is taken.
 func impBackupName(path, stamp string) string {
@@ -1117,7 +1276,11 @@ func impWriteNew(path string, data []byte, mode fs.FileMode) error {
 // the new content, never a mix. The folder is created when missing.
 func impWriteAtomic(path string, data []byte, mode fs.FileMode) (err error) {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	dirMode := fs.FileMode(0o755)
+	if mode&0o077 == 0 {
+		dirMode = 0o700 // a private file gets a private folder
+	}
+	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return err
 	}
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")

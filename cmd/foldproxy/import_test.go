@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -62,11 +63,16 @@ func (e importEnv) read(t testing.TB, path string) string {
 	return string(b)
 }
 
+// importExe stands for the installed foldproxy binary that import writes
+// into .mcp.json.
+const importExe = "/opt/foldproxy/bin/foldproxy"
+
 // run runs foldproxy import in the project folder.
 func (e importEnv) run(t testing.TB, args ...string) (string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	c := &importCommand{stdout: &stdout, stderr: &stderr, home: e.home, cwd: e.project, now: func() time.Time { return importClock }}
+	c := &importCommand{stdout: &stdout, stderr: &stderr, home: e.home, cwd: e.project, now: func() time.Time { return importClock },
+		exe: importExe, checkStart: func(string) error { return nil }}
 	err := c.Run(context.Background(), args)
 	return stdout.String() + stderr.String(), err
 }
@@ -217,6 +223,7 @@ func TestImportMCPJSON(t *testing.T) {
 				".claude/settings.local.json":              `{"permissions": {"allow": ["Read"]}}`,
 				"foldproxy.json":                           "",
 				".mcp.json":                                "",
+				".gitignore":                               "",
 			}
 			if len(after) != len(want) {
 				t.Errorf("files after import = %v, want %v", impKeys(after), impKeys(want))
@@ -256,7 +263,7 @@ func TestImportMCPJSON(t *testing.T) {
 			}
 			got := mcp.MCPServers["foldproxy"]
 			wantArgs := []string{"serve", "--config", filepath.Join(e.project, "foldproxy.json")}
-			if len(mcp.MCPServers) != 1 || got.Command != "foldproxy" || !reflect.DeepEqual(got.Args, wantArgs) {
+			if len(mcp.MCPServers) != 1 || got.Command != importExe || !reflect.DeepEqual(got.Args, wantArgs) {
 				t.Errorf(".mcp.json = %s, want one foldproxy entry with args %q", after[".mcp.json"], wantArgs)
 			}
 		})
@@ -364,7 +371,16 @@ func TestImportClaudeJSON(t *testing.T) {
 			var cfg struct {
 				MCPServers map[string]json.RawMessage `json:"mcpServers"`
 			}
-			if err := json.Unmarshal([]byte(e.read(t, "foldproxy.json")), &cfg); err != nil {
+			// Servers from ~/.claude.json go to a private file outside
+			// the project.
+			private := impPrivateConfig(e.home, e.project)
+			if fi, err := os.Stat(private); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("private config %s: %v, %v; want mode 0600", private, fi, err)
+			}
+			if _, err := os.Stat(filepath.Join(e.project, "foldproxy.json")); err == nil {
+				t.Errorf("servers of ~/.claude.json were written inside the project")
+			}
+			if err := json.Unmarshal([]byte(e.read(t, private)), &cfg); err != nil {
 				t.Fatal(err)
 			}
 			var got []string
@@ -385,7 +401,7 @@ func TestImportClaudeJSON(t *testing.T) {
 			if db, ok := cfg.MCPServers["db"]; ok && strings.Contains(string(db), "user-db") {
 				t.Errorf("db = %s: the user scope won over the local scope", db)
 			}
-			if !strings.Contains(e.read(t, ".mcp.json"), `"command": "foldproxy"`) {
+			if !strings.Contains(e.read(t, ".mcp.json"), `"command": "`+importExe+`"`) {
 				t.Errorf(".mcp.json was not created to run foldproxy")
 			}
 		})
@@ -469,8 +485,12 @@ func TestImportIdempotent(t *testing.T) {
 				if got := impSnapshot(t, e.project); !reflect.DeepEqual(got, after1) {
 					t.Errorf("second import %v changed files: %v", args, impKeys(got))
 				}
-				if strings.Contains(e.read(t, "foldproxy.json"), `"command": "foldproxy"`) {
-					t.Errorf("foldproxy.json wraps foldproxy:\n%s", e.read(t, "foldproxy.json"))
+				cfg := filepath.Join(e.project, "foldproxy.json")
+				if _, err := os.Stat(cfg); err != nil {
+					cfg = impPrivateConfig(e.home, e.project)
+				}
+				if strings.Contains(e.read(t, cfg), `"command": "`+importExe+`"`) {
+					t.Errorf("foldproxy.json wraps foldproxy:\n%s", e.read(t, cfg))
 				}
 			}
 		})
@@ -692,7 +712,7 @@ func TestImportKeepsSymlinkAndMode(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("mode = %v, want 0600", fi.Mode().Perm())
 	}
-	if !strings.Contains(e.read(t, real), `"command": "foldproxy"`) {
+	if !strings.Contains(e.read(t, real), `"command": "`+importExe+`"`) {
 		t.Errorf("symlink target not rewritten")
 	}
 	if got := e.read(t, real+".bak-"+importStamp); got != importMCPJSON {
@@ -927,4 +947,40 @@ func FuzzRewriteSettings(f *testing.F) {
 			t.Fatalf("content outside permissions changed: %q → %q", data, res.data)
 		}
 	})
+}
+
+// TestImportBinaryAndGitignore: .mcp.json runs the absolute path of the
+// installed binary; a binary of go run's temporary build, or one that does
+// not start, is refused with the command that installs one; foldproxy's
+// state and import's backups are added to .gitignore once.
+func TestImportBinaryAndGitignore(t *testing.T) {
+	e := newImportEnv(t)
+	e.write(t, ".mcp.json", importMCPJSON)
+	e.write(t, ".gitignore", "node_modules/")
+	var stdout, stderr bytes.Buffer
+	temp := &importCommand{stdout: &stdout, stderr: &stderr, home: e.home, cwd: e.project,
+		exe: filepath.Join(os.TempDir(), "go-build123", "b001", "exe", "foldproxy"), checkStart: func(string) error { return nil }}
+	err := temp.Run(context.Background(), []string{"--write"})
+	if err == nil || !strings.Contains(err.Error(), "make install") || !strings.Contains(err.Error(), "go install -tags gore2regex ./cmd/foldproxy") {
+		t.Errorf("import from a temporary build: %v, want a refusal naming make install", err)
+	}
+	broken := &importCommand{stdout: &stdout, stderr: &stderr, home: e.home, cwd: e.project,
+		exe: "/opt/broken/foldproxy", checkStart: func(string) error { return errors.New("exec format error") }}
+	if err := broken.Run(context.Background(), []string{"--write"}); err == nil || !strings.Contains(err.Error(), "does not start (exec format error)") {
+		t.Errorf("import with a binary that does not start: %v", err)
+	}
+	if got := e.read(t, ".mcp.json"); got != importMCPJSON {
+		t.Errorf("a refused import changed .mcp.json:\n%s", got)
+	}
+	for range 2 {
+		if out, err := e.run(t, "--write"); err != nil {
+			t.Fatalf("import: %v\n%s", err, out)
+		}
+	}
+	if got, want := e.read(t, ".gitignore"), "node_modules/\n# foldproxy: its state, import's backups and private config\n/.foldproxy/\n*.bak-*\n"; got != want {
+		t.Errorf(".gitignore = %q, want %q", got, want)
+	}
+	if !strings.Contains(e.read(t, ".mcp.json"), `"command": "`+importExe+`"`) {
+		t.Errorf(".mcp.json does not run %s:\n%s", importExe, e.read(t, ".mcp.json"))
+	}
 }
