@@ -626,3 +626,50 @@ func TestModelStateFailureNotForwarded(t *testing.T) {
 		t.Errorf("event = %+v", ev)
 	}
 }
+
+// TestModelForwardsTheFoldOpenAI: the OpenAI dialects fold through the
+// front the same way.
+func TestModelForwardsTheFoldOpenAI(t *testing.T) {
+	output := `BRANCH-OUTPUT ` + strings.Repeat("words of a file ", 100)
+	tests := []struct{ path, dialect, body string }{
+		{"/v1/chat/completions", "openai-chat", `{"model":"gpt","stream":true,"messages":[` +
+			`{"role":"user","content":"go"},` +
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"foldproxy__branch_create","arguments":"{\"description\":\"d\"}"}}]},` +
+			`{"role":"tool","tool_call_id":"c1","content":"{\"branch_id\":\"b-1\"}"},` +
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"c2","type":"function","function":{"name":"shell","arguments":"{\"cmd\":\"cat a\"}"}}]},` +
+			`{"role":"tool","tool_call_id":"c2","content":"` + output + `"},` +
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"c3","type":"function","function":{"name":"foldproxy__branch_return","arguments":"{\"message\":\"m\"}"}}]},` +
+			`{"role":"tool","tool_call_id":"c3","content":"{\"success\":true,\"branch_id\":\"b-1\"}"},` +
+			`{"role":"user","content":"next"}]}`},
+		{"/v1/responses", "openai-responses", `{"model":"gpt","stream":true,"input":[` +
+			`{"role":"user","content":"go"},` +
+			`{"type":"function_call","call_id":"c1","name":"foldproxy__branch_create","arguments":"{\"description\":\"d\"}"},` +
+			`{"type":"function_call_output","call_id":"c1","output":"{\"branch_id\":\"b-1\"}"},` +
+			`{"type":"function_call","call_id":"c2","name":"shell","arguments":"{\"cmd\":\"cat a\"}"},` +
+			`{"type":"function_call_output","call_id":"c2","output":"` + output + `"},` +
+			`{"type":"function_call","call_id":"c3","name":"foldproxy__branch_return","arguments":"{\"message\":\"m\"}"},` +
+			`{"type":"function_call_output","call_id":"c3","output":"{\"success\":true,\"branch_id\":\"b-1\"}"},` +
+			`{"role":"user","content":"next"}]}`},
+	}
+	for _, tt := range tests {
+		up := newModelUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"choices\":[]}\n\ndata: [DONE]\n\n")
+		})
+		url, obs, _ := newModelTest(t, up, func(o *ModelOptions) { o.State = modelOneBranch{} })
+		resp := modelPost(t, url+tt.path, tt.body, map[string]string{"Authorization": "Bearer sk-x"})
+		if got := string(readAll(t, resp.Body)); resp.StatusCode != 200 || got != "data: {\"choices\":[]}\n\ndata: [DONE]\n\n" {
+			t.Errorf("%s: answer %d %q", tt.path, resp.StatusCode, got)
+		}
+		r, body := up.last(t)
+		if r.URL.Path != tt.path || r.Header.Get("Authorization") != "Bearer sk-x" {
+			t.Errorf("%s: forwarded to %s with Authorization %q", tt.path, r.URL.Path, r.Header.Get("Authorization"))
+		}
+		if strings.Contains(string(body), "BRANCH-OUTPUT") || !strings.Contains(string(body), "SUMMARY of the branch") {
+			t.Errorf("%s: forwarded body is not folded:\n%s", tt.path, body)
+		}
+		if ev := obs.last(t); ev.Dialect != tt.dialect || ev.Folded != 1 {
+			t.Errorf("%s: event = %+v", tt.path, ev)
+		}
+	}
+}
