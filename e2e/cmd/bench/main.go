@@ -1,5 +1,5 @@
 // Command bench is foldproxy's benchmark harness: it builds the binary, the
-// replay server and the scripted model server, runs seven sections against
+// replay server and the scripted model server, runs eight sections against
 // them and in process, and
 // prints one table on stdout (logs go to stderr).
 //
@@ -10,8 +10,10 @@
 // output), branch (branch_create/branch_return latency), cut (a 10 MB result
 // cut into an 8K budget), memory (RSS with 1,000 HTTP sessions holding
 // 10,000 branches), startup (exec to a served tools/list with three
-// upstreams) and model (first streamed byte of a Messages API answer through
-// the model front against the scripted model server directly).
+// upstreams), model (first streamed byte of a Messages API answer through
+// the model front against the scripted model server directly) and
+// transparent (the same through the forward proxy, against base-URL mode
+// and direct; RSS with 100 tunnelled connections).
 //
 // Every figure is measured in the same run as its baseline, in alternating
 // rounds, and reported as the median over rounds. Targets are printed beside
@@ -46,6 +48,7 @@ var sections = []struct {
 	{"memory", runMemory},
 	{"startup", runStartup},
 	{"model", runModel},
+	{"transparent", runTransparent},
 }
 
 func main() {
@@ -56,7 +59,7 @@ func run() int {
 	rounds := flag.Int("rounds", 5, "rounds per measurement; each figure is the median over rounds")
 	quick := flag.Bool("quick", false, "fewer calls, sessions and rounds: a smoke run of every section")
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file (- for stdout)")
-	only := flag.String("only", "", "comma-separated sections to run: overhead, pipeline, branch, cut, memory, startup, model")
+	only := flag.String("only", "", "comma-separated sections to run: overhead, pipeline, branch, cut, memory, startup, model, transparent")
 	data := flag.String("data", "", "trajectory file (default e2e/testdata/trajectories/swe-dev.jsonl.gz from the repository root)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process sections: pipeline, cut) to this file")
 	worker := flag.Bool("scrub-worker", false, "internal: run as the stdlib-regexp scrub child of the pipeline section")
