@@ -2,6 +2,7 @@ package memory
 
 import (
 	"cmp"
+	"container/heap"
 	"slices"
 )
 
@@ -21,6 +22,60 @@ func Admit(m *Memory, q Query) bool {
 	return true
 }
 
+// better orders hits best first: score, then confidence, then id.
+func better(a, b Hit) int {
+	return cmp.Or(cmp.Compare(b.Score, a.Score), cmp.Compare(b.Memory.Confidence, a.Memory.Confidence), cmp.Compare(a.Memory.ID, b.Memory.ID))
+}
+
+// TopK keeps the best hits offered to it, for backends that score many
+// candidates: Offer is O(log k), and Hits hands them to Rank.
+type TopK struct {
+	k int
+	h hitHeap
+}
+
+// NewTopK keeps as many hits as Rank needs for q: q.Limit, or with a
+// dense query the candidates of its rerank.
+func NewTopK(q Query) *TopK {
+	k := q.Limit
+	if len(q.Dense) > 0 {
+		k = max(5*q.Limit, 50)
+	}
+	return &TopK{k: k}
+}
+
+// Offer considers one hit.
+func (t *TopK) Offer(h Hit) {
+	if t.k <= 0 {
+		return
+	}
+	if len(t.h) < t.k {
+		heap.Push(&t.h, h)
+		return
+	}
+	if better(h, t.h[0]) < 0 {
+		t.h[0] = h
+		heap.Fix(&t.h, 0)
+	}
+}
+
+// Hits returns the hits kept, in no order.
+func (t *TopK) Hits() []Hit { return t.h }
+
+// hitHeap is a min-heap: the worst kept hit on top.
+type hitHeap []Hit
+
+func (h hitHeap) Len() int           { return len(h) }
+func (h hitHeap) Less(i, j int) bool { return better(h[i], h[j]) > 0 }
+func (h hitHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *hitHeap) Push(x any)        { *h = append(*h, x.(Hit)) }
+func (h *hitHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
 // rrfK is the constant of reciprocal rank fusion.
 const rrfK = 60
 
@@ -29,9 +84,7 @@ const rrfK = 60
 // candidates (five times the limit, at least 50) are reranked by
 // reciprocal rank fusion of their lexical and dense ranks.
 func Rank(hits []Hit, q Query) []Hit {
-	slices.SortFunc(hits, func(a, b Hit) int {
-		return cmp.Or(cmp.Compare(b.Score, a.Score), cmp.Compare(b.Memory.Confidence, a.Memory.Confidence), cmp.Compare(a.Memory.ID, b.Memory.ID))
-	})
+	slices.SortFunc(hits, better)
 	if len(q.Dense) > 0 && len(hits) > 1 {
 		n := min(len(hits), max(5*q.Limit, 50))
 		cand := hits[:n]

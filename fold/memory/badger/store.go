@@ -259,15 +259,13 @@ func (s *Store) Search(ctx context.Context, q memory.Query) ([]memory.Hit, error
 			scores[p.slot] += w * p.w
 		}
 	}
-	hits := make([]memory.Hit, 0, min(len(touched), 4*q.Limit))
+	top := memory.NewTopK(q)
 	for _, slot := range touched {
-		d := ix.slots[slot]
-		if !memory.Admit(d.m, q) {
-			continue
+		if d := ix.slots[slot]; memory.Admit(d.m, q) {
+			top.Offer(memory.Hit{Memory: d.m, Score: float64(scores[slot])})
 		}
-		hits = append(hits, memory.Hit{Memory: d.m, Score: float64(scores[slot])})
 	}
-	hits = memory.Rank(hits, q)
+	hits := memory.Rank(top.Hits(), q)
 	for i := range hits {
 		hits[i].Memory = hits[i].Memory.Clone()
 	}

@@ -45,9 +45,9 @@ type (
 )
 
 type standInCollection struct {
-	idf    bool
-	points map[string]*standInPoint // by UUID
-	df     map[uint32]int           // points holding each sparse index
+	idf      bool
+	points   map[string]*standInPoint      // by UUID
+	postings map[uint32]map[string]float32 // sparse index -> point UUID -> value
 }
 
 type standInPoint struct {
@@ -103,7 +103,7 @@ func (s collectionsSvc) Create(_ context.Context, r *qc.CreateCollection) (*qc.C
 	if _, ok := s.cols[r.GetCollectionName()]; ok {
 		return nil, status.Errorf(codes.AlreadyExists, "Collection `%s` already exists!", r.GetCollectionName())
 	}
-	c := &standInCollection{points: map[string]*standInPoint{}, df: map[uint32]int{}}
+	c := &standInCollection{points: map[string]*standInPoint{}, postings: map[uint32]map[string]float32{}}
 	for _, p := range r.GetSparseVectorsConfig().GetMap() {
 		c.idf = p.GetModifier() == qc.Modifier_Idf
 	}
@@ -143,8 +143,8 @@ func (s pointsSvc) CreateFieldIndex(_ context.Context, r *qc.CreateFieldIndexCol
 func (c *standInCollection) remove(uuid string) {
 	if old := c.points[uuid]; old != nil {
 		for i := range old.sparse {
-			if c.df[i]--; c.df[i] == 0 {
-				delete(c.df, i)
+			if delete(c.postings[i], uuid); len(c.postings[i]) == 0 {
+				delete(c.postings, i)
 			}
 		}
 		delete(c.points, uuid)
@@ -171,8 +171,11 @@ func (s pointsSvc) Upsert(_ context.Context, r *qc.UpsertPoints) (*qc.PointsOper
 				sp[idx] = sv.GetValues()[i]
 			}
 		}
-		for i := range sp {
-			c.df[i]++
+		for i, v := range sp {
+			if c.postings[i] == nil {
+				c.postings[i] = map[string]float32{}
+			}
+			c.postings[i][uuid] = v
 		}
 		c.points[uuid] = &standInPoint{id: p.GetId(), sparse: sp, payload: p.GetPayload()}
 	}
@@ -268,23 +271,23 @@ func (s pointsSvc) Query(_ context.Context, r *qc.QueryPoints) (*qc.QueryRespons
 	if q == nil || r.GetUsing() != vectorName {
 		return nil, status.Errorf(codes.InvalidArgument, "the stand-in answers sparse nearest queries on %q", vectorName)
 	}
+	// Score the points holding a query index, from the postings alone.
 	n := float64(len(c.points))
-	var out []*qc.ScoredPoint
-	for _, p := range c.points {
-		score := 0.0
-		for i, idx := range q.GetIndices() {
-			v, ok := p.sparse[idx]
-			if !ok {
-				continue
-			}
-			w := float64(q.GetValues()[i]) * float64(v)
-			if c.idf {
-				df := float64(c.df[idx])
-				w *= math.Log((n-df+0.5)/(df+0.5) + 1)
-			}
-			score += w
+	scores := map[string]float64{}
+	for i, idx := range q.GetIndices() {
+		ps := c.postings[idx]
+		w := float64(q.GetValues()[i])
+		if c.idf {
+			df := float64(len(ps))
+			w *= math.Log((n-df+0.5)/(df+0.5) + 1)
 		}
-		if score > 0 && match(p.payload, r.GetFilter()) {
+		for uuid, v := range ps {
+			scores[uuid] += w * float64(v)
+		}
+	}
+	var out []*qc.ScoredPoint
+	for uuid, score := range scores {
+		if p := c.points[uuid]; score > 0 && match(p.payload, r.GetFilter()) {
 			out = append(out, &qc.ScoredPoint{Id: p.id, Payload: p.payload, Score: float32(score)})
 		}
 	}
