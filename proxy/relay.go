@@ -162,13 +162,19 @@ func (s *Server) UpstreamNotification(upstream, method string, params json.RawMe
 		if r == nil {
 			return // the call has finished: late progress is dropped
 		}
-		p, err := setField(params, "progressToken", r.token)
+		// Scrub what the upstream sent, then put the agent's own token
+		// back: the token is the agent's value, not upstream content, and a
+		// token that merely looks random (ours or the agent's) must not be
+		// redacted out of the agent's reach.
+		p, ok := s.scrub(ctx, upstream, method, params)
+		if !ok {
+			return
+		}
+		p, err := setField(p, "progressToken", r.token)
 		if err != nil {
 			return
 		}
-		if p, ok := s.scrub(ctx, upstream, method, p); ok {
-			r.sess.send(r.out, Notification(method, p))
-		}
+		r.sess.send(r.out, Notification(method, p))
 	case "notifications/message":
 		c, n := s.soleCaller(upstream)
 		if n > 1 {

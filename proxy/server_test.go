@@ -529,3 +529,42 @@ func TestLateAnswerAfterCloseDoesNotPanic(t *testing.T) {
 	// The agent's answer arriving after the close is dropped quietly.
 	s.Deliver(context.Background(), sess, &Message{JSONRPC: "2.0", ID: req.ID, Result: json.RawMessage(`{}`)}, nil)
 }
+
+// tokenRedactor stands in for the scrubber in a unit test: like gitleaks'
+// generic-api-key rule on a random-looking value, it redacts every
+// progressToken string it sees.
+type tokenRedactor struct{}
+
+func (tokenRedactor) ScrubJSON(_ context.Context, raw json.RawMessage) (json.RawMessage, map[string]int, error) {
+	tok, ok := getField(raw, "progressToken")
+	if !ok || len(tok) == 0 || tok[0] != '"' {
+		return raw, nil, nil
+	}
+	clean, err := setField(raw, "progressToken", json.RawMessage(`"[REDACTED:generic-api-key]"`))
+	if err != nil {
+		return nil, nil, err
+	}
+	return clean, map[string]int{"generic-api-key": 1}, nil
+}
+
+// The agent's progress token is its own value: it comes back as it was even
+// when the scrubber would take a random-looking token for a secret (it did
+// for e2e tokens whose digits happened to push the entropy over the line).
+func TestProgressTokenIsNotScrubbed(t *testing.T) {
+	var s *Server
+	up := &fakeUpstream{name: "ev", cat: upstreams.Catalog{Tools: []json.RawMessage{json.RawMessage(echoTool)}}}
+	up.answer = func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+		meta, _ := getField(params, "_meta")
+		tok, _ := getField(meta, "progressToken")
+		s.UpstreamNotification("ev", "notifications/progress", json.RawMessage(`{"progressToken":`+string(tok)+`,"progress":1}`))
+		return json.RawMessage(`{"content":[]}`), nil
+	}
+	s, _ = newTestServer(t, []Upstream{up}, func(o *Options) { o.Scrubber = tokenRedactor{} })
+	sess := initSession(t, s, `{}`)
+	out := newRecorder()
+	s.Deliver(context.Background(), sess, &Message{JSONRPC: "2.0", ID: json.RawMessage(`7`), Method: "tools/call",
+		Params: json.RawMessage(`{"name":"ev__echo","arguments":{"message":"x"},"_meta":{"progressToken":"e2e-cancel-10845-19"}}`)}, out)
+	if got, want := out.next(t), `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"e2e-cancel-10845-19","progress":1}}`; got != want {
+		t.Errorf("progress\n got %s\nwant %s", got, want)
+	}
+}
