@@ -44,8 +44,9 @@ var (
 // helperServers are the Go helper upstreams under servers/.
 var helperServers = []string{"replay", "leaky", "flaky", "model"}
 
-// foldTools are foldproxy's own tools, listed beside the upstream tools.
-var foldTools = []string{"branch_create", "branch_return", "branch_status", "branch_recall"}
+// foldTools are foldproxy's own tools (the fold tools and the memory tools,
+// on by default), listed beside the upstream tools.
+var foldTools = []string{"branch_create", "branch_return", "branch_status", "branch_recall", "memory_record", "memory_search"}
 
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
