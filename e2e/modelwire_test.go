@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,7 +105,23 @@ func claudeBin(t testing.TB) string {
 // nothing of the caller's environment but PATH, and returns its stdout.
 func runClaude(ctx context.Context, t testing.TB, dir, baseURL, mcpURL, prompt string) []byte {
 	t.Helper()
-	mcpConfig := writeFile(t, "claude-mcp.json", fmt.Appendf(nil, `{"mcpServers":{"foldproxy":{"type":"http","url":%q}}}`, mcpURL))
+	return runClaudeToken(ctx, t, dir, baseURL, mcpURL, "", prompt)
+}
+
+// runClaudeToken is runClaude with foldproxy's token, when not "": in the
+// MCP entry's Authorization header, and in X-Foldproxy-Token on model
+// requests (ANTHROPIC_CUSTOM_HEADERS), as the README says.
+func runClaudeToken(ctx context.Context, t testing.TB, dir, baseURL, mcpURL, token, prompt string) []byte {
+	t.Helper()
+	entry := map[string]any{"type": "http", "url": mcpURL}
+	if token != "" {
+		entry["headers"] = map[string]string{"Authorization": "Bearer " + token}
+	}
+	cfg, err := json.Marshal(map[string]any{"mcpServers": map[string]any{"foldproxy": entry}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcpConfig := writeFile(t, "claude-mcp.json", cfg)
 	cmd := exec.CommandContext(ctx, claudeBin(t), "-p", prompt, "--output-format", "json",
 		"--mcp-config", mcpConfig, "--strict-mcp-config",
 		// As root, --dangerously-skip-permissions is refused: allow the
@@ -119,10 +136,13 @@ func runClaude(ctx context.Context, t testing.TB, dir, baseURL, mcpURL, prompt s
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
 		"DISABLE_AUTOUPDATER=1",
 	}
+	if token != "" {
+		cmd.Env = append(cmd.Env, "ANTHROPIC_CUSTOM_HEADERS=X-Foldproxy-Token: "+token)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	ownProcessGroup(cmd)
-	err := cmd.Run()
+	err = cmd.Run()
 	_ = killGroup(cmd) // whatever it left behind
 	if err != nil {
 		t.Fatalf("claude -p: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.Bytes(), stderr.Bytes())
@@ -131,8 +151,8 @@ func runClaude(ctx context.Context, t testing.TB, dir, baseURL, mcpURL, prompt s
 }
 
 // startFoldproxyModel runs foldproxy on a free loopback port with the
-// given mcpServers and its model front pointing at modelURL, with its
-// state in stateDir, and returns its base URL.
+// given mcpServers and settings (model.anthropicURL pointing at the
+// scripted model server), its state in stateDir, and returns its base URL.
 func startFoldproxyModel(t testing.TB, servers map[string]any, settings map[string]any, stateDir string) string {
 	t.Helper()
 	cfg := writeConfig(t, servers, settings)
@@ -486,5 +506,64 @@ func checkCharged(t *testing.T, statusText string) {
 	if b.UsageByTool["model/Read"] <= 0 || b.UsageByTool["model/Bash"] <= 0 || b.UsageByTool["fs/read_text_file"] <= 0 || len(b.UsageByTool) != 3 || b.BudgetUsed != sum {
 		t.Errorf("branch 1's usage = %d by tool %v: want the Read and Bash results charged on the model wire and the MCP read once, summing to the budget used\n%s",
 			b.BudgetUsed, b.UsageByTool, statusText)
+	}
+}
+
+// TestClaudeCodeWithFoldproxyToken: with foldproxy's own token configured,
+// Claude Code reaches both fronts as the README says (the MCP entry's
+// Authorization header, X-Foldproxy-Token on model requests), its API key
+// still goes to the model, and foldproxy's token does not; a model request
+// without the token is refused.
+func TestClaudeCodeWithFoldproxyToken(t *testing.T) {
+	ctx := testContext(t, 60*time.Second)
+	const token = "fp-e2e-token-7c1d"
+	script := map[string]any{"turns": []map[string]any{
+		{"name": "status", "match": []string{"PROMPT-TOKEN"}, "content": []any{
+			toolUse("toolu_tok_01", "mcp__foldproxy__branch_status", map[string]any{})}},
+		{"name": "final", "match": []string{"toolu_tok_01"}, "content": []any{
+			map[string]any{"type": "text", "text": "TOKEN-OK"}}},
+	}}
+	model := startModelServer(t, script)
+	base := startFoldproxyModel(t, map[string]any{"replay": replayEntry(t)},
+		map[string]any{"authToken": token, "model": map[string]any{"anthropicURL": model.url}}, t.TempDir())
+
+	out := runClaudeToken(ctx, t, t.TempDir(), base, base+"/mcp", token, "PROMPT-TOKEN")
+	var res struct {
+		IsError bool   `json:"is_error"`
+		Result  string `json:"result"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || res.IsError || res.Result != "TOKEN-OK" {
+		t.Fatalf("claude's result %s (%v), want TOKEN-OK", out, err)
+	}
+	var turns []string
+	for _, r := range model.records(t) {
+		if r.Path != "/v1/messages" {
+			continue
+		}
+		turns = append(turns, r.Turn)
+		if r.header("X-Api-Key") != "dummy" || r.header("X-Foldproxy-Token") != "" || strings.Contains(string(r.Body), token) {
+			t.Errorf("request %d: the API key did not pass or foldproxy's token leaked to the model: %v", r.Seq, r.Headers)
+		}
+		if r.Turn == "final" {
+			if text, ok := parseAnthropic(t, r).toolResultText(t, "toolu_tok_01"); !ok || !strings.Contains(text, "root-") {
+				t.Errorf("branch_status through the MCP front with the token: %q", text)
+			}
+		}
+	}
+	if strings.Join(turns, ",") != "status,final" {
+		t.Errorf("the model played %v, want status, final", turns)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/messages", strings.NewReader(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Api-Key", "dummy")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a model request without foldproxy's token: %d, want 401", resp.StatusCode)
 	}
 }
