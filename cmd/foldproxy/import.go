@@ -175,8 +175,7 @@ func (c *importCommand) binary() (string, error) {
 		}
 		exe = e
 	}
-	tmp := filepath.Clean(os.TempDir()) + string(filepath.Separator)
-	if strings.Contains(exe, string(filepath.Separator)+"go-build") || strings.HasPrefix(exe, tmp) {
+	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
 		return "", fmt.Errorf("this foldproxy runs from a temporary build (%s) that .mcp.json cannot run later; install it first, then run import with the installed binary:\n    make install    # or: go install -tags gore2regex ./cmd/foldproxy\n    \"$(go env GOPATH)/bin/foldproxy\" import", exe)
 	}
 	check := c.checkStart
