@@ -42,7 +42,8 @@ type Counter struct {
 	fast *fastCounter
 	lib  bool
 	// libHook, when set (tests only), is called with the length of every
-	// text handed to the codec: the work of a count is checked through it.
+	// text handed to the codec or merged at once (countPiece): the work of
+	// a count is checked through it.
 	libHook func(n int)
 }
 

@@ -355,6 +355,10 @@ type fastCounter struct {
 	split  splitter
 	shared sharedCache
 	locals sync.Pool // of *localCache
+	// ranks are the encoding's merge ranks (tokens_bpe.go), loaded on
+	// first use.
+	ranksOnce sync.Once
+	ranks     *bpeTable
 }
 
 func newFastCounter(o200k bool) *fastCounter {
@@ -451,7 +455,7 @@ func (c *Counter) pieceTokens(piece string, lc *localCache) int {
 	case len(piece) > maxExactPiece:
 		return c.countLongPiece(piece)
 	case len(piece) > maxCachedPiece:
-		return c.countLib(piece)
+		return c.countPiece(piece)
 	case len(piece) <= maxPacked:
 		k := pack(piece)
 		if n, ok := lc.short.get(k); ok {
@@ -485,7 +489,7 @@ func (c *Counter) countLongPiece(piece string) int {
 		sl := piece[i:min(i+longSlice, len(piece))]
 		k, ok := seen[sl]
 		if !ok {
-			k = c.countLib(sl)
+			k = c.countPiece(sl)
 			seen[sl] = k
 		}
 		n += k
@@ -500,9 +504,21 @@ func (c *Counter) sharedTokens(piece string) uint16 {
 		return n
 	}
 	// A piece of at most maxCachedPiece bytes has at most as many tokens.
-	n := uint16(c.countLib(piece))
+	n := uint16(c.countPiece(piece))
 	c.fast.shared.put(piece, n)
 	return n
+}
+
+// countPiece returns the tokens of one ASCII piece of the splitter, as the
+// library counts it, by merging it with the encoding's ranks (the library's
+// Count would split it again first, which costs more than the merge).
+func (c *Counter) countPiece(piece string) int {
+	if c.libHook != nil {
+		c.libHook(len(piece))
+	}
+	f := c.fast
+	f.ranksOnce.Do(func() { f.ranks = ranksOf(c.codec) })
+	return bpeCount(f.ranks, piece)
 }
 
 // countLib returns the tokens of s as the library counts them.
