@@ -100,16 +100,20 @@ func checkDifferential(t *testing.T, s *Scrubber, text string) {
 //	go test -tags gore2regex ./intercept -run '^$' -fuzz FuzzScrubDifferential -fuzztime 20s
 func FuzzScrubDifferential(f *testing.F) {
 	secrets := diffSecrets(f)
-	for i := range secrets {
-		f.Add("log line\n", uint16(i), uint16(0), uint8(0))
+	// The long family and the real key (the last six), each in another
+	// mode and place, some across a piece border of the small scrubber
+	// (8 KiB pieces); and a few of the others.
+	last := len(secrets) - 1
+	f.Add("log line\n", uint16(last), uint16(0), uint8(0))
+	f.Add("x = 1;\n", uint16(last), uint16(5000), uint8(1))
+	f.Add(strings.Repeat("a", 300), uint16(last-1), uint16(7000), uint8(2))
+	f.Add("{\"k\": \"v\"}\n", uint16(last-2), uint16(3), uint8(3))
+	f.Add("ok\n", uint16(last-3), uint16(6000), uint8(0))
+	f.Add("", uint16(last-4), uint16(9000), uint8(1))
+	f.Add("id: ", uint16(last-5), uint16(8000), uint8(3))
+	for _, i := range []int{0, 1, 18, 30} {
+		f.Add("log line\n", uint16(i), uint16(100*i), uint8(i))
 	}
-	for i := range secrets {
-		// Across a piece border of the small scrubber (8 KiB pieces).
-		f.Add("x = 1;\n", uint16(i), uint16(7000), uint8(1))
-	}
-	f.Add(strings.Repeat("a", 300), uint16(len(secrets)-1), uint16(9000), uint8(2))
-	f.Add("{\"k\": \"v\"}\n", uint16(len(secrets)-2), uint16(3), uint8(3))
-	f.Add("", uint16(len(secrets)-3), uint16(65000), uint8(0))
 	small := testScrubber(f, policy.Scrub{ChunkBytes: 8 << 10})
 	f.Fuzz(func(t *testing.T, text string, which, at uint16, mode uint8) {
 		sec := secrets[int(which)%len(secrets)]
