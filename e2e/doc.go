@@ -2,7 +2,10 @@
 // once by TestMain, between real MCP clients (mcp-go's, the MCP Inspector's
 // CLI, the official conformance suite) and real MCP servers (the reference
 // servers from npm, pinned in package.json, and the Go helper servers under
-// servers/).
+// servers/). On the model wire, the real Claude Code CLI (its native binary
+// from node_modules) talks to foldproxy's model front, which forwards to
+// servers/model, a scripted Messages API that records what it receives: no
+// model is reachable from here.
 //
 // The npm packages come from e2e/package-lock.json only: run
 // "npm ci --prefix e2e" first (make test does). Nothing is downloaded while

@@ -7,4 +7,10 @@
 // proxy speaks raw JSON-RPC on both sides so that upstream schemas, results
 // and _meta pass through byte for byte; it decodes only what it must route.
 // In stdio mode nothing but JSON-RPC may ever reach stdout.
+//
+// On the same HTTP listener, the model front (ModelHandler) serves the
+// model APIs (Anthropic Messages, OpenAI Chat Completions and Responses):
+// each request goes through the context manager (fold/modelwire) and on to
+// the real API, every header untouched (the agent's credentials are never
+// logged or stored), the answer relayed byte for byte as it streams.
 package proxy
