@@ -139,6 +139,9 @@ func NewForwardProxy(opts ForwardOptions) (*ForwardProxy, error) {
 	p.mitm = &http.Server{
 		Handler:           http.HandlerFunc(p.serveIntercepted),
 		ReadHeaderTimeout: 30 * time.Second,
+		// An intercepted connection left idle by the agent is closed; a
+		// streamed answer in progress is not idle.
+		IdleTimeout: 5 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if mc, ok := c.(*mitmConn); ok {

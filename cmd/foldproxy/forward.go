@@ -52,7 +52,7 @@ func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 		fp.Close()
 		return nil, fmt.Errorf("--proxy-listen %s: %w", addr, err)
 	}
-	hs := &http.Server{Handler: fp, ReadHeaderTimeout: 30 * time.Second}
+	hs := &http.Server{Handler: fp, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute}
 	go func() { _ = hs.Serve(ln) }()
 	logger.Info("foldproxy serving transparent mode (forward proxy)", "HTTPS_PROXY", "http://"+ln.Addr().String(),
 		"NODE_EXTRA_CA_CERTS", ca.CertPath(), "intercept", ps.InterceptHosts, "allowPorts", ps.AllowPorts)
