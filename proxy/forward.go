@@ -142,7 +142,7 @@ func NewForwardProxy(opts ForwardOptions) (*ForwardProxy, error) {
 		// An intercepted connection left idle by the agent is closed; a
 		// streamed answer in progress is not idle.
 		IdleTimeout: 5 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+		ErrorLog:    slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if mc, ok := c.(*mitmConn); ok {
 				return context.WithValue(ctx, mitmTargetKey{}, mc.target)
