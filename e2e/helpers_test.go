@@ -17,7 +17,7 @@ import (
 
 func TestReplayServer(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
-	p := directStdioClient(t, nil, helperBin(t, "replay")) // default -data: ../shared beside the checkout
+	p := directStdioClient(t, nil, helperBin(t, "replay")) // default -data: e2e/testdata in the repository
 	text, res := p.callText(ctx, t, "list", nil)
 	if res.IsError {
 		t.Fatalf("list: %s", text)

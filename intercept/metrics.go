@@ -342,7 +342,7 @@ func methodLabel(m string) string {
 
 func outcomeLabel(o string) string {
 	switch o {
-	case OutcomeOK, OutcomeError, OutcomeRefused, OutcomeCut, OutcomeWithheld, OutcomeCanceled:
+	case OutcomeOK, OutcomeError, OutcomeRefused, OutcomeCut, OutcomeWithheld:
 		return o
 	}
 	return otherLabel
