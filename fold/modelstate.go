@@ -29,6 +29,10 @@ import (
 // MethodModelResult is the Method of archived calls charged on the model wire.
 const MethodModelResult = "model/tool_result"
 
+// MethodModelEnd is the Method of the archive record that says which result
+// showed the model a closure the conversation did not show (MarkEnd).
+const MethodModelEnd = "model/end"
+
 // modelRecord is the Result of an archived model-wire charge.
 type modelRecord struct {
 	ToolUseID string `json:"tool_use_id"`
@@ -44,6 +48,7 @@ type modelDecisions struct {
 	loaded  bool
 	byID    map[string]modelwire.Decision
 	endCall string // the tool-use id whose cut force-returned the branch
+	endMark bool   // endCall was set by MarkEnd (it carries the notice)
 }
 
 // ModelContext is the size of a session's main-thread context as the model
@@ -101,7 +106,11 @@ func (s modelState) Observe(ctx context.Context, r modelwire.Result) error {
 // modelState is the Manager seen by the context manager on the model wire.
 type modelState struct{ m *Manager }
 
-var _ modelwire.State = modelState{}
+var (
+	_ modelwire.State    = modelState{}
+	_ modelwire.Observer = modelState{}
+	_ modelwire.Ender    = modelState{}
+)
 
 // ModelState returns the fold state as the context manager of the model
 // wire (package modelwire) sees it.
@@ -139,6 +148,10 @@ func (m *Manager) loadLocked(ctx context.Context, id string, d *modelDecisions) 
 		}
 		for _, r := range recs {
 			from = r.Seq + 1
+			if r.Method == MethodModelEnd && d.endCall == "" {
+				d.endCall, d.endMark = r.Args, true
+				continue
+			}
 			if r.Method != MethodModelResult {
 				continue
 			}
@@ -178,11 +191,14 @@ func (s modelState) Branch(ctx context.Context, id string) (modelwire.Branch, bo
 	out := modelwire.Branch{ID: b.ID, Closed: b.Status != StatusActive, Budget: b.Budget, Used: b.Used}
 	if out.Closed {
 		out.Summary = foldSummary(b)
-		if b.Status == StatusForced && b.Reason == ReasonBudget {
+		if b.Status != StatusReturned {
 			d := m.decisions(id)
 			d.mu.Lock()
 			err := m.loadLocked(ctx, id, d)
 			out.EndCall = d.endCall
+			if d.endMark {
+				out.EndNotice = endNotice(b)
+			}
 			d.mu.Unlock()
 			if err != nil {
 				return modelwire.Branch{}, false, err
@@ -207,6 +223,46 @@ func foldSummary(b *Branch) string {
 		return "[foldproxy] " + b.Summary
 	}
 	return fmt.Sprintf("[foldproxy] Branch %s (%q) is %s: %s. branch_recall with branch_id %s reads what it received.", b.ID, b.Description, b.Status, b.Reason, b.ID)
+}
+
+// endNotice tells the agent, with a result of its span, that a branch it
+// is working in was closed.
+func endNotice(b *Branch) string {
+	return foldSummary(b) + " Continue in the parent."
+}
+
+// MarkEnd records once that toolUseID's result shows the model the closure
+// of branch id (modelwire.Ender): an archive record of the branch, read
+// back with its decisions after a restart.
+func (s modelState) MarkEnd(ctx context.Context, id, toolUseID string) (string, string, error) {
+	m := s.m
+	b, err := m.store.GetBranch(ctx, id)
+	if err != nil {
+		return "", "", fmt.Errorf("fold: look up branch %q: %w", id, err)
+	}
+	if n := m.lookup(id); n != nil {
+		b = n.cur.Load()
+	}
+	if b.Status == StatusActive || b.Status == StatusReturned {
+		return "", "", nil
+	}
+	d := m.decisions(id)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := m.loadLocked(ctx, id, d); err != nil {
+		return "", "", err
+	}
+	if d.endCall == "" {
+		rec := &CallRecord{Time: m.now(), Upstream: "model", Method: MethodModelEnd, Name: "end", Args: toolUseID, Result: "{}"}
+		if err := m.commit(context.WithoutCancel(ctx), &Batch{Calls: []BatchCall{{Branch: id, Rec: rec}}}); err != nil {
+			return "", "", fmt.Errorf("fold: record the end of %s: %w", id, err)
+		}
+		d.endCall, d.endMark = toolUseID, true
+	}
+	if !d.endMark {
+		return d.endCall, "", nil
+	}
+	return d.endCall, endNotice(b), nil
 }
 
 // ChargeResult charges a tool result seen on the model wire to its branch,

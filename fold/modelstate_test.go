@@ -179,3 +179,57 @@ func TestModelStateObserve(t *testing.T) {
 		t.Fatalf("root record: %+v", root.ModelContext)
 	}
 }
+
+// A branch closed without the conversation showing it (here: its parent
+// returned) gets its notice with the newest result inside its span, once
+// and for good, and folds after the model's next turn.
+func TestModelStateMarkEnd(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	parent := e.create(t, map[string]any{"budget": 1000})
+	childText := mustText(t, e, ToolCreate, map[string]any{"description": "child", "budget": 500, "parent_branch_id": parent})
+	var ca struct {
+		BranchID string `json:"branch_id"`
+	}
+	if err := json.Unmarshal([]byte(childText), &ca); err != nil {
+		t.Fatal(err)
+	}
+	conv := func(extra ...any) []byte {
+		msgs := []any{
+			map[string]any{"role": "user", "content": "go"},
+			map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": "c1", "name": "branch_create", "input": map[string]any{}}}},
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": "c1", "content": childText}}},
+			map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": "r1", "name": "Read", "input": map[string]any{}}}},
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": "r1", "content": "CHILD-READ"}}},
+		}
+		b, _ := json.Marshal(map[string]any{"model": "m", "messages": append(msgs, extra...)})
+		return b
+	}
+	mustText(t, e, ToolReturn, map[string]any{"branch_id": parent, "message": "done"})
+	st := e.m.ModelState()
+	opt := modelwire.Options{Count: wordCounter{}.CountText}
+	res, err := modelwire.Apply(ctx, modelwire.Anthropic, conv(), st, opt)
+	if err != nil || len(res.Folded) != 0 || !strings.Contains(string(res.Body), `CHILD-READ\n\n[foldproxy] Branch `+ca.BranchID) || !strings.Contains(string(res.Body), "Continue in the parent.") {
+		t.Fatalf("notice: %v\n%s", err, res.Body)
+	}
+	again, err := modelwire.Apply(ctx, modelwire.Anthropic, conv(), st, opt)
+	if err != nil || string(again.Body) != string(res.Body) {
+		t.Fatalf("a resend differs: %v\n%s", err, again.Body)
+	}
+	res, err = modelwire.Apply(ctx, modelwire.Anthropic, conv(
+		map[string]any{"role": "assistant", "content": "back in the parent"},
+		map[string]any{"role": "user", "content": "next"}), st, opt)
+	if err != nil || len(res.Folded) != 1 || strings.Contains(string(res.Body), "CHILD-READ") {
+		t.Fatalf("not folded after the next turn: %v %v\n%s", err, res.Folded, res.Body)
+	}
+	if err := modelwire.Check(modelwire.Anthropic, res.Body); err != nil {
+		t.Fatal(err)
+	}
+	// The mark is in the archive: a fresh table reads it back.
+	e.m.mu.Lock()
+	delete(e.m.model, ca.BranchID)
+	e.m.mu.Unlock()
+	if b, _, _ := st.Branch(ctx, ca.BranchID); b.EndCall != "r1" || b.EndNotice == "" {
+		t.Fatalf("after reload: %+v", b)
+	}
+}

@@ -104,6 +104,9 @@ func (a *applier) run() (Result, error) {
 	if err := a.discover(); err != nil {
 		return Result{}, err
 	}
+	if err := a.markEnds(); err != nil {
+		return Result{}, err
+	}
 	a.decideFolds()
 	removed := a.removedMsgs()
 	if err := a.results(removed); err != nil {
@@ -303,6 +306,56 @@ func (a *applier) discover() error {
 	return nil
 }
 
+// markEnds gives a closed span that the conversation does not end an end:
+// the newest result inside it (see Ender).
+func (a *applier) markEnds() error {
+	en, ok := a.st.(Ender)
+	if !ok || len(a.c.msgs) == 0 {
+		return nil
+	}
+	last := len(a.c.msgs) - 1
+	m := &a.c.msgs[last]
+	for j := len(m.results) - 1; j >= 0; j-- {
+		k := a.owner[resRef{last, j}]
+		if k < 0 {
+			continue
+		}
+		sp := &a.spans[k]
+		if !sp.known || !sp.br.Closed || sp.end >= 0 || sp.br.EndCall != "" {
+			continue
+		}
+		r := &m.results[j]
+		name := a.c.callName(r.callID)
+		if isFoldTool(name) || a.chargedOnMCP(name) {
+			continue // the MCP wire delivers the notice with its own results
+		}
+		endCall, notice, err := en.MarkEnd(a.ctx, sp.id, r.callID)
+		if err != nil {
+			return fmt.Errorf("modelwire: mark the end of branch %s: %w", sp.id, err)
+		}
+		sp.br.EndCall, sp.br.EndNotice = endCall, notice
+		if endCall == r.callID {
+			sp.end, sp.cutEnd = last, true
+			for x := k + 1; x < len(a.spans); x++ {
+				if a.spans[x].end < 0 && a.spans[x].start <= last && a.isInside(x, k) {
+					a.spans[x].end = last
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// isInside reports whether span x is nested in span k.
+func (a *applier) isInside(x, k int) bool {
+	for p := a.spans[x].parent; p >= 0; p = a.spans[p].parent {
+		if p == k {
+			return true
+		}
+	}
+	return false
+}
+
 // createsBranch reports whether the turn lo..hi calls branch_create.
 func (c *conv) createsBranch(lo, hi int) bool {
 	for i := lo; i <= hi; i++ {
@@ -418,6 +471,9 @@ func (a *applier) result(r *result, name string, k int) error {
 			return fmt.Errorf("modelwire: charge the result of %s (%s) to branch %s: %w", name, r.callID, a.spans[k].id, err)
 		}
 		dec.Keep = max(0, dec.Keep)
+		if br := a.spans[k].br; br.EndNotice != "" && br.EndCall == r.callID {
+			dec.Notice = joinNotice(dec.Notice, br.EndNotice)
+		}
 	}
 	switch {
 	case dec.Keep < len(text):

@@ -242,6 +242,7 @@ func TestGeneratedConversations(t *testing.T) {
 	folds := map[Dialect]int{}
 	cuts := map[Dialect]int{}
 	reminders := map[Dialect]int{}
+	ends := map[Dialect]int{} // closures shown through Ender
 	for i := 0; i < 300; i++ {
 		data := make([]byte, 64)
 		for j := range data {
@@ -252,14 +253,15 @@ func TestGeneratedConversations(t *testing.T) {
 			body := s.render(d)
 			res := mustApply(t, d, body, newFakeState(s.branches...), Options{Guidance: Guidance{AfterTokens: 300}})
 			folds[d] += len(res.Folded)
+			ends[d] += strings.Count(string(res.Body), "END of b-")
 			cuts[d] += res.Cut
 			reminders[d] += res.Reminders
 		}
 	}
 	for _, d := range []Dialect{Anthropic, OpenAIChat, OpenAIResponses} {
-		if folds[d] < 30 || cuts[d] < 20 || reminders[d] < 20 {
-			t.Errorf("%s: %d folds, %d cuts, %d reminders over 300 conversations: the generator does not exercise the fold", d, folds[d], cuts[d], reminders[d])
+		if folds[d] < 30 || cuts[d] < 20 || reminders[d] < 20 || ends[d] < 5 {
+			t.Errorf("%s: %d folds, %d cuts, %d reminders, %d end notices over 300 conversations: the generator does not exercise the fold", d, folds[d], cuts[d], reminders[d], ends[d])
 		}
 	}
-	t.Logf("folds %v cuts %v reminders %v", folds, cuts, reminders)
+	t.Logf("folds %v cuts %v reminders %v end notices %v", folds, cuts, reminders, ends)
 }

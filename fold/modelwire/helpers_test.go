@@ -156,3 +156,15 @@ func xorshift(seed uint64) func() byte {
 		return byte(seed)
 	}
 }
+
+// MarkEnd makes fakeState an Ender: the first mark of a closed branch wins.
+func (s *fakeState) MarkEnd(_ context.Context, id, toolUseID string) (string, string, error) {
+	b := s.branches[id]
+	if b == nil || !b.Closed {
+		return "", "", nil
+	}
+	if b.EndCall == "" {
+		b.EndCall, b.EndNotice = toolUseID, "END of "+id
+	}
+	return b.EndCall, b.EndNotice, nil
+}

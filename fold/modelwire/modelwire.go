@@ -23,6 +23,22 @@ type Branch struct {
 	// EndCall is the tool-use id of the result that force-returned the
 	// branch on the model wire (a cut), "" otherwise: the span ends there.
 	EndCall string
+	// EndNotice, with EndCall, is the notice of the branch's forced return
+	// shown with that result (a deadline, a restart: closures the
+	// conversation does not show by itself); "" when the result's own
+	// Decision says it (a cut).
+	EndNotice string
+}
+
+// Ender is optionally implemented by a State. When a branch closed without
+// the conversation showing it (force-returned by its deadline while the
+// agent went on with built-in tools), Apply calls MarkEnd with the newest
+// result inside its span; the State records, once and durably, that this
+// result carries the closure, and answers the tool-use id recorded (the
+// first one) and the notice to show with it. The span then ends there, as
+// at a cut.
+type Ender interface {
+	MarkEnd(ctx context.Context, branchID, toolUseID string) (endCall, notice string, err error)
 }
 
 // Decision is the (persistent, deterministic) verdict on one tool result.
