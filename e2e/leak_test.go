@@ -72,6 +72,14 @@ func leakyRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, ^seed
 // it must cover at least 30 of gitleaks' rules, the common ones included.
 func readPlanted(t testing.TB, path string, seed uint64) *planted {
 	t.Helper()
+	return readPlantedFamily(t, path, seed, false)
+}
+
+// readPlantedFamily is readPlanted for leaky's secrets, or with long for
+// leaky -long's: secretgen's long family, keys and tokens longer than any
+// fixed scan window.
+func readPlantedFamily(t testing.TB, path string, seed uint64, long bool) *planted {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("reading leaky's manifest: %v", err)
@@ -81,6 +89,9 @@ func readPlanted(t testing.TB, path string, seed uint64) *planted {
 		t.Fatalf("leaky's manifest %s: %v", path, err)
 	}
 	want := secretgen.Generate(leakyRand(seed))
+	if long {
+		want = secretgen.Long(leakyRand(seed))
+	}
 	if len(m.Secrets) != len(want) {
 		t.Fatalf("leaky planted %d secrets, secretgen gives %d for seed %d", len(m.Secrets), len(want), seed)
 	}
@@ -90,6 +101,18 @@ func readPlanted(t testing.TB, path string, seed uint64) *planted {
 			t.Fatalf("leaky's secret %d (%s) is not secretgen's (%s) for seed %d", i, s.Rule, want[i].RuleID, seed)
 		}
 		rules[s.Rule] = true
+	}
+	if long {
+		n := map[string]int{}
+		for _, s := range m.Secrets {
+			if len(s.Value) > 4500 {
+				n[s.Rule]++
+			}
+		}
+		if n["private-key"] < 3 || n["jwt"] < 2 {
+			t.Fatalf("leaky -long planted %v secrets over 4.5 KB, want at least 3 private keys and 2 JWTs", n)
+		}
+		return &m
 	}
 	if len(rules) < 30 {
 		t.Fatalf("leaky planted %d rule types, want at least 30", len(rules))
@@ -101,6 +124,7 @@ func readPlanted(t testing.TB, path string, seed uint64) *planted {
 			t.Errorf("leaky planted no %s secret", r)
 		}
 	}
+
 	return &m
 }
 
@@ -300,6 +324,7 @@ type proxyRun struct {
 	peer   *peer
 	tap    *rawTap
 	proc   *process // its output is foldproxy's stderr (and, over HTTP, its empty stdout)
+	state  string   // the state directory over stdio; "" over HTTP
 	url    string   // the MCP URL over HTTP; "" over stdio
 	addr   string   // the listen address over HTTP
 	stdout bool     // the client reads foldproxy's stdout
@@ -310,7 +335,8 @@ type proxyRun struct {
 // extra are further serve flags.
 func startTappedStdio(t testing.TB, cfg string, a *agent, extra ...string) *proxyRun {
 	t.Helper()
-	args := append([]string{"serve", "--config", cfg, "--state", t.TempDir()}, extra...)
+	state := t.TempDir()
+	args := append([]string{"serve", "--config", cfg, "--state", state}, extra...)
 	cmd := exec.Command(proxyBin(t), args...)
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -328,7 +354,7 @@ func startTappedStdio(t testing.TB, cfg string, a *agent, extra ...string) *prox
 	t.Cleanup(func() { outR.Close() })
 	tap := &rawTap{}
 	tr := transport.NewIO(io.TeeReader(outR, tap), inW, nil)
-	return &proxyRun{peer: connect(t, "foldproxy stdio (tapped)", tr, a), tap: tap, proc: p, stdout: true}
+	return &proxyRun{peer: connect(t, "foldproxy stdio (tapped)", tr, a), tap: tap, proc: p, state: state, stdout: true}
 }
 
 // startTappedHTTP runs "foldproxy serve --listen" on a free loopback port
@@ -349,9 +375,10 @@ func startTappedHTTP(t testing.TB, cfg string, a *agent) *proxyRun {
 
 // leakyEntry runs the leaky helper with the given seed, writing its
 // manifest to manifest.
-func leakyEntry(t testing.TB, seed uint64, manifest string) map[string]any {
+func leakyEntry(t testing.TB, seed uint64, manifest string, extra ...string) map[string]any {
 	t.Helper()
-	return stdioEntry(helperBin(t, "leaky"), "-seed", strconv.FormatUint(seed, 10), "-manifest", manifest)
+	args := append([]string{"-seed", strconv.FormatUint(seed, 10), "-manifest", manifest}, extra...)
+	return stdioEntry(helperBin(t, "leaky"), args...)
 }
 
 // leakConfig writes a config with the leaky upstream (and any other
@@ -551,22 +578,35 @@ func TestLeakScrubbed(t *testing.T) {
 	fronts := []struct {
 		name  string
 		start func(t *testing.T, cfg string) *proxyRun
+		long  bool // leaky plants the long family (keys, JWTs of 5-12 KB)
 	}{
-		{"stdio", func(t *testing.T, cfg string) *proxyRun { return startTappedStdio(t, cfg, nil) }},
-		{"http", func(t *testing.T, cfg string) *proxyRun { return startTappedHTTP(t, cfg, nil) }},
+		{"stdio", func(t *testing.T, cfg string) *proxyRun { return startTappedStdio(t, cfg, nil) }, false},
+		{"http", func(t *testing.T, cfg string) *proxyRun { return startTappedHTTP(t, cfg, nil) }, false},
+		{"stdio-long", func(t *testing.T, cfg string) *proxyRun { return startTappedStdio(t, cfg, nil) }, true},
+		{"http-long", func(t *testing.T, cfg string) *proxyRun { return startTappedHTTP(t, cfg, nil) }, true},
 	}
 	for _, front := range fronts {
 		t.Run(front.name, func(t *testing.T) {
 			ctx := testContext(t, 3*time.Minute)
 			dir := t.TempDir()
 			manifest, auditPath := filepath.Join(dir, "manifest.json"), filepath.Join(dir, "audit.jsonl")
-			cfg := leakConfig(t, map[string]any{"leaky": leakyEntry(t, leakSeed, manifest)}, auditPath, true)
+			var extra []string
+			if front.long {
+				extra = []string{"-long"}
+			}
+			cfg := leakConfig(t, map[string]any{"leaky": leakyEntry(t, leakSeed, manifest, extra...)}, auditPath, true)
 			run := front.start(t, cfg)
 			waitManifest(ctx, t, manifest)
-			m := readPlanted(t, manifest, leakSeed)
+			m := readPlantedFamily(t, manifest, leakSeed, front.long)
 			needles := m.needles()
 
 			caps := exerciseLeakChannels(ctx, t, run, true)
+			if run.state != "" {
+				callWithSecretArgs(ctx, t, run, m)
+				if leaks := stateLeaks(t, run.state, needles); len(leaks) > 0 {
+					t.Errorf("the state directory (the archive) holds %d pieces of planted secrets:\n%s", len(leaks), describeLeaks(m, leaks))
+				}
+			}
 			for _, c := range caps {
 				if leaks := findLeaks(c.raw, needles); len(leaks) > 0 {
 					t.Errorf("channel %s: %d pieces of planted secrets reached the client:\n%s", c.name, len(leaks), describeLeaks(m, leaks))
@@ -615,14 +655,34 @@ func TestLeakScrubbed(t *testing.T) {
 // disabled in the config, every channel must carry pieces of every
 // planted secret in both forms, as the check sees them.
 func TestLeakCheckSeesUnscrubbed(t *testing.T) {
+	t.Run("generated", func(t *testing.T) { checkSeesUnscrubbed(t, false) })
+	t.Run("long", func(t *testing.T) { checkSeesUnscrubbed(t, true) })
+}
+
+func checkSeesUnscrubbed(t *testing.T, long bool) {
 	ctx := testContext(t, 3*time.Minute)
 	dir := t.TempDir()
 	manifest, auditPath := filepath.Join(dir, "manifest.json"), filepath.Join(dir, "audit.jsonl")
-	cfg := leakConfig(t, map[string]any{"leaky": leakyEntry(t, leakSeed, manifest)}, auditPath, false)
+	var extra []string
+	if long {
+		extra = []string{"-long"}
+	}
+	cfg := leakConfig(t, map[string]any{"leaky": leakyEntry(t, leakSeed, manifest, extra...)}, auditPath, false)
 	run := startTappedStdio(t, cfg, nil)
 	waitManifest(ctx, t, manifest)
-	m := readPlanted(t, manifest, leakSeed)
+	m := readPlantedFamily(t, manifest, leakSeed, long)
 	needles := m.needles()
+	// The archive check sees the arguments when nothing scrubs them.
+	callWithSecretArgs(ctx, t, run, m)
+	onDisk := map[needle]bool{}
+	for _, l := range stateLeaks(t, run.state, needles) {
+		onDisk[l.needle] = true
+	}
+	for i, s := range m.Secrets {
+		if !onDisk[needle{i, "value"}] {
+			t.Errorf("unscrubbed: the state directory check does not see the %s secret %d passed in arguments", s.Rule, i)
+		}
+	}
 	for _, c := range exerciseLeakChannels(ctx, t, run, false) {
 		found := map[needle]bool{}
 		for _, l := range findLeaks(c.raw, needles) {
@@ -649,4 +709,44 @@ func TestLeakCheckSeesUnscrubbed(t *testing.T) {
 			t.Errorf("channel %s, unscrubbed: the check does not see %d planted pieces: %s", c.name, len(missing), strings.Join(missing, ", "))
 		}
 	}
+}
+
+// callWithSecretArgs calls a leaky tool with every planted secret in its
+// arguments, as an agent that pastes a key into a command would: the
+// upstream gets them, the archive must not keep them.
+func callWithSecretArgs(ctx context.Context, t *testing.T, run *proxyRun, m *planted) {
+	t.Helper()
+	var lines []string
+	for _, s := range m.Secrets {
+		lines = append(lines, s.Context)
+	}
+	req := mcp.CallToolRequest{Params: mcp.CallToolParams{Name: "leaky__leak_text", Arguments: map[string]any{
+		"encoding": "plain", "note": strings.Join(lines, "\n"),
+	}}}
+	if _, err := run.peer.CallTool(ctx, req); err != nil {
+		t.Fatalf("calling leak_text with secrets in its arguments: %v", err)
+	}
+}
+
+// stateLeaks looks for the needles in every file of a state directory
+// (Badger's write-ahead log and value log hold what was archived).
+func stateLeaks(t *testing.T, dir string, needles map[string]needle) []leak {
+	t.Helper()
+	var out []leak
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		// Badger preallocates its logs: what follows the last write is zeros.
+		out = append(out, findLeaks(bytes.TrimRight(b, "\x00"), needles)...)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("reading the state directory: %v", err)
+	}
+	return out
 }

@@ -13,6 +13,7 @@ const (
 	OutcomeRefused  = "refused"  // foldproxy refused the call (closed branch, limits)
 	OutcomeCut      = "cut"      // delivered, but cut to fit the branch budget
 	OutcomeWithheld = "withheld" // scrubbing failed: nothing was delivered (fail closed)
+	OutcomeCanceled = "canceled" // the call ended (agent's cancel, deadline) before its result was ready
 )
 
 // Exchange is one request the agent sent through foldproxy and the answer it
@@ -29,7 +30,7 @@ type Exchange struct {
 	Method   string          // tools/call, resources/read, prompts/get, completion/complete
 	Name     string          // the upstream's own tool or prompt name, or the resource URI
 	Params   json.RawMessage // params as forwarded (branch_id already stripped)
-	Args     json.RawMessage // tools/call arguments, for counting
+	Args     json.RawMessage // tools/call arguments, for counting and the archive; scrubbed by Scrub once the upstream has answered
 	// ExplicitBranch is the branch_id the call carried, "" when none.
 	ExplicitBranch string
 	Start          time.Time

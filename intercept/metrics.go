@@ -342,7 +342,7 @@ func methodLabel(m string) string {
 
 func outcomeLabel(o string) string {
 	switch o {
-	case OutcomeOK, OutcomeError, OutcomeRefused, OutcomeCut, OutcomeWithheld:
+	case OutcomeOK, OutcomeError, OutcomeRefused, OutcomeCut, OutcomeWithheld, OutcomeCanceled:
 		return o
 	}
 	return otherLabel

@@ -68,9 +68,9 @@ type Scrubber struct {
 	overlap  int
 	logger   *slog.Logger
 	eng      *engine
-	// find locates secrets in one piece of text. It is eng.find; tests
+	// find locates secrets in one piece of a text. It is eng.find; tests
 	// replace it with detectors that fail, panic or hang.
-	find func(ctx context.Context, text string) ([]found, error)
+	find func(ctx context.Context, text string, nls []int, lo, hi int) ([]found, []int, error)
 }
 
 var _ fold.Scanner = (*Scrubber)(nil)
@@ -428,73 +428,97 @@ func (s *Scrubber) panicked(r any) error {
 	return &ScanError{Reason: "scan failed: the secret detector panicked"}
 }
 
-// scan finds the secrets of text, chunk by chunk, and returns them merged.
-// In JSON mode text is JSON: its strings are scanned decoded.
+// scanText is one text the engine scans: a view of the raw text (the raw
+// text itself, or one with a level of JSON escaping undone), or a window
+// of a deeper view around its decoded escapes, starting at off in v.text.
+type scanText struct {
+	v    *view
+	off  int
+	text string
+	nls  []int
+}
+
+// scanJob is one piece of a scanText: the secrets whose keyword starts in
+// text[lo:hi], or (rule >= 0) one whole rule over the whole text.
+type scanJob struct {
+	t      *scanText
+	lo, hi int
+	rule   int
+}
+
+// scan finds the secrets of text and returns them merged. In JSON mode
+// text is JSON: its strings are scanned decoded. Besides the text as it
+// is, the views with one and two more levels of JSON escaping undone are
+// scanned around their escape sequences.
+//
+// Texts longer than a chunk are scanned in pieces of about s.chunk bytes,
+// in parallel. Pieces do not overlap and are cut where no stretched rule
+// can run through the cut; a piece scans the windows of the keywords that
+// start in it, wherever they reach, so a secret across a piece border is
+// found whole. Rules that can run through any byte (private keys) are
+// run once over the whole text when a piece reports their keyword.
 func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]found, error) {
-	chunks := s.chunks(text)
-	results := make([][]found, len(chunks))
-	if len(chunks) == 1 {
-		fs, err := s.scanChunk(ctx, text, jsonMode)
-		if err != nil {
-			return nil, err
+	root := &view{text: text}
+	cur := root
+	if jsonMode {
+		if v, ok := unescapeView(root); ok {
+			cur = v
 		}
-		results[0] = fs
-	} else {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		workers := min(runtime.GOMAXPROCS(0), len(chunks))
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		errs := make([]error, workers)
-		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() {
-					if r := recover(); r != nil {
-						errs[w] = s.panicked(r)
-						cancel()
-					}
-				}()
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= len(chunks) || ctx.Err() != nil {
-						return
-					}
-					c := chunks[i]
-					fs, err := s.scanChunk(ctx, text[c[0]:c[1]], jsonMode)
-					if err != nil {
-						errs[w] = err
-						cancel()
-						return
-					}
-					for j := range fs {
-						fs[j].start += c[0]
-						fs[j].end += c[0]
-					}
-					results[i] = fs
-				}
-			}()
+	}
+	texts := []*scanText{{v: cur, text: cur.text, nls: newlines(cur.text, nil)}}
+	for range unescapeDepth {
+		v, ok := unescapeView(cur)
+		if !ok {
+			break
 		}
-		wg.Wait()
-		for _, err := range errs {
-			var se *ScanError
-			if errors.As(err, &se) {
-				return nil, err
+		for _, w := range v.changedWindows(unescapePad) {
+			sub := v.text[w[0]:w[1]]
+			texts = append(texts, &scanText{v: v, off: w[0], text: sub, nls: newlines(sub, nil)})
+		}
+		cur = v
+	}
+	var jobs []scanJob
+	for _, t := range texts {
+		for lo := 0; lo < len(t.text); {
+			hi := len(t.text)
+			if len(t.text)-lo > s.chunk {
+				hi = s.eng.splitPoint(t.text, lo+s.chunk)
+			}
+			jobs = append(jobs, scanJob{t: t, lo: lo, hi: hi, rule: -1})
+			lo = hi
+		}
+	}
+	res, err := s.runJobs(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	// Second round: whole rules whose keyword a piece saw.
+	var more []scanJob
+	seen := map[[2]int]bool{}
+	for i, r := range res {
+		for _, ri := range r.whole {
+			k := [2]int{textIndex(texts, jobs[i].t), ri}
+			if !seen[k] {
+				seen[k] = true
+				more = append(more, scanJob{t: jobs[i].t, rule: ri})
 			}
 		}
-		for _, err := range errs {
-			if err != nil {
-				return nil, err
-			}
-		}
-		if err := ctx.Err(); err != nil {
+	}
+	var res2 []jobResult
+	if len(more) > 0 {
+		if res2, err = s.runJobs(ctx, more); err != nil {
 			return nil, err
 		}
 	}
 	var all []found
-	for _, fs := range results {
-		all = append(all, fs...)
+	for i, r := range append(res, res2...) {
+		t := jobs[0].t
+		if i < len(jobs) {
+			t = jobs[i].t
+		} else {
+			t = more[i-len(jobs)].t
+		}
+		all = appendMapped(all, t.v, r.fs, t.off)
 	}
 	if len(all) == 0 {
 		return nil, nil
@@ -503,59 +527,90 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 	return mergeFound(all), nil
 }
 
-// chunks splits text into pieces of at most s.chunk bytes, each starting
-// s.overlap bytes before the previous one ends, at rune boundaries.
-func (s *Scrubber) chunks(text string) [][2]int {
-	n := len(text)
-	if n <= s.chunk {
-		return [][2]int{{0, n}}
-	}
-	step := s.chunk - s.overlap
-	var out [][2]int
-	for a := 0; ; a += step {
-		start := a
-		for start > 0 && start < n && !utf8.RuneStart(text[start]) {
-			start--
-		}
-		b := min(a+s.chunk, n)
-		out = append(out, [2]int{start, b})
-		if b == n {
-			return out
+func textIndex(texts []*scanText, t *scanText) int {
+	for i, x := range texts {
+		if x == t {
+			return i
 		}
 	}
+	return -1
 }
 
-// scanChunk finds the secrets of one chunk: in the text itself (in JSON
-// mode, in its strings decoded), then in deeper levels of JSON escaping
-// around their escape sequences.
-func (s *Scrubber) scanChunk(ctx context.Context, raw string, jsonMode bool) ([]found, error) {
-	cur := &view{text: raw}
-	if jsonMode {
-		if v, ok := unescapeView(cur); ok {
-			cur = v
+// jobResult is what one scanJob found.
+type jobResult struct {
+	fs    []found
+	whole []int
+}
+
+// runJob runs one scanJob.
+func (s *Scrubber) runJob(ctx context.Context, j scanJob) (jobResult, error) {
+	if j.rule >= 0 {
+		fs, err := s.eng.findWhole(ctx, j.t.text, j.rule)
+		return jobResult{fs: fs}, err
+	}
+	fs, whole, err := s.find(ctx, j.t.text, j.t.nls, j.lo, j.hi)
+	return jobResult{fs: fs, whole: whole}, err
+}
+
+// runJobs runs jobs over GOMAXPROCS workers and returns their results in
+// order. The first error (a *ScanError first) cancels the rest.
+func (s *Scrubber) runJobs(ctx context.Context, jobs []scanJob) ([]jobResult, error) {
+	results := make([]jobResult, len(jobs))
+	if len(jobs) == 1 {
+		r, err := s.runJob(ctx, jobs[0])
+		if err != nil {
+			return nil, err
+		}
+		results[0] = r
+		return results, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	workers := min(runtime.GOMAXPROCS(0), len(jobs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if r := recover(); r != nil {
+					errs[w] = s.panicked(r)
+					cancel()
+				}
+			}()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(jobs) || ctx.Err() != nil {
+					return
+				}
+				r, err := s.runJob(ctx, jobs[i])
+				if err != nil {
+					errs[w] = err
+					cancel()
+					return
+				}
+				results[i] = r
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		var se *ScanError
+		if errors.As(err, &se) {
+			return nil, err
 		}
 	}
-	var out []found
-	fs, err := s.find(ctx, cur.text)
-	if err != nil {
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out = appendMapped(out, cur, fs, 0)
-	for range unescapeDepth {
-		v, ok := unescapeView(cur)
-		if !ok {
-			break
-		}
-		for _, w := range v.changedWindows(unescapePad) {
-			fs, err := s.find(ctx, v.text[w[0]:w[1]])
-			if err != nil {
-				return nil, err
-			}
-			out = appendMapped(out, v, fs, w[0])
-		}
-		cur = v
-	}
-	return out, nil
+	return results, nil
 }
 
 // appendMapped maps findings made at offset off of v.text to the raw text.
@@ -616,7 +671,9 @@ func (e *redactedError) Is(target error) bool { return errors.Is(e.orig, target)
 
 // Scrub returns the interceptor that removes secrets from what an upstream
 // sends back: ex.Result (every string in it), the message and data of
-// ex.RPCError, and the text of ex.Err. Redactions are added to
+// ex.RPCError, and the text of ex.Err; and from the call's arguments as
+// they are archived and counted (ex.Args, once the upstream has answered;
+// the upstream itself gets them unchanged). Redactions are added to
 // ex.Redactions and the time spent is stored in ex.ScrubTime.
 //
 // An upstream JSON-RPC error that held a secret is replaced by a
@@ -639,14 +696,27 @@ func Scrub(s *Scrubber) Interceptor {
 			start := time.Now()
 			defer func() {
 				if r := recover(); r != nil {
-					err = s.withhold(ex, s.panicked(r))
+					err = s.withhold(ctx, ex, s.panicked(r))
 				}
 				ex.ScrubTime = time.Since(start)
 			}()
+			if len(ex.Args) > 0 {
+				// The arguments went upstream as the agent sent them
+				// (ex.Params); what is archived and counted from here on
+				// is the scrubbed copy. A copy that cannot be scanned
+				// withholds the exchange: nothing is delivered, so
+				// nothing is archived.
+				out, counts, serr := s.ScrubJSON(ctx, ex.Args)
+				if serr != nil {
+					return s.withhold(ctx, ex, serr)
+				}
+				ex.Args = out
+				addCounts(ex, counts)
+			}
 			if len(ex.Result) > 0 {
 				out, counts, serr := s.ScrubJSON(ctx, ex.Result)
 				if serr != nil {
-					return s.withhold(ex, serr)
+					return s.withhold(ctx, ex, serr)
 				}
 				ex.Result = out
 				addCounts(ex, counts)
@@ -654,7 +724,7 @@ func Scrub(s *Scrubber) Interceptor {
 			if ex.RPCError != nil {
 				rerr, counts, serr := s.scrubRPCError(ctx, ex.RPCError)
 				if serr != nil {
-					return s.withhold(ex, serr)
+					return s.withhold(ctx, ex, serr)
 				}
 				ex.RPCError = rerr
 				addCounts(ex, counts)
@@ -663,7 +733,7 @@ func Scrub(s *Scrubber) Interceptor {
 				msg := ex.Err.Error()
 				clean, counts, serr := s.ScrubText(ctx, msg)
 				if serr != nil {
-					return s.withhold(ex, serr)
+					return s.withhold(ctx, ex, serr)
 				}
 				if clean != msg {
 					ex.Err = &redactedError{msg: clean, orig: ex.Err}
@@ -731,9 +801,21 @@ func addCounts(ex *Exchange, counts map[string]int) {
 
 // withhold fails an exchange closed: nothing of the upstream's answer is
 // delivered.
-func (s *Scrubber) withhold(ex *Exchange, cause error) error {
+//
+// When the call itself has ended (ctx canceled by the agent, or past its
+// deadline), that is not a scan failure: the exchange's outcome is
+// OutcomeCanceled and ex.Err wraps ctx's error (context.Canceled or
+// context.DeadlineExceeded), so that the proxy can tell a canceled call,
+// which gets no response, from a result withheld for want of a scan.
+func (s *Scrubber) withhold(ctx context.Context, ex *Exchange, cause error) error {
 	ex.Result = nil
 	ex.RPCError = nil
+	if cerr := ctx.Err(); cerr != nil {
+		ex.Outcome = OutcomeCanceled
+		ex.Err = fmt.Errorf("foldproxy: %s ended before its result was scanned: %w", ex.Method, cerr)
+		s.logger.Debug("scrub: call ended during the scan", "session", ex.Session, "upstream", ex.Upstream, "method", ex.Method, "reason", cerr.Error())
+		return ex.Err
+	}
 	ex.Outcome = OutcomeWithheld
 	ex.Err = fmt.Errorf("%w: it could not be scanned for secrets (%v)", ErrWithheld, cause)
 	s.logger.Warn("scrub: result withheld", "session", ex.Session, "upstream", ex.Upstream, "method", ex.Method, "reason", cause.Error())

@@ -8,6 +8,7 @@ import (
 	"regexp/syntax"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	ahocorasick "github.com/BobuSumisu/aho-corasick"
@@ -26,8 +27,7 @@ type found struct {
 	secret string
 }
 
-// engine finds secrets in a piece of text (at most one chunk) with
-// gitleaks' rules and gitleaks' detector.
+// engine finds secrets in text with gitleaks' rules and gitleaks' detector.
 //
 // gitleaks' Detector runs every rule whose keyword occurs anywhere in a
 // fragment over the whole fragment. On real tool output (source code,
@@ -36,14 +36,33 @@ type found struct {
 // on Go's regexp engine that is a few MB/s. The engine keeps gitleaks'
 // rules, allowlists, entropy checks and decoding, but gives each rule a
 // detector of its own and runs it only over windows around the places
-// where one of its keywords occurs: wide enough for the longest match the
-// rule's regex can make (computed from the regex), the lines a match can
-// span, or the chunk overlap for rules whose matches are unbounded. The
-// difference from gitleaks' own semantics: a match that contains none of
-// its rule's keywords and lies farther from every keyword than its window
-// reaches is not reported. gitleaks' keywords are written to be part of
-// the match, so in practice nothing is lost; the differential test in
-// scrub_test.go checks the two agree on real output with planted secrets.
+// where one of its keywords occurs. A rule falls in one of three kinds,
+// from its regex:
+//
+//   - bounded: the longest match is known (at most maxBoundedLen bytes);
+//     the window reaches that far on both sides of the keyword, cut to the
+//     lines a match can span.
+//   - stretched: matches are unbounded, but only through runs of some
+//     bytes (a JWT through base64url characters and dots, a generic key's
+//     value through [a-z0-9+/]). The window is pad bytes around the
+//     keyword (cut to the lines a match can span), then stretched on both
+//     sides to the end of the run of such bytes it ends in: a token of any
+//     length is scanned whole.
+//   - whole: a match can run through any byte (a PEM private key's body is
+//     [\s\S]*?). When its keyword occurs, the rule runs over the whole
+//     text, as gitleaks does.
+//
+// The difference from gitleaks' own semantics: a match that contains none
+// of its rule's keywords and lies farther from every keyword than its
+// window reaches is not reported. gitleaks' keywords are written to be
+// part of the match, so in practice nothing is lost; the differential
+// tests (TestEngineMatchesGitleaks, FuzzScrubDifferential) check the two
+// agree.
+//
+// A text can be scanned in pieces: find reports the secrets whose keyword
+// (or encoded segment) starts in text[lo:hi], with windows free to reach
+// outside the piece, so that pieces need no overlap and a secret of any
+// length across a piece border is found whole.
 //
 // Encoded segments (base64, hex, percent, unicode escapes) are handled by
 // gitleaks' own decoder (Detector.MaxDecodeDepth), run with every rule over
@@ -58,7 +77,12 @@ type engine struct {
 	trie   *ahocorasick.Trie
 	byKw   [][]int // keyword (trie pattern index) → rule indices
 	always []int   // rules with a regex and no usable keyword
+	maxKw  int     // longest keyword in bytes
 	pad    int
+	// loud[a][b] is true when some stretched rule can stretch over the
+	// two bytes a, b in a row; a piece border between two such bytes
+	// would make both pieces scan the run. See splitPoint.
+	loud *[256][256]bool
 }
 
 // ruleScanner is one rule with its own detector.
@@ -67,25 +91,35 @@ type ruleScanner struct {
 	det    *detect.Detector
 	maxLen int // longest match in bytes; -1 when unbounded
 	maxNL  int // most newlines one match can hold; -1 when unbounded
+	// reach holds the bytes an unbounded match can run through beyond its
+	// window (stretched rules); nil for bounded and whole rules.
+	reach *[256]bool
+	whole bool
 }
+
+func (rs *ruleScanner) bounded() bool { return rs.maxLen >= 0 && rs.maxLen <= maxBoundedLen }
 
 // decodeDepth is how many nested encodings gitleaks' decoder unwraps.
 const decodeDepth = 3
 
 // maxBoundedLen is the longest computed match length for which a rule is
-// windowed by length; longer rules are windowed by lines or by pad.
+// windowed by length; longer rules are stretched.
 const maxBoundedLen = 2048
 
 // maxWindowLines caps the lines around a keyword that a rule with
-// unbounded match length but a bounded number of newlines is run over.
-// gitleaks' generic rules allow up to nine newlines between a key and its
-// value (runs of \s on both sides of the "="); real assignments put them on
-// one line, or two, and scanning nine lines around every "key" or "token"
-// of a source file costs more than half of the scan.
+// unbounded match length but a bounded number of newlines is run over
+// before stretching. gitleaks' generic rules allow up to nine newlines
+// between a key and its value (runs of \s on both sides of the "="); real
+// assignments put them on one line, or two, and scanning nine lines around
+// every "key" or "token" of a source file costs more than half of the scan.
 const maxWindowLines = 2
 
 // snapLimit bounds how far a window edge moves to reach a word boundary.
 const snapLimit = 256
+
+// stretchTail is added past a stretched window's end for the match's
+// terminator (a quote, a newline, an escaped \n).
+const stretchTail = 16
 
 func newEngine(cfg config.Config, pad int) (*engine, error) {
 	e := &engine{pad: pad}
@@ -122,14 +156,24 @@ func newEngine(cfg config.Config, pad int) (*engine, error) {
 		}
 		det := detect.NewDetector(sub)
 		det.IgnoreGitleaksAllow = true
-		rs := ruleScanner{id: id, det: det, maxLen: -1, maxNL: -1}
-		if len(r.RequiredRules) == 0 {
-			if re, err := syntax.Parse(r.Regex.String(), syntax.Perl); err == nil {
-				re = re.Simplify()
+		rs := ruleScanner{id: id, det: det, maxLen: -1, maxNL: -1, whole: true}
+		if re, err := syntax.Parse(r.Regex.String(), syntax.Perl); err == nil {
+			re = re.Simplify()
+			if len(r.RequiredRules) == 0 {
 				rs.maxLen = maxMatchLen(re)
 				rs.maxNL = maxMatchNewlines(re)
 			}
+			if !rs.bounded() {
+				var reach [256]bool
+				addReach(&reach, re, false)
+				if slices.Contains(reach[:], false) {
+					rs.reach, rs.whole = &reach, false
+				}
+			} else {
+				rs.whole = false
+			}
 		}
+		// A regex Go's parser cannot read stays unbounded and whole.
 		idx := len(e.rules)
 		e.rules = append(e.rules, rs)
 
@@ -150,6 +194,7 @@ func newEngine(cfg config.Config, pad int) (*engine, error) {
 				kwIndex[k] = ki
 				kws = append(kws, k)
 				e.byKw = append(e.byKw, nil)
+				e.maxKw = max(e.maxKw, len(k))
 			}
 			if !slices.Contains(e.byKw[ki], idx) {
 				e.byKw[ki] = append(e.byKw[ki], idx)
@@ -157,38 +202,133 @@ func newEngine(cfg config.Config, pad int) (*engine, error) {
 		}
 	}
 	e.trie = ahocorasick.NewTrieBuilder().AddStrings(kws).Build()
+	e.loud = new([256][256]bool)
+	for _, rs := range e.rules {
+		if rs.reach == nil {
+			continue
+		}
+		for a := range 256 {
+			if !rs.reach[a] {
+				continue
+			}
+			for b := range 256 {
+				if rs.reach[b] {
+					e.loud[a][b] = true
+				}
+			}
+		}
+	}
 	return e, nil
 }
 
-// find returns the secrets in text. It returns ctx's error when ctx ends
-// before the scan does; the findings are then incomplete.
-func (e *engine) find(ctx context.Context, text string) ([]found, error) {
-	if text == "" {
-		return nil, nil
+// addReach adds to reach the bytes a match of re can run through without
+// bound: those of every character class repeated without an upper bound
+// (except classes of white space only: indentation is not a secret's
+// length), and the non-space bytes of every literal (the dots of a JWT
+// between its runs).
+func addReach(reach *[256]bool, re *syntax.Regexp, unbounded bool) {
+	set := func(lo, hi rune) {
+		if hi >= utf8.RuneSelf {
+			for c := 0x80; c < 256; c++ {
+				reach[c] = true
+			}
+			hi = utf8.RuneSelf - 1
+		}
+		for c := max(lo, 0); c <= hi; c++ {
+			reach[c] = true
+		}
 	}
-	lower := asciiLower(text)
+	switch re.Op {
+	case syntax.OpLiteral:
+		for _, r := range re.Rune {
+			if r == ' ' || r == '\t' || r == '\n' || r == '\r' {
+				continue
+			}
+			set(r, r)
+			if re.Flags&syntax.FoldCase != 0 && r < utf8.RuneSelf {
+				set(unicode.ToUpper(r), unicode.ToUpper(r))
+				set(unicode.ToLower(r), unicode.ToLower(r))
+			}
+		}
+	case syntax.OpCharClass:
+		if !unbounded || spaceOnly(re.Rune) {
+			return
+		}
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			set(re.Rune[i], re.Rune[i+1])
+		}
+	case syntax.OpAnyChar:
+		if unbounded {
+			set(0, utf8.MaxRune)
+		}
+	case syntax.OpAnyCharNotNL:
+		if unbounded {
+			set(0, '\n'-1)
+			set('\n'+1, utf8.MaxRune)
+		}
+	case syntax.OpStar, syntax.OpPlus:
+		addReach(reach, re.Sub[0], true)
+	case syntax.OpRepeat:
+		addReach(reach, re.Sub[0], unbounded || re.Max < 0)
+	default:
+		for _, s := range re.Sub {
+			addReach(reach, s, unbounded)
+		}
+	}
+}
+
+// spaceOnly reports whether a character class holds only white space.
+func spaceOnly(ranges []rune) bool {
+	for i := 0; i+1 < len(ranges); i += 2 {
+		for r := ranges[i]; r <= ranges[i+1]; r++ {
+			if !unicode.IsSpace(r) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// findAll returns the secrets of the whole text.
+func (e *engine) findAll(ctx context.Context, text string) ([]found, error) {
+	fs, _, err := e.find(ctx, text, newlines(text, nil), 0, len(text))
+	return fs, err
+}
+
+// find returns the secrets of text found from the keywords (and encoded
+// segments) that start in text[lo:hi]; nls are the offsets of text's
+// newlines. Windows reach outside [lo, hi) as far as a match can. When
+// [lo, hi) is not the whole text, whole rules whose keyword occurs are not
+// run but returned (rule indices) for the caller to run once over the
+// whole text with findWhole. It returns ctx's error when ctx ends before
+// the scan does; the findings are then incomplete.
+func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) ([]found, []int, error) {
+	n := len(text)
+	lo, hi = max(lo, 0), min(hi, n)
+	if lo >= hi {
+		return nil, nil, nil
+	}
+	all := lo == 0 && hi == n
+	wend := min(hi+e.maxKw-1, n)
+	lower := asciiLower(text[lo:wend])
 	hits := make([][]int, len(e.rules))
-	hit := false
-	e.trie.Walk(lower, func(end, n, pattern int64) bool {
-		p := int(end - n + 1)
+	e.trie.Walk(lower, func(end, m, pattern int64) bool {
+		p := lo + int(end-m+1)
+		if p >= hi {
+			return true
+		}
 		for _, ri := range e.byKw[pattern] {
 			h := hits[ri]
 			if len(h) == 0 || h[len(h)-1] != p {
 				hits[ri] = append(h, p)
 			}
 		}
-		hit = true
 		return true
 	})
-	for _, ri := range e.always {
-		hits[ri] = []int{-1} // whole text
-		hit = true
-	}
-
 	var out []found
-	var nls []int
-	if hit {
-		nls = newlines(text, nil)
+	var whole []int
+	for _, ri := range e.always {
+		hits[ri] = []int{-1} // the whole piece
 	}
 	for ri, h := range hits {
 		if len(h) == 0 {
@@ -196,27 +336,85 @@ func (e *engine) find(ctx context.Context, text string) ([]found, error) {
 		}
 		rs := &e.rules[ri]
 		var wins [][2]int
-		if h[0] == -1 {
-			wins = [][2]int{{0, len(text)}}
-		} else {
+		switch {
+		case rs.whole && all:
+			wins = [][2]int{{0, n}}
+		case rs.whole:
+			whole = append(whole, ri)
+			continue
+		case h[0] == -1:
+			wins = e.pieceWindow(rs, text, lo, hi)
+		default:
 			wins = e.windows(rs, h, text, nls)
 		}
 		for _, w := range wins {
 			fs, err := detectWindow(ctx, rs.det, text, w, false)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			out = append(out, fs...)
 		}
 	}
-	for _, w := range encodedWindows(text, nls) {
+	for _, w := range encodedWindows(text, nls, lo, hi) {
 		fs, err := detectWindow(ctx, e.full, text, w, true)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, fs...)
 	}
-	return out, ctx.Err()
+	return out, whole, ctx.Err()
+}
+
+// findWhole runs rule ri over the whole text.
+func (e *engine) findWhole(ctx context.Context, text string, ri int) ([]found, error) {
+	return detectWindow(ctx, e.rules[ri].det, text, [2]int{0, len(text)}, false)
+}
+
+// pieceWindow is the window of a rule without keywords for the piece
+// text[lo:hi]: the piece, widened by the longest match, or by pad and
+// stretched.
+func (e *engine) pieceWindow(rs *ruleScanner, text string, lo, hi int) [][2]int {
+	n := len(text)
+	if rs.bounded() {
+		return [][2]int{{max(lo-rs.maxLen, 0), min(hi+rs.maxLen+64, n)}}
+	}
+	a, b := max(lo-e.pad, 0), min(hi+e.pad, n)
+	var st stretcher
+	a, b = st.stretch(rs.reach, text, a, b)
+	return [][2]int{{a, b}}
+}
+
+// stretcher extends windows through runs of a rule's reach, remembering
+// the last run it walked so that many keywords in one long run cost one
+// walk, not one each.
+type stretcher struct {
+	fwdFrom, fwdTo int // text[fwdFrom:fwdTo] is all reach
+	bwdFrom, bwdTo int // text[bwdFrom:bwdTo] is all reach
+}
+
+func (st *stretcher) stretch(reach *[256]bool, text string, a, b int) (int, int) {
+	n := len(text)
+	if st.bwdFrom < a && a <= st.bwdTo {
+		a = st.bwdFrom
+	}
+	a0 := a
+	for a > 0 && reach[text[a-1]] {
+		a--
+	}
+	if a < a0 {
+		st.bwdFrom, st.bwdTo = a, a0
+	}
+	if st.fwdFrom <= b && b < st.fwdTo {
+		b = st.fwdTo
+	}
+	b0 := b
+	for b < n && reach[text[b]] {
+		b++
+	}
+	if b > b0 {
+		st.fwdFrom, st.fwdTo = b0, b
+	}
+	return a, min(b+stretchTail, n)
 }
 
 // windows returns the merged windows of text that rule rs must scan, given
@@ -224,9 +422,10 @@ func (e *engine) find(ctx context.Context, text string) ([]found, error) {
 func (e *engine) windows(rs *ruleScanner, hits []int, text string, nls []int) [][2]int {
 	n := len(text)
 	wins := make([][2]int, 0, len(hits))
+	var st stretcher
 	for _, p := range hits {
 		a, b := p-e.pad, p+e.pad
-		if rs.maxLen >= 0 && rs.maxLen <= maxBoundedLen {
+		if rs.bounded() {
 			a, b = p-rs.maxLen, p+rs.maxLen+64
 		}
 		if rs.maxNL >= 0 {
@@ -242,6 +441,9 @@ func (e *engine) windows(rs *ruleScanner, hits []int, text string, nls []int) []
 		}
 		for i := 0; i < snapLimit && b < n && isWordByte(text[b]); i++ {
 			b++
+		}
+		if rs.reach != nil {
+			a, b = st.stretch(rs.reach, text, a, b)
 		}
 		wins = append(wins, [2]int{a, b})
 	}
@@ -259,10 +461,23 @@ func (e *engine) windows(rs *ruleScanner, hits []int, text string, nls []int) []
 	for _, w := range merged {
 		total += w[1] - w[0]
 	}
-	if total*4 >= n*3 {
-		return [][2]int{{0, n}}
+	if span := merged[len(merged)-1][1] - merged[0][0]; len(merged) > 1 && total*4 >= span*3 {
+		return [][2]int{{merged[0][0], merged[len(merged)-1][1]}}
 	}
 	return merged
+}
+
+// splitPoint returns the first offset at or after i (and before n) where
+// text can be cut into pieces without cutting a run that a stretched rule
+// could stretch over, or len(text) when there is none. Pieces cut there do
+// not each walk and scan the same long run.
+func (e *engine) splitPoint(text string, i int) int {
+	for ; i < len(text); i++ {
+		if i > 0 && !e.loud[text[i-1]][text[i]] && utf8.RuneStart(text[i]) {
+			return i
+		}
+	}
+	return len(text)
 }
 
 // detectWindow runs det over text[w[0]:w[1]] and returns its findings in
@@ -375,7 +590,10 @@ func locate(win string, nls []int, f *report.Finding) (found, bool) {
 // decoder would decode to printable text: base64 and hex runs, percent
 // escapes and unicode escapes. It is a cheap prefilter; the decoding that
 // counts is gitleaks'.
-func encodedWindows(text string, nls []int) [][2]int {
+//
+// Only segments that start in text[lo:hi] are reported (a segment running
+// into lo belongs to the piece before); their windows reach outside.
+func encodedWindows(text string, nls []int, lo, hi int) [][2]int {
 	const ctxBytes = 256
 	var wins [][2]int
 	add := func(a, b int) {
@@ -386,7 +604,11 @@ func encodedWindows(text string, nls []int) [][2]int {
 		}
 		wins = append(wins, [2]int{a, b})
 	}
-	for i := 0; i < len(text); {
+	i := lo
+	for i > 0 && i < len(text) && isB64Byte(text[i-1]) && isB64Byte(text[i]) {
+		i++
+	}
+	for i < hi {
 		c := text[i]
 		switch {
 		case isB64Byte(c):

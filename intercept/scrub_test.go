@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept/secretgen"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/zricethezav/gitleaks/v8/detect"
@@ -344,7 +345,7 @@ func TestEngineMatchesGitleaks(t *testing.T) {
 		want := mergeFound(mustFind(t, func(ctx context.Context, s string) ([]found, error) {
 			return detectWindow(ctx, ref, s, [2]int{0, len(s)}, false)
 		}, text))
-		got := mergeFound(mustFind(t, s.eng.find, text))
+		got := mergeFound(mustFind(t, s.eng.findAll, text))
 		for _, w := range want {
 			if !covered(got, w) {
 				t.Errorf("output %d: gitleaks found %s at [%d,%d) %.40q; the engine did not", i, w.rule, w.start, w.end, text[w.start:w.end])
@@ -420,20 +421,25 @@ func TestMergeFound(t *testing.T) {
 	}
 }
 
-func TestChunks(t *testing.T) {
-	s := &Scrubber{chunk: 10, overlap: 4}
+// TestSplitPoint checks where a long text is cut into pieces: never
+// inside a run a stretched rule can run through (a long token, a long
+// line for curl's rules), so that no two pieces walk the same run.
+func TestSplitPoint(t *testing.T) {
+	e := testScrubber(t, policy.Scrub{}).eng
 	tests := []struct {
-		n    int
-		want string
+		text string
+		from int
+		want int
 	}{
-		{0, "[[0 0]]"},
-		{10, "[[0 10]]"},
-		{11, "[[0 10] [6 11]]"},
-		{22, "[[0 10] [6 16] [12 22]]"},
+		{"return x;\n  y := 1", 1, 9},                 // between ";" and "\n"
+		{"return x;\n  y := 1", 10, 10},               // "\n" then " "
+		{strings.Repeat("A", 100), 3, 100},            // one token: no cut
+		{"curl -H 'x: y' https://a.b/c d e f", 5, 34}, // a curl line is one run
+		{"eyJ" + strings.Repeat("abc", 30) + ".\n\n", 5, 94},
 	}
 	for _, tt := range tests {
-		if got := fmt.Sprint(s.chunks(strings.Repeat("x", tt.n))); got != tt.want {
-			t.Errorf("chunks(%d) = %s, want %s", tt.n, got, tt.want)
+		if got := e.splitPoint(tt.text, tt.from); got != tt.want {
+			t.Errorf("splitPoint(%.20q, %d) = %d, want %d", tt.text, tt.from, got, tt.want)
 		}
 	}
 }
@@ -623,21 +629,21 @@ func TestScrubFailClosed(t *testing.T) {
 	tests := []struct {
 		name    string
 		timeout time.Duration
-		find    func(ctx context.Context, text string) ([]found, error)
+		find    func(ctx context.Context, text string, nls []int, lo, hi int) ([]found, []int, error)
 		want    string
 	}{
-		{"error", time.Hour, func(ctx context.Context, text string) ([]found, error) {
-			return nil, errors.New("detector broke")
+		{"error", time.Hour, func(ctx context.Context, text string, nls []int, lo, hi int) ([]found, []int, error) {
+			return nil, nil, errors.New("detector broke")
 		}, "foldproxy withheld this result: it could not be scanned for secrets (scan failed: the secret detector reported an error)"},
-		{"panic", time.Hour, func(ctx context.Context, text string) ([]found, error) {
+		{"panic", time.Hour, func(ctx context.Context, text string, nls []int, lo, hi int) ([]found, []int, error) {
 			panic("boom " + text)
 		}, "foldproxy withheld this result: it could not be scanned for secrets (scan failed: the secret detector panicked)"},
-		{"hang", 50 * time.Millisecond, func(ctx context.Context, text string) ([]found, error) {
+		{"hang", 50 * time.Millisecond, func(ctx context.Context, text string, nls []int, lo, hi int) ([]found, []int, error) {
 			select {} // ignores its context
 		}, "foldproxy withheld this result: it could not be scanned for secrets (scan timed out after 50ms)"},
-		{"slow", 50 * time.Millisecond, func(ctx context.Context, text string) ([]found, error) {
+		{"slow", 50 * time.Millisecond, func(ctx context.Context, text string, nls []int, lo, hi int) ([]found, []int, error) {
 			<-ctx.Done()
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}, "foldproxy withheld this result: it could not be scanned for secrets (scan timed out after 50ms)"},
 	}
 	for _, tt := range tests {
@@ -647,7 +653,7 @@ func TestScrubFailClosed(t *testing.T) {
 				s := *base
 				s.timeout = tt.timeout
 				s.find = tt.find
-				payload := tok + " " + strings.Repeat("x", size)
+				payload := tok + " " + strings.Repeat("xxxxxxx. ", size/9) // lines cut into pieces
 				ex := &Exchange{Outcome: OutcomeOK}
 				h := Chain(func(ctx context.Context, ex *Exchange) error {
 					ex.Result = json.RawMessage(`{"text":"` + payload + `"}`)
@@ -729,4 +735,112 @@ func TestScrubTrajectories(t *testing.T) {
 		}
 	}
 	t.Logf("redactions in %d real outputs: %v", len(outs), total)
+}
+
+// TestScrubCanceledCall: a call that ends (the agent cancels it, or its
+// deadline passes) while its result is scanned is not a scan failure. The
+// exchange says canceled, delivers nothing, and its error wraps the
+// context's, so that the proxy sends no response to a canceled call.
+func TestScrubCanceledCall(t *testing.T) {
+	s := testScrubber(t, policy.Scrub{})
+	for _, tt := range []struct {
+		name string
+		end  func(context.Context) (context.Context, func())
+		want error
+	}{
+		{"cancel", func(ctx context.Context) (context.Context, func()) { return context.WithCancel(ctx) }, context.Canceled},
+		{"deadline", func(ctx context.Context) (context.Context, func()) {
+			return context.WithDeadline(ctx, time.Unix(0, 0))
+		}, context.DeadlineExceeded},
+	} {
+		for _, upstreamErr := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/upstream-error=%v", tt.name, upstreamErr), func(t *testing.T) {
+				ctx, end := tt.end(context.Background())
+				ex := &Exchange{Method: "tools/call"}
+				h := Chain(func(ctx context.Context, ex *Exchange) error {
+					end() // the agent cancels while the upstream answers
+					if upstreamErr {
+						ex.Err = fmt.Errorf("tools/call on up cancelled: %w", ctx.Err())
+						return ex.Err
+					}
+					ex.Result = json.RawMessage(`{"content":[{"type":"text","text":"ghp_` + hiEntropy36 + `"}]}`)
+					return nil
+				}, Scrub(s))
+				err := h(ctx, ex)
+				if !errors.Is(err, tt.want) || !errors.Is(ex.Err, tt.want) {
+					t.Errorf("err = %v, ex.Err = %v; want both to wrap %v", err, ex.Err, tt.want)
+				}
+				if errors.Is(err, ErrWithheld) || strings.Contains(fmt.Sprint(err), "could not be scanned") {
+					t.Errorf("err = %v: a canceled call is reported as a scan failure", err)
+				}
+				if ex.Outcome != OutcomeCanceled || ex.Result != nil {
+					t.Errorf("Outcome = %q, Result = %s; want canceled and nothing", ex.Outcome, ex.Result)
+				}
+			})
+		}
+	}
+}
+
+// TestScrubArgsArchived: a secret the agent put in a tool call's
+// arguments reaches the upstream as sent, but the charge (what fold
+// archives) holds the scrubbed arguments; arguments that cannot be scanned
+// withhold the exchange, so nothing of it is archived.
+func TestScrubArgsArchived(t *testing.T) {
+	tok := "ghp_" + hiEntropy36
+	args := json.RawMessage(`{"cmd":"curl -H 'Authorization: token ` + tok + `' https://api.github.com","env":{"GITHUB_TOKEN":"` + tok + `"}}`)
+	params := json.RawMessage(`{"name":"sh","arguments":` + string(args) + `}`)
+	c, err := NewCounter(policy.Tokens{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(s *Scrubber) (*Exchange, *fakeBrancher, json.RawMessage, error) {
+		fb := newFake(fold.Branch{ID: "root", Budget: 0})
+		var sent json.RawMessage
+		h := Chain(func(ctx context.Context, ex *Exchange) error {
+			sent = ex.Params
+			ex.Result = json.RawMessage(`{"content":[{"type":"text","text":"ok"}]}`)
+			return nil
+		}, Scrub(s), Tokens(c), Budget(fb, c, nil))
+		ex := &Exchange{Method: "tools/call", Name: "sh", Params: params, Args: args}
+		err := h(context.Background(), ex)
+		return ex, fb, sent, err
+	}
+
+	ex, fb, sent, err := run(testScrubber(t, policy.Scrub{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(sent, params) {
+		t.Errorf("the upstream got %s, want the arguments as the agent sent them", sent)
+	}
+	if len(fb.charges) != 1 {
+		t.Fatalf("%d charges, want 1", len(fb.charges))
+	}
+	archived := fb.charges[0].Args
+	if strings.Contains(archived, tok[:16]) || !json.Valid([]byte(archived)) {
+		t.Errorf("archived arguments %s: want valid JSON without the token", archived)
+	}
+	if got := strings.Count(archived, "[REDACTED:"); got != 2 || sum(ex.Redactions) != 2 {
+		t.Errorf("archived %s with redactions %v; want both tokens redacted and counted", archived, ex.Redactions)
+	}
+	if ex.ArgTokens != c.CountArgs(json.RawMessage(archived)) {
+		t.Errorf("ArgTokens = %d, want the count of the archived arguments", ex.ArgTokens)
+	}
+
+	// Fail closed: a detector that fails on the arguments withholds all.
+	s := *testScrubber(t, policy.Scrub{})
+	eng := s.find
+	s.find = func(ctx context.Context, text string, nls []int, lo, hi int) ([]found, []int, error) {
+		if strings.Contains(text, "GITHUB_TOKEN") {
+			return nil, nil, errors.New("detector broke")
+		}
+		return eng(ctx, text, nls, lo, hi)
+	}
+	ex, fb, _, err = run(&s)
+	if !errors.Is(err, ErrWithheld) || ex.Outcome != OutcomeWithheld || ex.Result != nil {
+		t.Errorf("err = %v, Outcome = %s, Result = %s; want withheld", err, ex.Outcome, ex.Result)
+	}
+	if len(fb.charges) != 0 {
+		t.Errorf("%d charges archived for a withheld exchange, want none", len(fb.charges))
+	}
 }

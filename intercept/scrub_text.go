@@ -241,6 +241,9 @@ func better(f, g found) bool {
 	return f.rule < g.rule
 }
 
+// maxTrieSecret is the longest secret sweep looks for with a trie.
+const maxTrieSecret = 256
+
 // sweep returns a span for every occurrence in text of a secret already
 // found, so that a secret matched once in context is also removed where it
 // appears bare. Secrets shorter than minSweep are not swept: they are too
@@ -262,19 +265,33 @@ func sweep(text string, fs []found) []found {
 		return nil
 	}
 	var out []found
-	if len(secrets) <= 4 {
-		for _, s := range secrets {
-			for i := 0; ; {
-				j := strings.Index(text[i:], s)
-				if j < 0 {
-					break
-				}
-				out = append(out, found{start: i + j, end: i + j + len(s), rule: rules[s]})
-				i += j + len(s)
-			}
+	// Long secrets (keys, JWTs of kilobytes) are looked for one by one: an
+	// Aho-Corasick trie of them costs more to build than it saves.
+	var short, long []string
+	for _, s := range secrets {
+		if len(s) > maxTrieSecret {
+			long = append(long, s)
+		} else {
+			short = append(short, s)
 		}
+	}
+	if len(short) <= 4 {
+		long, short = append(long, short...), nil
+	}
+	for _, s := range long {
+		for i := 0; ; {
+			j := strings.Index(text[i:], s)
+			if j < 0 {
+				break
+			}
+			out = append(out, found{start: i + j, end: i + j + len(s), rule: rules[s]})
+			i += j + len(s)
+		}
+	}
+	if len(short) == 0 {
 		return out
 	}
+	secrets = short
 	trie := ahocorasick.NewTrieBuilder().AddStrings(secrets).Build()
 	trie.Walk([]byte(text), func(end, n, pattern int64) bool {
 		s := secrets[pattern]

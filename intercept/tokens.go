@@ -41,6 +41,10 @@ type Counter struct {
 	// goes to the codec, as a reference for tests and benchmarks.
 	fast *fastCounter
 	lib  bool
+	// libHook, when set (tests only), is called with the length of every
+	// text handed to the codec or merged at once (countPiece): the work of
+	// a count is checked through it.
+	libHook func(n int)
 }
 
 // NewCounter returns a Counter for t.Encoding ("o200k_base" when empty, or

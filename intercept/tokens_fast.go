@@ -261,6 +261,17 @@ const (
 	sharedShards   = 64
 	shardEntries   = 1 << 10
 	maxCachedPiece = 64
+	// maxExactPiece is the longest piece counted whole by the library.
+	// Longer pieces (only runs of several KB of letters of one case, of
+	// white space or of punctuation make them) cost the library's merge
+	// O(n log n) with a large constant, seconds for a few MB; they are
+	// counted as the sum of their slices of longSlice bytes, each exact
+	// (see countLongPiece).
+	maxExactPiece = 4 << 10
+	// longSlice is the slice length of long pieces: a multiple of the
+	// longest tokens of runs of one byte (128 spaces), so that such runs
+	// still count exactly.
+	longSlice = 256
 	// maxPacked is the longest piece a local cache keys by a packed
 	// integer rather than by a string.
 	maxPacked = 8
@@ -344,6 +355,10 @@ type fastCounter struct {
 	split  splitter
 	shared sharedCache
 	locals sync.Pool // of *localCache
+	// ranks are the encoding's merge ranks (tokens_bpe.go), loaded on
+	// first use.
+	ranksOnce sync.Once
+	ranks     *bpeTable
 }
 
 func newFastCounter(o200k bool) *fastCounter {
@@ -437,8 +452,10 @@ func (c *Counter) pieceTokens(piece string, lc *localCache) int {
 			return 0
 		}
 		return 1
+	case len(piece) > maxExactPiece:
+		return c.countLongPiece(piece)
 	case len(piece) > maxCachedPiece:
-		return c.countLib(piece)
+		return c.countPiece(piece)
 	case len(piece) <= maxPacked:
 		k := pack(piece)
 		if n, ok := lc.short.get(k); ok {
@@ -456,6 +473,30 @@ func (c *Counter) pieceTokens(piece string, lc *localCache) int {
 	return int(n)
 }
 
+// countLongPiece counts a piece of more than maxExactPiece bytes as the
+// sum of the counts of its slices of longSlice bytes: linear in the
+// piece's length, and a repeated run (a line of "=", a long run of spaces)
+// costs one library call per distinct slice. This is the one place where
+// a count is not the library's: a token the library would make across a
+// slice border is counted as two, so a long piece of random letters counts
+// a few percent more (TestCountLongPieces bounds it at 8%); runs of one
+// byte count exactly. Normal text has no such piece: counts of pieces up
+// to maxExactPiece bytes are exact.
+func (c *Counter) countLongPiece(piece string) int {
+	seen := map[string]int{}
+	n := 0
+	for i := 0; i < len(piece); i += longSlice {
+		sl := piece[i:min(i+longSlice, len(piece))]
+		k, ok := seen[sl]
+		if !ok {
+			k = c.countPiece(sl)
+			seen[sl] = k
+		}
+		n += k
+	}
+	return n
+}
+
 // sharedTokens returns the tokens of a piece of at most maxCachedPiece
 // bytes from the shared cache, or else from the library.
 func (c *Counter) sharedTokens(piece string) uint16 {
@@ -463,15 +504,30 @@ func (c *Counter) sharedTokens(piece string) uint16 {
 		return n
 	}
 	// A piece of at most maxCachedPiece bytes has at most as many tokens.
-	n := uint16(c.countLib(piece))
+	n := uint16(c.countPiece(piece))
 	c.fast.shared.put(piece, n)
 	return n
+}
+
+// countPiece returns the tokens of one ASCII piece of the splitter, as the
+// library counts it, by merging it with the encoding's ranks (the library's
+// Count would split it again first, which costs more than the merge).
+func (c *Counter) countPiece(piece string) int {
+	if c.libHook != nil {
+		c.libHook(len(piece))
+	}
+	f := c.fast
+	f.ranksOnce.Do(func() { f.ranks = ranksOf(c.codec) })
+	return bpeCount(f.ranks, piece)
 }
 
 // countLib returns the tokens of s as the library counts them.
 func (c *Counter) countLib(s string) int {
 	if s == "" {
 		return 0
+	}
+	if c.libHook != nil {
+		c.libHook(len(s))
 	}
 	n, err := c.codec.Count(s)
 	if err != nil {
@@ -492,6 +548,9 @@ func (c *Counter) encodeFast(s string) ([]string, error) {
 	var toks []string
 	var err error
 	add := func(seg string) {
+		if c.libHook != nil {
+			c.libHook(len(seg))
+		}
 		_, ts, e := c.codec.Encode(seg)
 		if e != nil && err == nil {
 			err = e
@@ -506,12 +565,21 @@ func (c *Counter) encodeFast(s string) ([]string, error) {
 		for p := 0; p < len(seg); {
 			e := c.fast.split.next(seg, p)
 			piece := seg[p:e]
-			switch c.pieceTokens(piece, lc) {
-			case 0:
-			case 1:
-				toks = append(toks, piece)
-			default:
-				add(piece)
+			// A long piece is encoded slice by slice, as countLongPiece
+			// counts it.
+			for i := 0; i < len(piece); {
+				sl := piece
+				if len(piece) > maxExactPiece {
+					sl = piece[i:min(i+longSlice, len(piece))]
+				}
+				switch c.pieceTokens(sl, lc) {
+				case 0:
+				case 1:
+					toks = append(toks, sl)
+				default:
+					add(sl)
+				}
+				i += len(sl)
 			}
 			p = e
 		}

@@ -3,6 +3,7 @@ package intercept
 import (
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -295,5 +296,92 @@ func BenchmarkCount(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// pathological returns texts of n bytes that make the longest pieces the
+// splitters can make: runs of one letter, of random lower case letters, of
+// upper case, of spaces and of punctuation, and random base64 (no spaces).
+func pathological(n int) map[string]string {
+	rng := rand.New(rand.NewPCG(uint64(n), 3))
+	pick := func(alpha string) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = alpha[rng.IntN(len(alpha))]
+		}
+		return string(b)
+	}
+	return map[string]string{
+		"a-run":      strings.Repeat("a", n),
+		"lower":      pick("abcdefghijklmnopqrstuvwxyz"),
+		"upper":      pick("ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+		"spaces":     strings.Repeat(" ", n),
+		"punct":      pick("!#$%&()*+,-./:;<=>?@[]^_{|}~"),
+		"base64":     pick("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"),
+		"repetitive": strings.Repeat("ab", n/2),
+	}
+}
+
+// TestCountLongPieces checks the work and the exactness of counting text
+// without spaces, without timing anything. Work: the codec is never handed
+// more than maxExactPiece bytes at once and at most the text's length in
+// all, so a count costs linear work whatever the text. Exactness: text
+// whose pieces are at most maxExactPiece bytes is counted exactly as the
+// library counts it; a longer piece counts at least as many tokens as the
+// library, and at most 8% more.
+func TestCountLongPieces(t *testing.T) {
+	for _, enc := range policy.Encodings {
+		c := newCounter(t, enc)
+		lib := newCounter(t, enc)
+		lib.lib = true
+		var calls, total, most int
+		c.libHook = func(n int) { calls++; total += n; most = max(most, n) }
+		for name, s := range pathological(64 << 10) {
+			calls, total, most = 0, 0, 0
+			got := c.CountText(s)
+			if most > maxExactPiece || total > len(s) {
+				t.Errorf("%s %s: the codec got %d bytes in %d calls, at most %d at once; want at most %d, %d", enc, name, total, calls, most, len(s), maxExactPiece)
+			}
+			want := lib.CountText(s)
+			if got < want || got > want+want*8/100 {
+				t.Errorf("%s %s: %d tokens, the library counts %d; want within [%d, %d]", enc, name, got, want, want, want+want*8/100)
+			}
+			// Encoding for a cut agrees with the count.
+			toks, err := c.encode(s)
+			if err != nil || len(toks) != got || strings.Join(toks, "") != s {
+				t.Errorf("%s %s: encode gives %d tokens (err %v), count %d", enc, name, len(toks), err, got)
+			}
+			// Pieces up to maxExactPiece: exact.
+			short := s[:maxExactPiece]
+			if g, w := c.CountText(short), lib.CountText(short); g != w {
+				t.Errorf("%s %s: %d bytes count %d, the library %d", enc, name, len(short), g, w)
+			}
+		}
+	}
+}
+
+// BenchmarkCountSpaceFree counts 2 MiB of text without spaces (each kind
+// of pathological.) against 2 MiB of real tool output, in the same run:
+// the ratio of their ns/op is the slowdown of the worst case.
+//
+//	go test -tags gore2regex ./intercept -run '^$' -bench CountSpaceFree
+func BenchmarkCountSpaceFree(b *testing.B) {
+	const n = 2 << 20
+	prose := strings.Join(trajectoryOutputs(b), "\n")
+	for len(prose) < n {
+		prose += prose
+	}
+	cases := pathological(n)
+	cases["prose"] = prose[:n]
+	for _, name := range []string{"prose", "a-run", "lower", "upper", "spaces", "punct", "base64", "repetitive"} {
+		b.Run(name, func(b *testing.B) {
+			c := newCounter(b, "o200k_base")
+			s := cases[name]
+			c.CountText(s[:64<<10]) // the ranks loaded, the caches warm
+			b.SetBytes(int64(len(s)))
+			for b.Loop() {
+				c.CountText(s)
+			}
+		})
 	}
 }

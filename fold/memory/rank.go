@@ -76,31 +76,25 @@ func (h *hitHeap) Pop() any {
 	return x
 }
 
-// rrfK is the constant of reciprocal rank fusion.
-const rrfK = 60
+// denseWeight is the weight of the dense similarity in the fused score.
+const denseWeight = 0.5
 
 // Rank orders lexical hits best first (score, then confidence, then id)
 // and keeps q.Limit of them. With a dense query vector, the best lexical
-// candidates (five times the limit, at least 50) are reranked by
-// reciprocal rank fusion of their lexical and dense ranks.
+// candidates (five times the limit, at least 50) are reranked by a convex
+// fusion: half their lexical score relative to the best, half the cosine
+// similarity of their embedding with the query's.
 func Rank(hits []Hit, q Query) []Hit {
 	slices.SortFunc(hits, better)
 	if len(q.Dense) > 0 && len(hits) > 1 {
-		n := min(len(hits), max(5*q.Limit, 50))
-		cand := hits[:n]
-		lex := make(map[string]int, n)
-		for i, h := range cand {
-			lex[h.Memory.ID] = i
-		}
-		byDense := slices.Clone(cand)
-		cos := make(map[string]float64, n)
-		for _, h := range byDense {
-			cos[h.Memory.ID] = Cosine(q.Dense, h.Memory.Dense)
-		}
-		slices.SortStableFunc(byDense, func(a, b Hit) int { return cmp.Compare(cos[b.Memory.ID], cos[a.Memory.ID]) })
-		for i, h := range byDense {
-			fused := 1.0/float64(rrfK+lex[h.Memory.ID]+1) + 1.0/float64(rrfK+i+1)
-			cand[lex[h.Memory.ID]].Score = fused
+		cand := hits[:min(len(hits), max(5*q.Limit, 50))]
+		top := cand[0].Score
+		for i := range cand {
+			lex := 0.0
+			if top > 0 {
+				lex = cand[i].Score / top
+			}
+			cand[i].Score = (1-denseWeight)*lex + denseWeight*max(Cosine(q.Dense, cand[i].Memory.Dense), 0)
 		}
 		slices.SortStableFunc(cand, func(a, b Hit) int { return cmp.Compare(b.Score, a.Score) })
 		hits = cand

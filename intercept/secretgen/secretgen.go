@@ -157,3 +157,43 @@ func Generate(rng *rand.Rand) []Secret {
 	add("private-key", pem(rng, "PRIVATE KEY", 1650), "%s")
 	return out
 }
+
+// Long returns secrets longer than any fixed scan window around a keyword
+// can hold: private keys the size of RSA-8192 and RSA-6144 keys (6.4 KB and
+// 4.8 KB of PEM), a PKCS#8 key of 9 KB, and JSON Web Tokens of about 6.8 KB
+// and 12 KB (OIDC tokens with many claims, signed with RSA-4096). gitleaks'
+// default detector finds each of them whole.
+func Long(rng *rand.Rand) []Secret {
+	var out []Secret
+	add := func(rule, value, format string) {
+		out = append(out, Secret{RuleID: rule, Value: value, Context: fmt.Sprintf(format, value)})
+	}
+	add("private-key", pem(rng, "RSA PRIVATE KEY", 6230), "%s")
+	add("private-key", pem(rng, "RSA PRIVATE KEY", 4700), "%s")
+	add("private-key", pem(rng, "PRIVATE KEY", 9000), "%s")
+	add("jwt", longJWT(rng, 6800), "Authorization: Bearer %s")
+	add("jwt", longJWT(rng, 12000), `{"id_token": "%s"}`)
+	return out
+}
+
+// longJWT returns a signed-looking RS256 JSON Web Token of about size bytes
+// whose payload carries many claims, as an OIDC ID token with group
+// memberships does.
+func longJWT(rng *rand.Rand, size int) string {
+	header := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"RS256","typ":"JWT","kid":"` + pick(rng, hexLower, 16) + `"}`))
+	sig := b64url(rng, 512) // RSA-4096
+	var claims strings.Builder
+	fmt.Fprintf(&claims, `{"iss":"https://login.example.com/%s","sub":"%s","aud":"%s","iat":%d,"groups":[`,
+		uuid(rng), pick(rng, digits, 12), uuid(rng), 1700000000+rng.IntN(1e7))
+	for i := 0; ; i++ {
+		if i > 0 {
+			claims.WriteByte(',')
+		}
+		fmt.Fprintf(&claims, `"%s"`, uuid(rng))
+		if len(header)+len(sig)+2+(claims.Len()+2)*4/3 >= size {
+			break
+		}
+	}
+	claims.WriteString("]}")
+	return header + "." + base64.RawURLEncoding.EncodeToString([]byte(claims.String())) + "." + sig
+}

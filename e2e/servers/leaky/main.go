@@ -42,10 +42,11 @@ func main() {
 	}
 	seed := flag.Uint64("seed", defSeed, "seed of the generated secrets (default $LEAKY_SEED, else 1): the same seed plants the same values")
 	manifest := flag.String("manifest", "", "write the planted secrets and their encoded forms to this JSON file")
+	long := flag.Bool("long", false, "plant secretgen's long family (private keys and JWTs of 5 to 12 KB) instead of one secret per rule")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
-	var p Planter = genPlanter{seed: *seed}
+	var p Planter = genPlanter{seed: *seed, long: *long}
 	l, err := newLeaky(p)
 	if err != nil {
 		log.Error("leaky: planting", "err", err)

@@ -29,6 +29,7 @@ type Planter interface {
 // rules), each in its context line.
 type genPlanter struct {
 	seed uint64
+	long bool // plant secretgen's long family instead
 }
 
 var _ Planter = genPlanter{}
@@ -38,10 +39,14 @@ var _ Planter = genPlanter{}
 // the same one: rand.New(rand.NewPCG(seed, ^seed)).
 func Rand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, ^seed)) }
 
-// Secrets returns secretgen.Generate's secrets for the planter's seed, in
+// Secrets returns secretgen.Generate's secrets for the planter's seed, or
+// with long set secretgen.Long's (private keys and JWTs of 5 to 12 KB), in
 // secretgen's order. The same seed gives the same secrets.
 func (p genPlanter) Secrets() []Secret {
 	gen := secretgen.Generate(Rand(p.seed))
+	if p.long {
+		gen = secretgen.Long(Rand(p.seed))
+	}
 	out := make([]Secret, len(gen))
 	for i, s := range gen {
 		out[i] = Secret{Rule: s.RuleID, Value: s.Value, Context: s.Context}
