@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -477,6 +478,45 @@ func TestClaudeCodeFoldsOnTheModelWire(t *testing.T) {
 	t.Logf("cache prefix hit rate: %d/%d = %.2f (misses at %v)", hits, len(reqs)-1, float64(hits)/float64(len(reqs)-1), misses)
 	if strings.Join(misses, ",") != "create2,final" {
 		t.Errorf("cache prefix misses at %v, want only at the two folds (create2, final)", misses)
+	}
+
+	// Metrics and audit: one record per model request the model answered,
+	// the folds counted.
+	modelCalls := 0
+	for _, r := range recs {
+		if strings.HasPrefix(r.Path, "/v1/messages") && r.Invalid == "" {
+			modelCalls++
+		}
+	}
+	// The front records a request once the answer is written, which may be
+	// a moment after Claude Code has read it: wait for the count.
+	want := fmt.Sprintf(`foldproxy_model_requests_total{dialect="anthropic",outcome="ok"} %d`, modelCalls)
+	var page []byte
+	for {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(page), want) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("/metrics lacks %s", want)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if !regexp.MustCompile(`foldproxy_model_folded_branches_total\{dialect="anthropic"\} [1-9]`).Match(page) {
+		t.Error("/metrics counts no folded branch")
+	}
+	audit, err := os.ReadFile(filepath.Join(state, "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(audit), `"kind":"model"`); n < modelCalls {
+		t.Errorf("the audit log holds %d model records, want at least %d", n, modelCalls)
 	}
 }
 

@@ -656,14 +656,16 @@ func (o observer) Relayed(upstream, method string, redactions map[string]int) {
 // ModelRequest records a request of the model front in the metrics and
 // the audit log (kind "model": dialect as method, the conversation's
 // tokens as received and as forwarded).
+// The audit record is written first, so that a request seen in the
+// metrics is in the log.
 func (o observer) ModelRequest(ev proxy.ModelEvent) {
-	o.metrics.ModelRequest(ev.Dialect, ev.Outcome, ev.TokensBefore, ev.TokensAfter, ev.Folded, ev.Guidance, ev.Duration)
 	rec := intercept.Record{Time: time.Now(), Kind: intercept.KindModel, Method: ev.Dialect, Outcome: ev.Outcome,
 		ResultTokens: ev.TokensBefore, DeliveredTokens: ev.TokensAfter, Tokens: ev.Folded,
 		LatencyMS: float64(ev.Duration) / float64(time.Millisecond)}
 	if err := o.auditor.Write(rec); err != nil {
 		o.logger.Warn("audit record of a model request", "err", err)
 	}
+	o.metrics.ModelRequest(ev.Dialect, ev.Outcome, ev.TokensBefore, ev.TokensAfter, ev.Folded, ev.Guidance, ev.Duration)
 }
 
 // sinks fans branch events out to several sinks.
