@@ -28,10 +28,6 @@ const (
 	maxBranchFixedCost   = 60  // branch_create + branch_return answers, besides message and return value
 )
 
-// checkAdvertised: foldproxy advertises upstream only the client
-// capabilities the agent declared.
-const checkAdvertised = false
-
 // bareConnect starts and initializes an mcp-go client that declares no
 // client capabilities (no roots, sampling or elicitation), as a minimal
 // agent does.
@@ -165,7 +161,9 @@ func checkCatalogue(t *testing.T, up string, cc catalogueCost) {
 		}
 	}
 	for n := range cc.proxied {
-		if _, ok := cc.direct[n]; !ok && checkAdvertised {
+		// foldproxy advertises upstream only the client capabilities
+		// the agent declared.
+		if _, ok := cc.direct[n]; !ok {
 			t.Errorf("%s: foldproxy lists tool %s, which the server does not list for the same client: it advertised capabilities the client did not declare", up, n)
 		}
 	}
@@ -181,6 +179,13 @@ func TestFoldCostCatalogueEverything(t *testing.T) {
 	ctx := testContext(t, 90*time.Second)
 	cc := measureCatalogue(ctx, t, "ev", everythingStdioEntry(t), nodeBin(t), everythingScript(t), "stdio")
 	checkCatalogue(t, "server-everything", cc)
+	// server-everything adds these only for a client that declares roots,
+	// sampling and elicitation; this one declares none.
+	for _, n := range []string{"get-roots-list", "trigger-sampling-request", "trigger-elicitation-request"} {
+		if _, ok := cc.proxied[n]; ok {
+			t.Errorf("foldproxy lists ev__%s to a client that declared no roots, sampling or elicitation", n)
+		}
+	}
 }
 
 func TestFoldCostCatalogueFilesystem(t *testing.T) {

@@ -80,6 +80,10 @@ type Options struct {
 	// those that start quickly. An upstream that is not up by then joins
 	// later with list_changed. Zero: no wait.
 	ReadyWait time.Duration
+	// ClientCapabilities, when set, is told the capabilities each agent
+	// declares in initialize, before foldproxy answers it (the upstreams
+	// are told which to advertise; see README, "Client capabilities").
+	ClientCapabilities func(ctx context.Context, caps json.RawMessage)
 }
 
 // Observer receives what the core sees outside the intercept chain.
@@ -424,6 +428,9 @@ func (s *Server) initialize(ctx context.Context, sess *Session, params json.RawM
 	sess.clientInfo = p.ClientInfo
 	sess.initialized = true
 	sess.mu.Unlock()
+	if s.opts.ClientCapabilities != nil {
+		s.opts.ClientCapabilities(ctx, p.Capabilities)
+	}
 	now := time.Now()
 	if err := s.opts.Fold.OpenSession(ctx, fold.SessionRecord{
 		ID: sess.id, Transport: sess.transport, ProtocolVersion: version,

@@ -70,6 +70,8 @@ type conn struct {
 
 	inMu     sync.Mutex
 	incoming map[string]context.CancelFunc // server-to-client requests being answered
+
+	capsGen uint64 // the generation of the client capabilities it was initialized with
 }
 
 type notification struct {
@@ -250,11 +252,13 @@ func stepGerund(step string) string {
 // initialize runs the initialize handshake on c.
 func (c *conn) initialize(ctx context.Context) (initResult, error) {
 	o := c.u.opts
+	caps, gen := c.u.advertised()
+	c.capsGen = gen
 	params, err := json.Marshal(struct {
 		ProtocolVersion string          `json:"protocolVersion"`
 		Capabilities    json.RawMessage `json:"capabilities"`
 		ClientInfo      json.RawMessage `json:"clientInfo"`
-	}{o.ProtocolVersion, o.Capabilities, o.ClientInfo})
+	}{o.ProtocolVersion, caps, o.ClientInfo})
 	if err != nil {
 		return initResult{}, fmt.Errorf("options: capabilities or clientInfo is not valid JSON: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -115,8 +116,8 @@ type Options struct {
 	// ClientInfo is the clientInfo sent in initialize. Default
 	// {"name":"foldproxy","version":"dev"}.
 	ClientInfo json.RawMessage
-	// Capabilities are the client capabilities advertised upstream, e.g.
-	// {"sampling":{},"elicitation":{},"roots":{"listChanged":true}}.
+	// Capabilities are the client capabilities advertised upstream at
+	// first, e.g. {"roots":{"listChanged":true}}; Advertise widens them.
 	// Default {}.
 	Capabilities json.RawMessage
 
@@ -234,7 +235,10 @@ type Upstream struct {
 	demand      int // calls waiting for a connection
 	wake        chan struct{}
 	catalog     Catalog
-	stateSeq    uint64 // events to report through OnState so far
+	stateSeq    uint64                     // events to report through OnState so far
+	caps        map[string]json.RawMessage // client capabilities advertised on the next initialize
+	capsGen     uint64                     // bumped each time caps widen
+	reconnect   bool                       // connect again now: caps widened
 
 	notifyMu sync.Mutex // serializes OnState
 	notified uint64     // the last event reported
@@ -252,7 +256,78 @@ func New(e Entry, opts Options) *Upstream {
 		wake:    make(chan struct{}, 1),
 	}
 	u.dial = dialEntry
+	if err := json.Unmarshal(opts.Capabilities, &u.caps); err != nil || u.caps == nil {
+		u.caps = map[string]json.RawMessage{}
+	}
 	return u
+}
+
+// Advertise widens the client capabilities advertised upstream with caps'
+// top-level entries (a capability already advertised keeps its value).
+// MCP fixes a client's capabilities at initialize, so when the live
+// connection was initialized without one of them it is closed and the
+// upstream connects again at once: calls in flight on it fail as on any
+// lost connection. It reports whether the set widened.
+func (u *Upstream) Advertise(caps map[string]json.RawMessage) bool {
+	u.mu.Lock()
+	widened := false
+	for k, v := range caps {
+		if _, ok := u.caps[k]; !ok {
+			u.caps[k] = v
+			widened = true
+		}
+	}
+	if !widened {
+		u.mu.Unlock()
+		return false
+	}
+	u.capsGen++
+	c := u.liveLocked()
+	if c != nil || u.attempting {
+		u.reconnect = true
+	}
+	u.mu.Unlock()
+	if c != nil {
+		u.log.Info("reconnecting upstream to advertise the client capabilities an agent declared", "capabilities", slices.Sorted(maps.Keys(caps)))
+		c.fail(errWidened)
+	}
+	u.poke()
+	return true
+}
+
+// WaitAdvertised blocks until the upstream is up on a connection
+// initialized with every capability Advertise has added, or until ctx ends
+// or the upstream is closed.
+func (u *Upstream) WaitAdvertised(ctx context.Context) error {
+	for {
+		u.mu.Lock()
+		c, closed, changed := u.liveLocked(), u.closed, u.changed
+		done := c != nil && c.capsGen == u.capsGen
+		u.mu.Unlock()
+		switch {
+		case done:
+			return nil
+		case closed:
+			return unavailable(nil, "upstream %q is closed", u.Name())
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// advertised returns the client capabilities to send in initialize, and
+// their generation.
+func (u *Upstream) advertised() (json.RawMessage, uint64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	b, err := json.Marshal(u.caps)
+	if err != nil {
+		b = []byte(`{}`)
+	}
+	return b, u.capsGen
 }
 
 // Name returns the entry's name.
@@ -416,7 +491,7 @@ func (u *Upstream) Status() (State, error) {
 func (u *Upstream) supervise() {
 	for {
 		u.mu.Lock()
-		for !u.closed && u.life.Err() == nil && (u.liveLocked() != nil || (u.failures == 0 && u.everUp && u.demand == 0)) {
+		for !u.closed && u.life.Err() == nil && (u.liveLocked() != nil || (u.failures == 0 && u.everUp && u.demand == 0 && !u.reconnect)) {
 			u.mu.Unlock()
 			select {
 			case <-u.wake:
@@ -451,6 +526,7 @@ func (u *Upstream) supervise() {
 		u.mu.Lock()
 		u.lastAttempt = time.Now()
 		u.attempting = true
+		u.reconnect = false
 		seq := u.setStateLocked(StateStarting, false)
 		u.mu.Unlock()
 		u.notifyState(seq, StateStarting)
@@ -483,6 +559,14 @@ func (u *Upstream) supervise() {
 				u.log.Warn("upstream failed to start", "err", err, "failures", u.failures, "retry_in", next)
 			}
 		} else {
+			if c.capsGen != u.capsGen {
+				// The capabilities widened during the attempt: connect
+				// again with them.
+				u.reconnect = true
+				u.mu.Unlock()
+				c.fail(errWidened)
+				continue
+			}
 			u.failures = 0
 			u.lastErr = nil
 			c.up.Store(true)
@@ -625,6 +709,7 @@ func (u *Upstream) acquire(ctx context.Context, method string) (*conn, error) {
 var (
 	errDownWait = errors.New("down wait over")
 	errClosing  = errors.New("upstream closed")
+	errWidened  = errors.New("reconnecting to advertise more client capabilities")
 )
 
 // Call sends a request upstream and returns its result raw, byte for byte.

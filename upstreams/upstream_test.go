@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -963,4 +964,75 @@ func TestCloseKillsTheServerAndItsChildren(t *testing.T) {
 		t.Errorf("the server (pid %d) is still running after Close", serverPid)
 	}
 	waitFor(t, "the grandchild to be killed", func() bool { return processGone(sleepPid) })
+}
+
+// TestAdvertiseWidensAndReconnects: an upstream starts advertising the
+// capabilities of Options; Advertise adds the new ones and the upstream is
+// initialized again with them; advertising nothing new changes nothing.
+func TestAdvertiseWidensAndReconnects(t *testing.T) {
+	checkNoLeaks(t)
+	h := server.NewStreamableHTTPServer(newTestServer())
+	var mu sync.Mutex
+	var inits []string // the capabilities of each initialize, compacted
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			body, _ := io.ReadAll(r.Body)
+			var msg struct {
+				Method string `json:"method"`
+				Params struct {
+					Capabilities json.RawMessage `json:"capabilities"`
+				} `json:"params"`
+			}
+			if json.Unmarshal(body, &msg) == nil && msg.Method == "initialize" {
+				var b bytes.Buffer
+				_ = json.Compact(&b, msg.Params.Capabilities)
+				mu.Lock()
+				inits = append(inits, b.String())
+				mu.Unlock()
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	seen := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(inits)
+	}
+
+	var rec recorder
+	u := New(Entry{Name: "web", Type: TypeHTTP, URL: ts.URL + "/mcp"}, rec.options(t))
+	startUpstream(t, u)
+	if got := seen(); !slices.Equal(got, []string{`{}`}) {
+		t.Fatalf("initialize capabilities = %v, want [{}]", got)
+	}
+	if u.Advertise(map[string]json.RawMessage{}) {
+		t.Errorf("advertising nothing widened the set")
+	}
+	if !u.Advertise(map[string]json.RawMessage{"roots": json.RawMessage(`{"listChanged":true}`)}) {
+		t.Fatalf("advertising roots did not widen the set")
+	}
+	if err := u.WaitAdvertised(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := seen(); !slices.Equal(got, []string{`{}`, `{"roots":{"listChanged":true}}`}) {
+		t.Errorf("initialize capabilities = %v, want {} then roots", got)
+	}
+	if u.Advertise(map[string]json.RawMessage{"roots": json.RawMessage(`{}`)}) {
+		t.Errorf("advertising roots again widened the set")
+	}
+	if !u.Advertise(map[string]json.RawMessage{"roots": json.RawMessage(`{}`), "sampling": json.RawMessage(`{}`)}) {
+		t.Fatalf("advertising sampling did not widen the set")
+	}
+	if err := u.WaitAdvertised(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := seen(); len(got) != 3 || got[2] != `{"roots":{"listChanged":true},"sampling":{}}` {
+		t.Errorf("initialize capabilities = %v, want a third with roots (as first given) and sampling", got)
+	}
+	res, err := callTool(testCtx(t), u, "echo", `{"text":"after"}`)
+	if err != nil || toolText(t, res) != "after" {
+		t.Fatalf("echo after reconnecting: %s, %v", res, err)
+	}
 }

@@ -355,9 +355,11 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	var restartsMu sync.Mutex
 	restartsSeen := map[string]int{}
 	set := upstreams.NewSet(cfg.Servers, upstreams.Options{
-		Logger:       logger,
-		ClientInfo:   json.RawMessage(fmt.Sprintf(`{"name":"foldproxy","version":%q}`, version)),
-		Capabilities: json.RawMessage(`{"sampling":{},"elicitation":{},"roots":{"listChanged":true}}`),
+		Logger:     logger,
+		ClientInfo: json.RawMessage(fmt.Sprintf(`{"name":"foldproxy","version":%q}`, version)),
+		// None at first: each agent's own are added as it initializes
+		// (advertiseClientCaps).
+		Capabilities: json.RawMessage(`{}`),
 		OnNotification: func(u *upstreams.Upstream, method string, params json.RawMessage) {
 			if srv := srvp.Load(); srv != nil {
 				srv.UpstreamNotification(u.Name(), method, params)
@@ -462,6 +464,9 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		Logger:              logger,
 		Version:             version,
 		ReadyWait:           st.ReadyWait.D(),
+		ClientCapabilities: func(ctx context.Context, caps json.RawMessage) {
+			advertiseClientCaps(ctx, set.All(), caps, max(st.ReadyWait.D(), 5*time.Second), logger)
+		},
 	})
 	if err != nil {
 		return err
@@ -675,4 +680,51 @@ func (s sinks) BranchEvent(ctx context.Context, ev fold.Event) {
 	for _, x := range s {
 		x.BranchEvent(ctx, ev)
 	}
+}
+
+// relayedCaps are the client capabilities foldproxy relays to an agent,
+// with what it advertises upstream for each.
+var relayedCaps = map[string]json.RawMessage{
+	"roots":       json.RawMessage(`{"listChanged":true}`),
+	"sampling":    json.RawMessage(`{}`),
+	"elicitation": json.RawMessage(`{}`),
+}
+
+// advertiseClientCaps is foldproxy's rule for the client capabilities
+// upstreams are told about: upstreams start advertising none, and each
+// of roots, sampling and elicitation is added (to every upstream, which
+// sessions share) once an agent that declares it initializes. An upstream
+// must be initialized again to learn a capability, so one connected
+// without it reconnects; the agent's initialize waits for that, at most
+// wait. The set only grows: a capability some agent declared stays
+// advertised, and a request for it from an upstream goes to a session that
+// declared it or is refused (proxy.UpstreamRequest).
+func advertiseClientCaps(ctx context.Context, ups []*upstreams.Upstream, declared json.RawMessage, wait time.Duration, logger *slog.Logger) {
+	var d map[string]json.RawMessage
+	if err := json.Unmarshal(declared, &d); err != nil {
+		return
+	}
+	add := map[string]json.RawMessage{}
+	for k, v := range relayedCaps {
+		if _, ok := d[k]; ok {
+			add[k] = v
+		}
+	}
+	if len(add) == 0 {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, u := range ups {
+		if !u.Advertise(add) {
+			continue
+		}
+		wg.Go(func() {
+			if err := u.WaitAdvertised(wctx); err != nil {
+				logger.Debug("upstream not yet reconnected with the agent's capabilities", "upstream", u.Name(), "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
