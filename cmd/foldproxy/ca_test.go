@@ -55,3 +55,30 @@ func TestCACommandPrintsTrustLines(t *testing.T) {
 		t.Errorf("foldproxy ca without a folder: exit %d, stderr %q", code, errOut.String())
 	}
 }
+
+func TestServeProxyListenRefusals(t *testing.T) {
+	t.Setenv("FOLDPROXY_TOKEN", "")
+	dir := t.TempDir()
+	write := func(name, doc string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	plain := write("plain.json", `{"mcpServers":{}}`)
+	noPEM := write("nopem.json", `{"mcpServers":{},"foldproxy":{"proxy":{"extraRootsFile":"plain.json"}}}`)
+	for _, tt := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"serve", "--config", plain, "--listen", "127.0.0.1:0", "--proxy-listen", "0.0.0.0:0"}, "--proxy-listen 0.0.0.0:0 is not a loopback address: set foldproxy.authToken"},
+		{[]string{"serve", "--config", noPEM, "--proxy-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0"}, "extraRootsFile " + filepath.Join(dir, "plain.json") + ": no PEM certificate"},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), tt.args, strings.NewReader(""), &out, &errOut)
+		if code == 0 || !strings.Contains(errOut.String(), tt.says) {
+			t.Errorf("foldproxy %s: exit %d, stderr:\n%s\nwant it to say %q", strings.Join(tt.args, " "), code, errOut.String(), tt.says)
+		}
+	}
+}
