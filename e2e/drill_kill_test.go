@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept"
 )
 
@@ -300,7 +301,7 @@ func kill9CheckResumed(ctx context.Context, t *testing.T, hc *http.Client, px *d
 		}
 		// The resumed session goes on working in a branch left active
 		// before the kill.
-		out, err = c.callTool(ctx, "replay__emit", map[string]any{"bytes": kill9Emit, "kind": "log", "branch_id": resume})
+		out, err := c.callTool(ctx, "replay__emit", map[string]any{"bytes": kill9Emit, "kind": "log", "branch_id": resume})
 		if err != nil || out.failed() {
 			t.Errorf("session %s: a call in branch %s after the restart: %v %s", c.sid, resume, err, outText(out))
 			continue
@@ -322,7 +323,7 @@ func kill9CheckResumed(ctx context.Context, t *testing.T, hc *http.Client, px *d
 // kill9Loop is one client's load. It returns the error that stopped it:
 // with the proxy killed, a transport error.
 func kill9Loop(ctx context.Context, c *drillClient, led *kill9Ledger) error {
-	root := "root-" + c.sid
+	root := fold.RootID(c.sid)
 	for it := 0; it < 100000; it++ {
 		out, err := c.callTool(ctx, "branch_create", map[string]any{
 			"description": fmt.Sprintf("drill client %d iteration %d", led.client, it), "parent_branch_id": root, "budget": 4096,

@@ -262,6 +262,15 @@ func (o *toolOutcome) answer() json.RawMessage {
 // failed reports whether the call failed either way.
 func (o *toolOutcome) failed() bool { return o.isError || o.rpcErr != nil }
 
+// outText describes an outcome that may be nil (the call failed), for
+// messages.
+func outText(o *toolOutcome) string {
+	if o == nil {
+		return ""
+	}
+	return truncate(o.describe(), 500)
+}
+
 // describe is the text of the outcome, for messages.
 func (o *toolOutcome) describe() string {
 	if o.rpcErr != nil {

@@ -512,9 +512,12 @@ func (m *Manager) loadSession(ctx context.Context, rec *SessionRecord) (*session
 	rootID := RootID(rec.ID)
 	var root *Branch
 	for _, b := range bs {
-		if b.ID == rootID {
+		if b.ID == rootID || (b.Depth == 0 && b.ID == legacyRootID(rec.ID) && root == nil) {
 			root = b
 		}
+	}
+	if root != nil {
+		rootID = root.ID // a store written before root ids were hashed keeps its root
 	}
 	switch {
 	case root == nil:

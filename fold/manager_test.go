@@ -113,7 +113,7 @@ func TestStateMachine(t *testing.T) {
 			name: "root cannot be returned",
 			steps: []step{
 				{ToolReturn, map[string]any{"message": "x"}, false, "ErrBranchNotFound: there is no active branch to return"},
-				{ToolReturn, map[string]any{"message": "x", "branch_id": RootID("s1")}, false, "ErrInvalidArgument: root-s1 is the main thread"},
+				{ToolReturn, map[string]any{"message": "x", "branch_id": RootID("s1")}, false, "ErrInvalidArgument: " + RootID("s1") + " is the main thread"},
 			},
 		},
 		{
@@ -692,5 +692,45 @@ func TestCleanText(t *testing.T) {
 		if (err != nil) != tt.err || got != tt.want {
 			t.Errorf("cleanText(%q): got %q, %v; want %q (error %v)", tt.in, got, err, tt.want, tt.err)
 		}
+	}
+}
+
+// Issue 14: the root branch id was "root-<session id>" and branch_status
+// printed the session id; an HTTP session id is the session's credential.
+// Nothing the model sees carries it now; a store written before keeps its
+// root.
+func TestModelSeesNoSessionID(t *testing.T) {
+	const sid = "s-0123456789abcdef01234567"
+	if strings.Contains(RootID(sid), sid) || strings.Contains(RootID(sid), "0123456789abcdef") {
+		t.Fatalf("RootID(%q) = %q carries the session id", sid, RootID(sid))
+	}
+	m, err := NewManager(t.Context(), Options{Store: NewMemStore(), Scanner: fakeScanner{}, Counter: wordCounter{}, PruneInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.OpenSession(t.Context(), SessionRecord{ID: sid, Transport: "http"}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := m.CallTool(t.Context(), sid, ToolStatus, []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "0123456789abcdef") {
+		t.Errorf("branch_status shows the session id: %s", out)
+	}
+	// A store whose root was written under the old id keeps it.
+	st := NewMemStore()
+	if err := st.PutBranch(t.Context(), &Branch{ID: legacyRootID("old"), Session: "old", Status: StatusActive, Used: 7}); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := NewManager(t.Context(), Options{Store: st, Scanner: fakeScanner{}, Counter: wordCounter{}, PruneInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.OpenSession(t.Context(), SessionRecord{ID: "old", Transport: "http"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := m2.Attribute(t.Context(), "old", ""); err != nil || b.ID != legacyRootID("old") || b.Used != 7 {
+		t.Errorf("legacy root: %+v, %v", b, err)
 	}
 }

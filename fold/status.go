@@ -75,7 +75,7 @@ type callView struct {
 
 // treeAnswer is branch_status without a branch: the session's tree.
 type treeAnswer struct {
-	Session        string      `json:"session"`
+	Session        string      `json:"-"` // a session id is a credential: never shown to the model
 	Innermost      string      `json:"innermost_branch"`
 	ActiveBranches int         `json:"active_branches"`
 	Tree           *branchView `json:"tree"`

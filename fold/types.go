@@ -2,6 +2,8 @@ package fold
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"time"
@@ -168,7 +170,17 @@ type SessionRecord struct {
 }
 
 // RootID returns the id of a session's root branch.
-func RootID(session string) string { return "root-" + session }
+//
+// It is derived from the session id by a one-way hash, so that a session can
+// find its root again after a restart while the id the model sees carries
+// nothing of the session's credential (an HTTP session id is one).
+func RootID(session string) string {
+	sum := sha256.Sum256([]byte("foldproxy root\x00" + session))
+	return "root-" + hex.EncodeToString(sum[:8])
+}
+
+// legacyRootID is the root id of stores written before RootID was hashed.
+func legacyRootID(session string) string { return "root-" + session }
 
 // Budget is what the budget interceptor learns about a branch while it holds
 // the branch's charge lock (see Manager.Charge).
