@@ -13,4 +13,13 @@
 // each request goes through the context manager (fold/modelwire) and on to
 // the real API, every header untouched (the agent's credentials are never
 // logged or stored), the answer relayed byte for byte as it streams.
+//
+// Many stdio sessions of one project share one process (attach.go): the
+// project's daemon serves each attached stdio process as its own session
+// over a unix socket (AttachServer), and each stdio process is a Relay of
+// JSON-RPC lines between the agent and that socket, which resumes its
+// session on the next daemon when the daemon dies (TransportAttach sessions
+// are Resumable). Catalogue requests never wait on upstreams for more than
+// Options.ReadyWait; the instructions and branch_status name the upstreams
+// that are not up.
 package proxy
