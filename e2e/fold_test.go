@@ -276,8 +276,10 @@ func trajectoriesPath(t testing.TB) string {
 // replayTrajectory is one recorded run, as the replay server reads it.
 type replayTrajectory struct {
 	ID    string `json:"id"`
+	Task  string `json:"task"`
 	Steps []struct {
-		Output string `json:"output"`
+		Command string `json:"command"`
+		Output  string `json:"output"`
 	} `json:"steps"`
 }
 

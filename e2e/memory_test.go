@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -28,29 +25,8 @@ type memTask struct {
 
 func loadMemTasks(t testing.TB) []memTask {
 	t.Helper()
-	f, err := os.Open(trajectoriesPath(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
 	var out []memTask
-	for sc.Scan() {
-		var tr struct {
-			ID    string `json:"id"`
-			Task  string `json:"task"`
-			Steps []struct {
-				Command string `json:"command"`
-			} `json:"steps"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &tr); err != nil {
-			t.Fatal(err)
-		}
+	for _, tr := range loadTrajectories(t) {
 		body := strings.TrimPrefix(tr.Task, "Consider the following PR description:\n")
 		title, rest, _ := strings.Cut(body, "\n")
 		mt := memTask{ID: tr.ID, Repo: strings.SplitN(tr.ID, "__", 2)[0], Title: strings.TrimSpace(title), Body: rest}

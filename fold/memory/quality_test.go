@@ -1,15 +1,11 @@
 package memory_test
 
 import (
-	"bufio"
-	"compress/gzip"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/foldproxy/foldproxy/fold/memory"
+	"github.com/foldproxy/foldproxy/fold/memory/storetest"
 )
 
 // task is one trajectory of e2e/testdata/trajectories, as a memory source.
@@ -22,41 +18,14 @@ type task struct {
 // return message would name: files, symbols, commands).
 func loadTasks(t testing.TB) []task {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "e2e", "testdata", "trajectories", "swe-dev.jsonl.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
 	var out []task
-	for sc.Scan() {
-		var tr struct {
-			ID    string `json:"id"`
-			Task  string `json:"task"`
-			Steps []struct {
-				Command string `json:"command"`
-			} `json:"steps"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &tr); err != nil {
-			t.Fatal(err)
-		}
+	for _, tr := range storetest.Trajectories(t) {
 		body := strings.TrimPrefix(tr.Task, "Consider the following PR description:\n")
 		title, rest, _ := strings.Cut(body, "\n")
 		var cmds []string
-		for _, s := range tr.Steps {
-			if len(cmds) == 8 {
-				break
-			}
+		for _, s := range tr.Steps[:min(8, len(tr.Steps))] {
 			c, _, _ := strings.Cut(s.Command, "\n")
-			if len(c) > 120 {
-				c = c[:120]
-			}
-			cmds = append(cmds, c)
+			cmds = append(cmds, c[:min(len(c), 120)])
 		}
 		out = append(out, task{
 			ID: tr.ID, Repo: strings.SplitN(tr.ID, "__", 2)[0], Title: strings.TrimSpace(title), Body: rest,

@@ -1,6 +1,8 @@
 package qdrant
 
 import (
+	"cmp"
+	"container/heap"
 	"context"
 	"math"
 	"net"
@@ -285,25 +287,41 @@ func (s pointsSvc) Query(_ context.Context, r *qc.QueryPoints) (*qc.QueryRespons
 			scores[uuid] += w * float64(v)
 		}
 	}
-	var out []*qc.ScoredPoint
+	// Keep the best limit points in a min-heap rather than sorting them all.
+	limit := int(r.GetLimit())
+	if limit <= 0 {
+		limit = 10
+	}
+	h := &scoredHeap{}
 	for uuid, score := range scores {
-		if p := c.points[uuid]; score > 0 && match(p.payload, r.GetFilter()) {
-			out = append(out, &qc.ScoredPoint{Id: p.id, Payload: p.payload, Score: float32(score)})
+		p := c.points[uuid]
+		if score <= 0 || !match(p.payload, r.GetFilter()) {
+			continue
+		}
+		if h.Len() < limit {
+			heap.Push(h, &qc.ScoredPoint{Id: p.id, Payload: p.payload, Score: float32(score)})
+		} else if float32(score) > (*h)[0].Score {
+			(*h)[0] = &qc.ScoredPoint{Id: p.id, Payload: p.payload, Score: float32(score)}
+			heap.Fix(h, 0)
 		}
 	}
-	slices.SortFunc(out, func(a, b *qc.ScoredPoint) int {
-		switch {
-		case a.Score > b.Score:
-			return -1
-		case a.Score < b.Score:
-			return 1
-		}
-		return 0
-	})
-	if l := int(r.GetLimit()); l > 0 && len(out) > l {
-		out = out[:l]
-	}
+	out := []*qc.ScoredPoint(*h)
+	slices.SortFunc(out, func(a, b *qc.ScoredPoint) int { return cmp.Compare(b.Score, a.Score) })
 	return &qc.QueryResponse{Result: out}, nil
+}
+
+// scoredHeap is a min-heap of scored points by score.
+type scoredHeap []*qc.ScoredPoint
+
+func (h scoredHeap) Len() int           { return len(h) }
+func (h scoredHeap) Less(i, j int) bool { return h[i].Score < h[j].Score }
+func (h scoredHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *scoredHeap) Push(x any)        { *h = append(*h, x.(*qc.ScoredPoint)) }
+func (h *scoredHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // match evaluates the filter's must conditions against a payload.
