@@ -601,8 +601,10 @@ func (m *Manager) loadSession(ctx context.Context, rec *SessionRecord) (*session
 // EndSession force-returns the session's active branches, deepest first,
 // with ReasonSessionEnd, closes its root and deletes the session record.
 // Branches and archives stay in the store for reports and recall. It takes
-// at most Settings.SessionEndGrace; branches it could not close in time
-// close at their deadlines or are failed at the next Recover.
+// at most Settings.SessionEndGrace; branches still active after it (work
+// in flight holds them) are marked failed with ReasonSessionEnd as soon as
+// that work lets go (FR-010), or at the next Recover if foldproxy stops
+// first.
 func (m *Manager) EndSession(ctx context.Context, id string) error {
 	s := m.loaded(id)
 	if s == nil {
@@ -618,21 +620,53 @@ func (m *Manager) EndSession(ctx context.Context, id string) error {
 	s.ending = true
 	m.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(ctx, m.set.SessionEndGrace.D())
+	gctx, cancel := context.WithTimeout(ctx, m.set.SessionEndGrace.D())
 	defer cancel()
-	if err := s.root.lock(ctx); err != nil {
-		return fmt.Errorf("fold: end session %s within %s: %w", id, m.set.SessionEndGrace.D(), err)
+	if err := s.root.lock(gctx); err != nil {
+		m.failAfterGrace(s)
+		return fmt.Errorf("fold: end session %s within %s: %w; its active branches are marked failed once the work holding them ends", id, m.set.SessionEndGrace.D(), err)
 	}
-	_, err := m.closeLocked(ctx, s.root, StatusForced, ReasonSessionEnd, nil)
+	_, err := m.closeLocked(gctx, s.root, StatusForced, ReasonSessionEnd, nil)
 	s.root.unlock()
 	if err != nil {
-		return fmt.Errorf("fold: end session %s: %w; branches left open close at their deadlines or at the next start", id, err)
+		m.failAfterGrace(s)
+		return fmt.Errorf("fold: end session %s: %w; its branches still active are marked failed once the work holding them ends", id, err)
 	}
-	if err := m.store.DeleteSession(ctx, id); err != nil {
-		return fmt.Errorf("fold: end session %s: %w", id, err)
+	return m.forgetSession(ctx, s)
+}
+
+// failAfterGrace closes, in the background, the branches of an ending
+// session still active after the grace as StatusFailed with
+// ReasonSessionEnd, deepest first, once the work holding them lets go,
+// then forgets the session.
+func (m *Manager) failAfterGrace(s *session) {
+	if !m.enter() {
+		return
+	}
+	go func() {
+		defer m.wg.Done()
+		ctx := m.bg
+		if err := s.root.lock(ctx); err != nil {
+			return // closing: Recover fails them at the next start
+		}
+		_, err := m.closeLocked(context.WithoutCancel(ctx), s.root, StatusFailed, ReasonSessionEnd, nil)
+		s.root.unlock()
+		if err == nil {
+			err = m.forgetSession(context.WithoutCancel(ctx), s)
+		}
+		if err != nil {
+			m.log.Warn("fold: failing the branches of an ended session; they are failed at the next start", "session", s.id, "err", err)
+		}
+	}()
+}
+
+// forgetSession deletes an ended session's record and its in-memory state.
+func (m *Manager) forgetSession(ctx context.Context, s *session) error {
+	if err := m.store.DeleteSession(ctx, s.id); err != nil {
+		return fmt.Errorf("fold: end session %s: %w", s.id, err)
 	}
 	m.mu.Lock()
-	delete(m.sessions, id)
+	delete(m.sessions, s.id)
 	for bid := range s.nodes {
 		delete(m.nodes, bid)
 		delete(m.model, bid) // reloaded from the archive if asked again

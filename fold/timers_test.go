@@ -218,35 +218,56 @@ func TestDependsOn(t *testing.T) {
 	})
 }
 
+// TestEndSessionGrace: branches still active after the session-end grace,
+// because work in flight holds them, are marked failed (FR-010) once that
+// work lets go, and the session is forgotten.
 func TestEndSessionGrace(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newEnv(t, func(f *policy.Fold) { f.SessionEndGrace = policy.Duration(5 * time.Second) })
-		a := e.create(t, map[string]any{})
-		// A charge to the root holds its lock until released.
-		release := make(chan struct{})
-		held := make(chan struct{})
-		go func() {
-			_, err := e.m.Charge(context.Background(), "s1", RootID("s1"), func(Budget) (Charge, error) {
-				close(held)
-				<-release
-				return Charge{Tokens: 1}, nil
+	for _, hold := range []string{"root", "branch"} {
+		t.Run(hold, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEnv(t, func(f *policy.Fold) { f.SessionEndGrace = policy.Duration(5 * time.Second) })
+				a := e.create(t, map[string]any{})
+				b := e.create(t, map[string]any{"parent_branch_id": a})
+				target := RootID("s1")
+				if hold == "branch" {
+					target = b
+				}
+				// A charge holds the target's lock until released.
+				release := make(chan struct{})
+				held := make(chan struct{})
+				go func() {
+					_, err := e.m.Charge(context.Background(), "s1", target, func(Budget) (Charge, error) {
+						close(held)
+						<-release
+						return Charge{Tokens: 1}, nil
+					})
+					if err != nil {
+						t.Errorf("charge: %v", err)
+					}
+				}()
+				<-held
+				start := time.Now()
+				err := e.m.EndSession(t.Context(), "s1")
+				if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("EndSession with the %s held: got %v, want the grace to run out", hold, err)
+				}
+				if waited := time.Since(start); waited != 5*time.Second {
+					t.Errorf("EndSession waited %s, want the grace of 5s", waited)
+				}
+				if got := e.branch(t, b); got.Status != StatusActive {
+					t.Fatalf("while the charge holds it: got %s", got.Status)
+				}
+				close(release)
+				synctest.Wait()
+				for _, id := range []string{a, b} {
+					if got := e.branch(t, id); got.Status != StatusFailed || got.Reason != ReasonSessionEnd {
+						t.Errorf("branch %s after the grace: got %s %q, want failed %q", id, got.Status, got.Reason, ReasonSessionEnd)
+					}
+				}
+				if _, err := e.store.GetSession(t.Context(), "s1"); !errors.Is(err, ErrSessionNotFound) {
+					t.Errorf("the session record after the grace: got %v, want it deleted", err)
+				}
 			})
-			if err != nil {
-				t.Errorf("charge: %v", err)
-			}
-		}()
-		<-held
-		err := e.m.EndSession(t.Context(), "s1")
-		if err == nil || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("EndSession with the root held: got %v, want the grace to run out", err)
-		}
-		close(release)
-		synctest.Wait()
-		if err := e.m.EndSession(t.Context(), "s1"); err != nil {
-			t.Fatalf("EndSession again: %v", err)
-		}
-		if got := e.branch(t, a); got.Status != StatusForced || got.Reason != ReasonSessionEnd {
-			t.Errorf("branch: got %s %q", got.Status, got.Reason)
-		}
-	})
+		})
+	}
 }
