@@ -112,9 +112,9 @@ func runTransparent(ctx context.Context, e *env, res *results) error {
 	d, b, t := st[0].P50(), st[1].P50(), st[2].P50()
 	note := fmt.Sprintf("%d KB Claude Code-shaped request (no branch), TLS model on loopback, %d calls x %d rounds", len(body)/1000, calls, e.rounds)
 	res.add(row{Section: sec, Metric: "first byte p50, transparent vs direct", Value: ms(t), Baseline: ms(d) + " direct",
-		Ratio: ratio(float64(t), float64(d)), Num: msf(t), Base: msf(d), Unit: "ms", Note: fmt.Sprintf("+%s; %s", ms(t-d), note)})
+		Ratio: ratio(float64(t), float64(d)), Num: msf(t), Base: msf(d), Unit: "ms", Note: fmt.Sprintf("%s; %s", signedMS(t-d), note)})
 	res.add(row{Section: sec, Metric: "first byte p50, transparent vs base URL", Value: ms(t), Baseline: ms(b) + " base URL",
-		Ratio: ratio(float64(t), float64(b)), Num: msf(t), Base: msf(b), Unit: "ms", Note: fmt.Sprintf("+%s; base URL is +%s over direct", ms(t-b), ms(b-d))})
+		Ratio: ratio(float64(t), float64(b)), Num: msf(t), Base: msf(b), Unit: "ms", Note: fmt.Sprintf("%s; base URL is %s over direct", signedMS(t-b), signedMS(b-d))})
 	res.add(row{Section: sec, Metric: "first byte p99, transparent / base URL / direct", Value: ms(st[2].P99()),
 		Baseline: ms(st[1].P99()) + " / " + ms(st[0].P99()), Ratio: ratio(float64(st[2].P99()), float64(st[0].P99())),
 		Num: msf(st[2].P99()), Base: msf(st[0].P99()), Unit: "ms"})
@@ -289,6 +289,14 @@ func writeTestPKI(dir string) (caFile, certFile, keyFile string, roots *x509.Cer
 	roots = x509.NewCertPool()
 	roots.AddCert(caCert)
 	return
+}
+
+// signedMS is a difference with its sign: "+1.2 ms", "-0.4 ms".
+func signedMS(d time.Duration) string {
+	if d < 0 {
+		return "-" + ms(-d)
+	}
+	return "+" + ms(d)
 }
 
 func atoi(s string) int {
