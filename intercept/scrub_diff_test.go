@@ -173,3 +173,45 @@ func TestScrubDifferentialLong(t *testing.T) {
 		}
 	}
 }
+
+// TestScrubWorkLinear checks, without timing anything, that scrubbing text
+// without spaces or with a pattern repeated costs work in proportion to
+// its length: no rule runs over more than twice the text's bytes in all,
+// however many of its keywords the text holds (a window per keyword
+// stretched through one long run would make it quadratic). The texts hold
+// keywords of stretched rules ("ey", "key", "token") and of whole ones
+// ("-----BEGIN") everywhere.
+func TestScrubWorkLinear(t *testing.T) {
+	base := testScrubber(t, policy.Scrub{ChunkBytes: 8 << 10})
+	for name, text := range map[string]string{
+		"space-free":  strings.Repeat("eyJhbGciOiJIUzI1NiJ9key=tokenAB12", 8<<10),
+		"repetitive":  strings.Repeat("api_key = ", 16<<10),
+		"pem-headers": strings.Repeat("-----BEGIN RSA PRIVATE KEY-----", 4<<10),
+		"one-line":    strings.Repeat("curl -H 'Authorization: Bearer x' ", 4<<10),
+	} {
+		t.Run(name, func(t *testing.T) {
+			eng := *base.eng
+			var mu sync.Mutex
+			work := map[int]int{}
+			eng.onWindow = func(rule, n int) {
+				mu.Lock()
+				work[rule] += n
+				mu.Unlock()
+			}
+			s := *base
+			s.eng = &eng
+			s.find = eng.find
+			if _, _, err := s.ScrubText(context.Background(), text); err != nil {
+				t.Fatal(err)
+			}
+			if len(work) == 0 {
+				t.Fatal("no rule ran: the text holds no keyword")
+			}
+			for ri, n := range work {
+				if n > 2*len(text) {
+					t.Errorf("rule %s ran over %d bytes of a %d-byte text", eng.rules[ri].id, n, len(text))
+				}
+			}
+		})
+	}
+}

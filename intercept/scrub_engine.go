@@ -83,6 +83,10 @@ type engine struct {
 	// two bytes a, b in a row; a piece border between two such bytes
 	// would make both pieces scan the run. See splitPoint.
 	loud *[256][256]bool
+	// onWindow, when set (tests only), is called with the rule index and
+	// length of every window a rule is run over: the work of a scan is
+	// checked through it. It must be safe for concurrent use.
+	onWindow func(rule, n int)
 }
 
 // ruleScanner is one rule with its own detector.
@@ -348,6 +352,9 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 			wins = e.windows(rs, h, text, nls)
 		}
 		for _, w := range wins {
+			if e.onWindow != nil {
+				e.onWindow(ri, w[1]-w[0])
+			}
 			fs, err := detectWindow(ctx, rs.det, text, w, false)
 			if err != nil {
 				return nil, nil, err
@@ -367,6 +374,9 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 
 // findWhole runs rule ri over the whole text.
 func (e *engine) findWhole(ctx context.Context, text string, ri int) ([]found, error) {
+	if e.onWindow != nil {
+		e.onWindow(ri, len(text))
+	}
 	return detectWindow(ctx, e.rules[ri].det, text, [2]int{0, len(text)}, false)
 }
 
