@@ -39,4 +39,9 @@ package fold
 //
 // Other exported helpers: OpenBadger and OpenBadgerReadOnly (the durable
 // store), NewMemStore (tests), the optional Batcher extension of Store,
-// ToolNames and IsTool, and (*Manager).Prune.
+// ToolNames, IsTool and ChargedTool, and (*Manager).Prune.
+//
+// Memories (fold/memory, Options.Memory) hook into branch_create
+// (injection, charged to the new branch), branch_return (extraction), the
+// closing of a branch (confidence, anti-patterns) and the memory_record and
+// memory_search tools; see memory.go.
