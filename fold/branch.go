@@ -301,7 +301,9 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 		m.armLocked(n)
 		n.unlock()
 	}
-	m.emit(ctx, branchEvent("created", b))
+	cev := branchEvent("created", b)
+	cev.Tokens = tokens // the create answer, charged to the parent
+	m.emit(ctx, cev)
 	m.levelEvent(ctx, pb, npb)
 	if len(b.Injected) > 0 {
 		if err := m.mem.MarkUsed(wctx, b.Injected, true); err != nil {

@@ -734,3 +734,26 @@ func TestModelSeesNoSessionID(t *testing.T) {
 		t.Errorf("legacy root: %+v, %v", b, err)
 	}
 }
+
+// TestCreateAndReturnEventsCarryAnswerTokens: the created and returned
+// events carry the tokens of the answers charged to the parent, so that
+// reports count what the parent really received.
+func TestCreateAndReturnEventsCarryAnswerTokens(t *testing.T) {
+	e := newEnv(t, nil)
+	root := RootID("s1")
+	before := e.branch(t, root).Used
+	a := e.create(t, map[string]any{})
+	afterCreate := e.branch(t, root).Used
+	e.mustCall(t, "s1", ToolReturn, map[string]any{"branch_id": a, "message": "found it"})
+	afterReturn := e.branch(t, root).Used
+	cr, rt := e.events.of("created"), e.events.of("returned")
+	if len(cr) != 1 || len(rt) != 1 {
+		t.Fatalf("events: %d created, %d returned; want 1 each", len(cr), len(rt))
+	}
+	if cr[0].Tokens <= 0 || cr[0].Tokens != afterCreate-before {
+		t.Errorf("created event tokens = %d, want the %d charged to the root", cr[0].Tokens, afterCreate-before)
+	}
+	if rt[0].Tokens <= 0 || rt[0].Tokens != afterReturn-afterCreate {
+		t.Errorf("returned event tokens = %d, want the %d charged to the root", rt[0].Tokens, afterReturn-afterCreate)
+	}
+}

@@ -135,7 +135,7 @@ type Event struct {
 	Level   string
 	Used    int
 	Budget  int
-	Tokens  int // the return answer's tokens (charged to the parent) for returns; cut remainder for cuts
+	Tokens  int // the create or return answer's tokens (charged to the parent) for creations and returns; cut remainder for cuts
 	Err     error
 }
 

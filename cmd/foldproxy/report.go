@@ -291,8 +291,8 @@ type repBranch struct {
 	Status  string `json:"status,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 	repSums
-	// ReturnedTokens are the tokens of the branch's return message, as
-	// charged to its parent.
+	// ReturnedTokens are the tokens its parent received for the branch:
+	// the branch_create and branch_return answers, as charged to it.
 	ReturnedTokens int `json:"returned_tokens"`
 
 	first time.Time // first record, for ordering
@@ -314,8 +314,10 @@ type repCompression struct {
 	// InsideBranches is the sum of delivered tokens of calls attributed to
 	// branches other than the root.
 	InsideBranches int `json:"tokens_inside_branches"`
-	// Returned is the sum of the tokens of returned and forced branches'
-	// messages: what their parents received instead.
+	// Returned is what parents received for their branches instead of
+	// what the branches saw: the branch_create answers and the
+	// branch_return answers (message and return value included), as
+	// charged to the parents.
 	Returned int `json:"tokens_returned"`
 	// Ratio is InsideBranches/Returned; nil when nothing was returned.
 	Ratio *float64 `json:"ratio"`
@@ -463,6 +465,8 @@ func (a *repAggregator) addEvent(r intercept.Record) {
 		if b.Status == "" {
 			b.Status = "active"
 		}
+		b.ReturnedTokens += r.Tokens
+		a.comp.Returned += r.Tokens
 	case "returned", "forced", "failed":
 		b.Status = r.Status
 		if b.Status == "" {

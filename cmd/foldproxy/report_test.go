@@ -49,14 +49,14 @@ func writeReportFixture(tb testing.TB) string {
 	cut.CutHandle = "cut-1"
 	records := []intercept.Record{
 		withRedactions(call(1, "s1", "root-s1", "", 0, "gh", "tools/call", "search", 10, 500, 500, "ok"), map[string]int{"github-pat": 1}),
-		event(2, "s1", "b1", "root-s1", 1, "created", "active", "", 0),
+		event(2, "s1", "b1", "root-s1", 1, "created", "active", "", 30),
 		call(3, "s1", "b1", "root-s1", 1, "fs", "tools/call", "read_file", 8, 3000, 3000, "ok"),
 		withRedactions(cut, map[string]int{"aws-access-token": 2, "github-pat": 1}),
 		event(5, "s1", "b1", "root-s1", 1, "warning", "", "", 0),
 		event(6, "s1", "b1", "root-s1", 1, "forced", "forced", "budget exhausted", 200),
-		event(7, "s1", "b2", "root-s1", 1, "created", "active", "", 0),
+		event(7, "s1", "b2", "root-s1", 1, "created", "active", "", 30),
 		call(8, "s1", "b2", "root-s1", 1, "gh", "tools/call", "search", 12, 800, 800, "ok"),
-		event(9, "s1", "b3", "b2", 2, "created", "active", "", 0),
+		event(9, "s1", "b3", "b2", 2, "created", "active", "", 30),
 		call(10, "s1", "b3", "b2", 2, "fs", "resources/read", "file:///repo/README.md", 0, 1200, 1200, "ok"),
 		event(11, "s1", "b3", "b2", 2, "returned", "returned", "", 100),
 		event(12, "s1", "b2", "root-s1", 1, "returned", "returned", "", 150),
@@ -108,9 +108,9 @@ s2       2      36   400     400        0     1       0
 Tokens by branch
 SESSION  BRANCH   PARENT   DEPTH  STATUS    CALLS  ARG  RESULT  DELIVERED  CUTS  ERRORS  RETURNED
 s1       root-s1  -        0      -         2      10   550     550        0     0       0
-s1       b1       root-s1  1      forced    2      16   12000   4000       1     0       200
-s1       b2       root-s1  1      returned  1      12   800     800        0     0       150
-s1       b3       b2       2      returned  1      0    1200    1200       0     0       100
+s1       b1       root-s1  1      forced    2      16   12000   4000       1     0       230
+s1       b2       root-s1  1      returned  1      12   800     800        0     0       180
+s1       b3       b2       2      returned  1      0    1200    1200       0     0       130
 s2       root-s2  -        0      -         2      36   400     400        0     1       0
 
 Tokens by upstream
@@ -129,8 +129,8 @@ gh           tools/call      create_issue            1      30   0       0      
 
 Compression
 tokens received inside branches  6000
-tokens returned to parents       450
-ratio                            13.3:1
+tokens returned to parents       540
+ratio                            11.1:1
 
 Largest results (top 10)
 TIME                  UPSTREAM     TOOL                    RESULT  DELIVERED  OUTCOME  BRANCH
@@ -164,7 +164,7 @@ func TestReportJSON(t *testing.T) {
 		wantRatio    *float64
 		wantLargest  int
 	}{
-		{"all", []string{"--json"}, 16, []string{"s1", "s2"}, 6000, 450, repPtr(6000.0 / 450), 7},
+		{"all", []string{"--json"}, 16, []string{"s1", "s2"}, 6000, 540, repPtr(6000.0 / 540), 7},
 		{"session s2", []string{"--json", "--session", "s2"}, 3, []string{"s2"}, 0, 0, nil, 1},
 		{"unknown session", []string{"--json", "--session", "nope"}, 0, nil, 0, 0, nil, 0},
 	}
