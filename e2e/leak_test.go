@@ -737,6 +737,9 @@ func stateLeaks(t *testing.T, dir string, needles map[string]needle) []leak {
 		if err != nil || d.IsDir() {
 			return err
 		}
+		if d.Type()&os.ModeSocket != 0 {
+			return nil // the daemon's socket holds no data
+		}
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return err
