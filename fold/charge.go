@@ -148,3 +148,31 @@ func (m *Manager) estimateTokens(rest []byte) int {
 	}
 	return m.count.CountText(string(rest))
 }
+
+// ArchiveLate keeps a result that arrived after its branch closed (its
+// deadline passed while the call ran, say) in the closed branch's archive,
+// charged to nobody, and returns the call handle that branch_recall reads
+// it back with. ch is what Charge's fit would have been given: its
+// Upstream, Method, Name, Args and Result are kept.
+func (m *Manager) ArchiveLate(ctx context.Context, session, branch string, ch Charge) (string, error) {
+	_, n, err := m.branchOf(session, branch)
+	if err != nil {
+		return "", err
+	}
+	if err := n.lock(ctx); err != nil {
+		return "", err
+	}
+	defer n.unlock()
+	b := n.cur.Load()
+	if b.Status == StatusActive {
+		return "", fmt.Errorf("%w: fold: branch %s is active: charge the result instead", ErrInvalidArgument, b.ID)
+	}
+	rec := &CallRecord{
+		Time: m.now(), Upstream: ch.Upstream, Method: ch.Method, Name: ch.Name,
+		Args: ch.Args, Result: string(ch.Result),
+	}
+	if err := m.commit(context.WithoutCancel(ctx), &Batch{Calls: []BatchCall{{Branch: b.ID, Rec: rec}}}); err != nil {
+		return "", fmt.Errorf("fold: archive the late result of %s: %w", b.ID, err)
+	}
+	return callHandle(b.ID, rec.Seq), nil
+}

@@ -271,3 +271,37 @@ func TestEndSessionGrace(t *testing.T) {
 		})
 	}
 }
+
+// TestLateResultIsArchived: a result that arrives after its branch's
+// deadline closed it cannot be charged, but is archived in the closed
+// branch and recallable from the main thread with the handle returned.
+func TestLateResultIsArchived(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, nil)
+		a := e.create(t, map[string]any{"timeout_seconds": 10})
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if got := e.branch(t, a); got.Status != StatusForced || got.Reason != ReasonDeadline {
+			t.Fatalf("branch at its deadline: got %s %q", got.Status, got.Reason)
+		}
+		result := json.RawMessage(`{"content":[{"type":"text","text":"the late result"}]}`)
+		_, err := e.m.Charge(t.Context(), "s1", a, func(Budget) (Charge, error) {
+			t.Error("fit called for a closed branch")
+			return Charge{}, nil
+		})
+		if !errors.Is(err, ErrBranchClosed) {
+			t.Fatalf("charge after the deadline: got %v, want ErrBranchClosed", err)
+		}
+		handle, err := e.m.ArchiveLate(t.Context(), "s1", a, Charge{Upstream: "up", Method: "tools/call", Name: "slow", Result: result})
+		if err != nil {
+			t.Fatalf("ArchiveLate: %v", err)
+		}
+		p := e.mustCall(t, "s1", ToolRecall, map[string]any{"handle": handle, "max_tokens": 1000})
+		if p["text"] != string(result) {
+			t.Errorf("recall %s: got %v, want the whole result", handle, p["text"])
+		}
+		if _, err := e.m.ArchiveLate(t.Context(), "s1", RootID("s1"), Charge{Result: result}); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("ArchiveLate on an active branch: got %v, want ErrInvalidArgument", err)
+		}
+	})
+}

@@ -11,6 +11,12 @@ import (
 	"github.com/foldproxy/foldproxy/policy"
 )
 
+// lateArchiver keeps a result whose branch closed while the call ran
+// (fold.Manager implements it).
+type lateArchiver interface {
+	ArchiveLate(ctx context.Context, session, branch string, ch fold.Charge) (string, error)
+}
+
 // Brancher is the branch manager as the budget interceptor uses it;
 // *fold.Manager satisfies it.
 type Brancher interface {
@@ -114,6 +120,22 @@ func (bi *budgeter) handle(ctx context.Context, ex *Exchange, next Handler) erro
 		ex.Result = nil
 		ex.Err = fmt.Errorf("foldproxy could not record this result, so it was not delivered (the upstream did run the call): %w", cerr)
 		return ex.Err
+	}
+	if cerr != nil && errors.Is(cerr, fold.ErrBranchClosed) {
+		// The branch closed (its deadline passed, say) while the call ran:
+		// the result is kept in its archive, and the agent told where.
+		if la, ok := bi.b.(lateArchiver); ok {
+			handle, aerr := la.ArchiveLate(ctx, ex.Session, br.ID, fold.Charge{
+				Upstream: ex.Upstream, Method: ex.Method, Name: ex.Name, Args: string(ex.Args), Result: ex.Result,
+			})
+			if aerr == nil {
+				ex.Outcome = OutcomeRefused
+				ex.Result = nil
+				ex.Err = fmt.Errorf("foldproxy did not deliver this result: %w. The call ran and its whole result is archived: branch_recall with handle %q reads it (from an active branch or the main thread)", cerr, handle)
+				return ex.Err
+			}
+			cerr = errors.Join(cerr, aerr)
+		}
 	}
 	if cerr != nil {
 		ex.Outcome = OutcomeRefused

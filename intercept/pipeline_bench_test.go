@@ -123,14 +123,34 @@ func (s *pipeStack) branch(tb testing.TB, session string, budget int) string {
 		tb.Fatal(err)
 	}
 	var res struct {
-		StructuredContent struct {
-			BranchID string `json:"branch_id"`
-		} `json:"structuredContent"`
+		BranchID string `json:"branch_id"`
 	}
-	if err := json.Unmarshal(out, &res); err != nil || res.StructuredContent.BranchID == "" {
+	if err := json.Unmarshal(answerJSON(tb, out), &res); err != nil || res.BranchID == "" {
 		tb.Fatalf("branch_create: %s", out)
 	}
-	return res.StructuredContent.BranchID
+	return res.BranchID
+}
+
+// answerJSON returns the JSON a fold tool answers with, carried as the
+// text of its result's one content block.
+func answerJSON(tb testing.TB, out json.RawMessage) json.RawMessage {
+	tb.Helper()
+	var r struct {
+		StructuredContent json.RawMessage `json:"structuredContent"`
+		Content           []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		tb.Fatalf("fold answer %s: %v", out, err)
+	}
+	if len(r.StructuredContent) > 0 {
+		return r.StructuredContent
+	}
+	if len(r.Content) == 0 {
+		tb.Fatalf("fold answer %s has no content", out)
+	}
+	return json.RawMessage(r.Content[0].Text)
 }
 
 func pipeBytes(rs []json.RawMessage) int64 {
