@@ -265,6 +265,12 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		if *proxyListen != "" && *proxyListen != st.ProxyListen {
 			extra = append(extra, "--proxy-listen", *proxyListen)
 		}
+		if *metricsAddr != "" {
+			// The daemon serves the metrics and logs its address to its
+			// own log, before this relay is attached: say it here too, on
+			// the stderr the agent keeps (stdout is JSON-RPC only).
+			logger.Info("metrics", "url", "http://"+*metricsAddr+"/metrics", "served_by", "the daemon of "+dir, "log", filepath.Join(dir, daemonLogName))
+		}
 		return proxy.Relay(ctx, c.stdin, c.stdout, proxy.RelayOptions{
 			Dial:            func(ctx context.Context) (net.Conn, error) { return dialDaemon(ctx, dir, *configPath, extra) },
 			WaitExit:        func(ctx context.Context) error { return waitDaemonExit(ctx, dir) },
