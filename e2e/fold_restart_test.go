@@ -85,6 +85,8 @@ func TestFoldRestartHTTPResumes(t *testing.T) {
 	if session == "" {
 		t.Fatal("the HTTP client has no Mcp-Session-Id")
 	}
+	// The model never sees the session id; the session's root stands for it.
+	root := foldSessionTree(ctx, t, p).Tree.BranchID
 
 	// The deadline must outlive the kill and the restart, and still come
 	// during the test.
@@ -117,8 +119,8 @@ func TestFoldRestartHTTPResumes(t *testing.T) {
 		after.Calls != before.Calls+1 || after.Deadline != before.Deadline || after.UsageByTool["replay/emit"] != tokens {
 		t.Errorf("branch_status after the restart differs:\n before %+v\n after  %+v", before, after)
 	}
-	if tree := foldSessionTree(ctx, t, q); tree.Session != session || (after.Status == "active" && tree.Innermost != cr.BranchID) {
-		t.Errorf("resumed session tree: session %s, innermost %s; want %s, %s", tree.Session, tree.Innermost, session, cr.BranchID)
+	if tree := foldSessionTree(ctx, t, q); tree.Tree.BranchID != root || (after.Status == "active" && tree.Innermost != cr.BranchID) {
+		t.Errorf("resumed session tree: root %s, innermost %s; want %s, %s", tree.Tree.BranchID, tree.Innermost, root, cr.BranchID)
 	}
 
 	// The deadline was re-armed from the store.
@@ -253,7 +255,7 @@ func TestFoldRestartStdioFailsOrphans(t *testing.T) {
 
 	p, k := startKillableProxy(t, "foldproxy stdio (first)", cfg, state)
 	foldWaitTools(ctx, t, p, "replay__emit")
-	session := foldSessionTree(ctx, t, p).Session
+	root := foldSessionTree(ctx, t, p).Tree.BranchID // the model never sees the session id
 	var outer, inner foldCreated
 	foldMust(ctx, t, p, "branch_create", map[string]any{"description": "outer work", "budget": 6000}, &outer)
 	const emitted = 2000
@@ -280,8 +282,8 @@ func TestFoldRestartStdioFailsOrphans(t *testing.T) {
 	// cleanly, which releases the store.
 	p2, k2 := startKillableProxy(t, "foldproxy stdio (restarted)", cfg, state)
 	foldWaitTools(ctx, t, p2, "replay__emit")
-	if s2 := foldSessionTree(ctx, t, p2).Session; s2 == session {
-		t.Fatalf("the restarted stdio proxy reused session %s", session)
+	if r2 := foldSessionTree(ctx, t, p2).Tree.BranchID; r2 == root {
+		t.Fatalf("the restarted stdio proxy reused the session of root %s", root)
 	}
 	r := foldCall(ctx, t, p2, "branch_status", map[string]any{"branch_id": outer.BranchID})
 	if !r.isError || !strings.Contains(r.text(), "ErrBranchNotFound") {
@@ -296,8 +298,30 @@ func TestFoldRestartStdioFailsOrphans(t *testing.T) {
 		t.Fatal("the restarted proxy did not exit when its stdin closed")
 	}
 
-	// Read the store and the audit log back with the real binary.
+	// Read the store and the audit log back with the real binary. The
+	// operator's report names sessions: find the first one's by its branch.
 	audit := filepath.Join(state, "audit.jsonl")
+	session := ""
+	{
+		cmd := exec.CommandContext(ctx, proxyBin(t), "report", "--state", state, "--json")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("foldproxy report --state: %v\n%s", err, stderr.String())
+		}
+		var all reportJSON
+		if err := json.Unmarshal(stdout.Bytes(), &all); err != nil || all.Store == nil {
+			t.Fatalf("report --json: %v\n%s", err, stdout.String())
+		}
+		for _, b := range all.Store.Branches {
+			if b.Branch == outer.BranchID {
+				session = b.Session
+			}
+		}
+		if session == "" {
+			t.Fatalf("the store does not list branch %s:\n%s", outer.BranchID, stdout.String())
+		}
+	}
 	cmd := exec.CommandContext(ctx, proxyBin(t), "report", "--state", state, "--audit", audit, "--session", session, "--json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -702,7 +702,7 @@ var relayedCaps = map[string]json.RawMessage{
 // sessions share) once an agent that declares it initializes. An upstream
 // must be initialized again to learn a capability, so one connected
 // without it reconnects; the agent's initialize waits for that, at most
-// wait. The set only grows: a capability some agent declared stays
+// wait, and only for upstreams that were up. The set only grows: a capability some agent declared stays
 // advertised, and a request for it from an upstream goes to a session that
 // declared it or is refused (proxy.UpstreamRequest).
 func advertiseClientCaps(ctx context.Context, ups []*upstreams.Upstream, declared json.RawMessage, wait time.Duration, logger *slog.Logger) {
@@ -723,7 +723,12 @@ func advertiseClientCaps(ctx context.Context, ups []*upstreams.Upstream, declare
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, u := range ups {
-		if !u.Advertise(add) {
+		// Only an upstream that is up reconnects for the new capabilities;
+		// one that is down or still starting gets them with its next
+		// initialize, and the agent's initialize never waits for it (a
+		// dead upstream would hold it for the whole wait).
+		wasUp := u.State() == upstreams.StateUp
+		if !u.Advertise(add) || !wasUp {
 			continue
 		}
 		wg.Go(func() {
