@@ -702,7 +702,7 @@ var relayedCaps = map[string]json.RawMessage{
 // sessions share) once an agent that declares it initializes. An upstream
 // must be initialized again to learn a capability, so one connected
 // without it reconnects; the agent's initialize waits for that, at most
-// wait, and only for upstreams that were up. The set only grows: a capability some agent declared stays
+// wait, and never for an upstream whose attempts fail. The set only grows: a capability some agent declared stays
 // advertised, and a request for it from an upstream goes to a session that
 // declared it or is refused (proxy.UpstreamRequest).
 func advertiseClientCaps(ctx context.Context, ups []*upstreams.Upstream, declared json.RawMessage, wait time.Duration, logger *slog.Logger) {
@@ -723,15 +723,27 @@ func advertiseClientCaps(ctx context.Context, ups []*upstreams.Upstream, declare
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, u := range ups {
-		// Only an upstream that is up reconnects for the new capabilities;
-		// one that is down or still starting gets them with its next
-		// initialize, and the agent's initialize never waits for it (a
-		// dead upstream would hold it for the whole wait).
+		// An upstream that is up reconnects for the new capabilities and
+		// is waited for; one on its first attempt is waited for as a
+		// catalogue request waits; one that is down gets them with its
+		// next initialize and is never waited for (a dead upstream would
+		// hold the agent's initialize for the whole wait).
 		wasUp := u.State() == upstreams.StateUp
-		if !u.Advertise(add) || !wasUp {
+		if !u.Advertise(add) {
 			continue
 		}
 		wg.Go(func() {
+			if !wasUp {
+				// On its first attempt: wait for that attempt, as a
+				// catalogue request does; one whose attempts fail is
+				// never waited for.
+				if u.WaitAttempted(wctx) != nil {
+					return
+				}
+				if st, _ := u.Status(); st != upstreams.StateUp {
+					return
+				}
+			}
 			if err := u.WaitAdvertised(wctx); err != nil {
 				logger.Debug("upstream not yet reconnected with the agent's capabilities", "upstream", u.Name(), "err", err)
 			}
