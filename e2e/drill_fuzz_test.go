@@ -56,7 +56,7 @@ var (
 func fuzzConfig(t *testing.T) string {
 	return writeConfig(t, map[string]any{
 		"flaky":  stdioEntry(helperBin(t, "flaky"), "-crash-every", "0", "-max-sleep", "200ms"),
-		"replay": stdioEntry(helperBin(t, "replay")),
+		"replay": replayEntry(t), // absolute -data: the daemon does not run in the repository
 	}, map[string]any{"maxMessageBytes": fuzzMaxMessage})
 }
 

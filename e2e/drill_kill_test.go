@@ -82,7 +82,7 @@ func drillKill9(t *testing.T, auditFsync string) {
 	if auditFsync != "" {
 		settings["audit"] = map[string]any{"fsync": auditFsync}
 	}
-	cfg := writeConfig(t, map[string]any{"replay": stdioEntry(helperBin(t, "replay"))}, settings)
+	cfg := writeConfig(t, map[string]any{"replay": replayEntry(t)}, settings)
 	px := startDrillProxy(t, cfg, state)
 	hc := drillHTTPClient(2 * kill9Clients)
 

@@ -32,7 +32,7 @@ var soakCalls = envInt("FOLDPROXY_DRILL_SOAK_CALLS", 25)
 
 func TestDrillSoak(t *testing.T) {
 	ctx := testContext(t, 5*time.Minute)
-	cfg := writeConfig(t, map[string]any{"replay": stdioEntry(helperBin(t, "replay"))}, nil)
+	cfg := writeConfig(t, map[string]any{"replay": replayEntry(t)}, nil)
 	px := startDrillProxy(t, cfg, t.TempDir())
 	hc := drillHTTPClient(soakSessions + 8)
 	probe := &drillClient{hc: hc, url: px.url}
