@@ -229,7 +229,14 @@ func spawnDaemon(ctx context.Context, dir, configPath string, extraArgs []string
 	cmd := exec.Command(exe, args...)
 	cmd.ExtraFiles = []*os.File{pw}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// The daemon runs the upstreams: it keeps the working directory of the
+	// relay that starts it (the project, where Claude Code starts MCP
+	// servers), so relative commands and arguments in the config resolve
+	// as they would without foldproxy.
 	cmd.Dir = "/"
+	if wd, err := os.Getwd(); err == nil {
+		cmd.Dir = wd
+	}
 	if err := cmd.Start(); err != nil {
 		pw.Close()
 		return fmt.Errorf("starting the foldproxy daemon: %w", err)
