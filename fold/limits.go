@@ -49,7 +49,8 @@ func (m *Manager) scanText(ctx context.Context, field, text string) (string, err
 }
 
 // checkCreateLocked refuses a creation in s beyond the per-session and
-// per-instance active limits or the per-session rate, and otherwise
+// per-instance active limits, beyond the session's share of the instance
+// (policy Fold.MayExceedShare) or the per-session rate, and otherwise
 // reserves a slot when reserve is set. The caller holds m.mu.
 func (m *Manager) checkCreateLocked(s *session, now time.Time, reserve bool) error {
 	if s.ending {
@@ -60,6 +61,9 @@ func (m *Manager) checkCreateLocked(s *session, now time.Time, reserve bool) err
 	}
 	if m.active >= m.set.MaxActiveInstance {
 		return fmt.Errorf("%w: this proxy has %d active branches across its sessions, the maximum; return a branch first, or do the work in the current branch", ErrTooManyBranches, m.active)
+	}
+	if held := len(s.active) + s.reserved; !m.set.MayExceedShare(held, m.active, m.owedLocked(s)) {
+		return fmt.Errorf("%w: this session holds %d active branches, beyond the %d every session is sure of, and the proxy keeps its last %d free slots for other sessions; return a branch first, or do the work in the current branch", ErrTooManyBranches, held, m.set.Guaranteed(), m.set.MaxActiveInstance-m.active)
 	}
 	keep := s.creates[:0]
 	for _, t := range s.creates {
@@ -78,6 +82,20 @@ func (m *Manager) checkCreateLocked(s *session, now time.Time, reserve bool) err
 		m.active++
 	}
 	return nil
+}
+
+// owedLocked returns how many active branches the open sessions other
+// than s are owed: the sum of how far each is below its guaranteed share
+// (policy Fold.Guaranteed). An ending session is owed nothing. The caller
+// holds m.mu.
+func (m *Manager) owedLocked(s *session) int {
+	g, owed := m.set.Guaranteed(), 0
+	for _, o := range m.sessions {
+		if o != s && !o.ending {
+			owed += max(0, g-len(o.active)-o.reserved)
+		}
+	}
+	return owed
 }
 
 // release undoes a reservation made by checkCreateLocked.

@@ -210,6 +210,7 @@ func fillFold(f policy.Fold) (policy.Fold, error) {
 	dur(&f.MaxTimeout, d.MaxTimeout)
 	num(&f.MaxActivePerSess, d.MaxActivePerSess)
 	num(&f.MaxActiveInstance, d.MaxActiveInstance)
+	num(&f.GuaranteedPerSess, d.GuaranteedPerSess)
 	num(&f.CreatesPerMinute, d.CreatesPerMinute)
 	dur(&f.SessionEndGrace, d.SessionEndGrace)
 	dur(&f.ArchiveMaxAge, d.ArchiveMaxAge)

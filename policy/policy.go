@@ -102,6 +102,15 @@ type Fold struct {
 	MaxTimeout        Duration `json:"maxTimeout,omitempty"`           // 600s
 	MaxActivePerSess  int      `json:"maxActivePerSession,omitempty"`  // 10
 	MaxActiveInstance int      `json:"maxActivePerInstance,omitempty"` // 100
+	// GuaranteedPerSess is the share of maxActivePerInstance every open
+	// session is sure of (default 2, at most maxActivePerSession): a session
+	// that holds this many active branches or more may create another only
+	// while the instance keeps enough free for every other open session to
+	// reach its share, and for one session yet to open. So no client, even
+	// one with many sessions, can fill the instance-wide cap for the rest.
+	// Setting it to maxActivePerSession turns the reserve off (first come,
+	// first served).
+	GuaranteedPerSess int `json:"guaranteedPerSession,omitempty"`
 	CreatesPerMinute  int      `json:"createsPerMinute,omitempty"`     // 5 per session
 	SessionEndGrace   Duration `json:"sessionEndGrace,omitempty"`      // 30s
 	ArchiveMaxAge     Duration `json:"archiveMaxAge,omitempty"`        // 168h
@@ -274,6 +283,7 @@ func Default() Settings {
 			MaxTimeout:        Duration(600 * time.Second),
 			MaxActivePerSess:  10,
 			MaxActiveInstance: 100,
+			GuaranteedPerSess: 2,
 			CreatesPerMinute:  5,
 			SessionEndGrace:   Duration(30 * time.Second),
 			ArchiveMaxAge:     Duration(168 * time.Hour),
@@ -429,6 +439,7 @@ func (s *Settings) fill() {
 	dur(&f.MaxTimeout, df.MaxTimeout)
 	num(&f.MaxActivePerSess, df.MaxActivePerSess)
 	num(&f.MaxActiveInstance, df.MaxActiveInstance)
+	num(&f.GuaranteedPerSess, df.GuaranteedPerSess)
 	num(&f.CreatesPerMinute, df.CreatesPerMinute)
 	dur(&f.SessionEndGrace, df.SessionEndGrace)
 	dur(&f.ArchiveMaxAge, df.ArchiveMaxAge)
@@ -481,6 +492,7 @@ func (s Settings) Validate() error {
 		{"fold.maxTimeout", int64(f.MaxTimeout)},
 		{"fold.maxActivePerSession", int64(f.MaxActivePerSess)},
 		{"fold.maxActivePerInstance", int64(f.MaxActiveInstance)},
+		{"fold.guaranteedPerSession", int64(f.GuaranteedPerSess)},
 		{"fold.createsPerMinute", int64(f.CreatesPerMinute)},
 		{"fold.sessionEndGrace", int64(f.SessionEndGrace)},
 		{"fold.archiveMaxAge", int64(f.ArchiveMaxAge)},
@@ -512,6 +524,9 @@ func (s Settings) Validate() error {
 	}
 	if f.MaxActivePerSess > f.MaxActiveInstance {
 		errs = append(errs, invalid("fold.maxActivePerSession", "%d exceeds fold.maxActivePerInstance %d", f.MaxActivePerSess, f.MaxActiveInstance))
+	}
+	if f.GuaranteedPerSess > f.MaxActiveInstance {
+		errs = append(errs, invalid("fold.guaranteedPerSession", "%d exceeds fold.maxActivePerInstance %d", f.GuaranteedPerSess, f.MaxActiveInstance))
 	}
 	if len(f.Thresholds) != 3 {
 		errs = append(errs, invalid("fold.thresholds", "want 3 fractions (caution, warning, critical), got %d", len(f.Thresholds)))

@@ -46,6 +46,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{`{"fold":{"defaultTimeout":"soon"}}`, "soon"},
 		{`{"fold":{"thresholds":[0.9,0.8,0.95]}}`, "fold.thresholds[1]"},
 		{`{"fold":{"thresholds":[0.5]}}`, "fold.thresholds"},
+		{`{"fold":{"guaranteedPerSession":-1}}`, "fold.guaranteedPerSession"},
+		{`{"fold":{"guaranteedPerSession":101}}`, "fold.guaranteedPerSession"},
 		{`{"tokens":{"encoding":"p50k"}}`, "tokens.encoding"},
 		{`{"audit":{"fsync":"sometimes"}}`, "audit.fsync"},
 		{`{"scrub":{"chunkBytes":100,"overlapBytes":200}}`, "scrub.overlapBytes"},
@@ -123,6 +125,30 @@ func TestToolAllowed(t *testing.T) {
 		if got := s.ToolAllowed(tt.up, tt.tool); got != tt.want {
 			t.Errorf("ToolAllowed(%s, %s) = %v, want %v", tt.up, tt.tool, got, tt.want)
 		}
+	}
+}
+
+func TestMayExceedShare(t *testing.T) {
+	f := Default().Fold // 10 per session, 100 per instance, 2 guaranteed
+	tests := []struct {
+		name                   string
+		held, active, reserved int
+		want                   bool
+	}{
+		{"within the guarantee, instance nearly full", 1, 99, 50, true},
+		{"beyond it, room for the others and a newcomer", 2, 10, 4, true},
+		{"beyond it, the last free slots are the others'", 5, 94, 4, false},
+		{"beyond it, only a newcomer's share left", 5, 98, 0, false},
+		{"beyond it, one more than a newcomer's share", 5, 97, 0, true},
+	}
+	for _, tt := range tests {
+		if got := f.MayExceedShare(tt.held, tt.active, tt.reserved); got != tt.want {
+			t.Errorf("%s: MayExceedShare(%d, %d, %d) = %v, want %v", tt.name, tt.held, tt.active, tt.reserved, got, tt.want)
+		}
+	}
+	f.GuaranteedPerSess = 50 // above maxActivePerSession: the reserve is off
+	if got := f.Guaranteed(); got != 10 {
+		t.Errorf("Guaranteed() = %d, want maxActivePerSession 10", got)
 	}
 }
 
