@@ -110,13 +110,13 @@ type Fold struct {
 	// one with many sessions, can fill the instance-wide cap for the rest.
 	// Setting it to maxActivePerSession turns the reserve off (first come,
 	// first served).
-	GuaranteedPerSess int `json:"guaranteedPerSession,omitempty"`
-	CreatesPerMinute  int      `json:"createsPerMinute,omitempty"`     // 5 per session
-	SessionEndGrace   Duration `json:"sessionEndGrace,omitempty"`      // 30s
-	ArchiveMaxAge     Duration `json:"archiveMaxAge,omitempty"`        // 168h
-	ArchiveMaxBytes   int64    `json:"archiveMaxBytes,omitempty"`      // 1 GiB
-	DependsOnWait     Duration `json:"dependsOnWait,omitempty"`        // 120s
-	RecallPageTokens  int      `json:"recallPageTokens,omitempty"`     // 4096
+	GuaranteedPerSess int      `json:"guaranteedPerSession,omitempty"`
+	CreatesPerMinute  int      `json:"createsPerMinute,omitempty"` // 5 per session
+	SessionEndGrace   Duration `json:"sessionEndGrace,omitempty"`  // 30s
+	ArchiveMaxAge     Duration `json:"archiveMaxAge,omitempty"`    // 168h
+	ArchiveMaxBytes   int64    `json:"archiveMaxBytes,omitempty"`  // 1 GiB
+	DependsOnWait     Duration `json:"dependsOnWait,omitempty"`    // 120s
+	RecallPageTokens  int      `json:"recallPageTokens,omitempty"` // 4096
 	// Fsync flushes the state store to disk on every change, so that it
 	// survives a crash of the machine. Without it (the default) every change
 	// is still written to the operating system before the agent hears of
