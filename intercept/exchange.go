@@ -47,6 +47,12 @@ type Exchange struct {
 	UpstreamLatency time.Duration
 
 	// Filled by the interceptors on the way out.
+
+	// WorkDeadline ends the per-result work, scrubbing and counting
+	// together: the Scrub interceptor sets it to when the result arrived
+	// plus scrub.timeout, and the Tokens interceptor withholds a result it
+	// cannot count by then. Zero: no bound (scrubbing disabled).
+	WorkDeadline time.Time
 	ArgTokens       int            // tokens of Args
 	ResultTokens    int            // tokens of the result as the upstream sent it (after scrub), capped when Over
 	Over            bool           // ResultTokens stopped counting at the cut point: the result exceeds Remaining

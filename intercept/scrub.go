@@ -42,6 +42,10 @@ const unescapePad = 1 << 10
 // that could not be scanned for secrets.
 var ErrWithheld = errors.New("foldproxy withheld this result")
 
+// errWorkTimeout is the cause of the deadline the Scrub interceptor sets on
+// the work of one result (Exchange.WorkDeadline).
+var errWorkTimeout = errors.New("scrub.timeout reached")
+
 // ScanError reports why a text could not be scanned. Its message never
 // holds any of the text.
 type ScanError struct {
@@ -410,6 +414,8 @@ func (s *Scrubber) run(ctx context.Context, f func(context.Context) error) error
 	}
 	var se *ScanError
 	switch {
+	case errors.Is(context.Cause(parent), errWorkTimeout):
+		return &ScanError{Reason: fmt.Sprintf("scan timed out after %s", s.timeout), Err: context.DeadlineExceeded}
 	case parent.Err() != nil:
 		return &ScanError{Reason: "scan canceled: " + parent.Err().Error(), Err: parent.Err()}
 	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
@@ -694,9 +700,15 @@ func Scrub(s *Scrubber) Interceptor {
 				return herr
 			}
 			start := time.Now()
+			// One deadline for all the work on this result: every scan
+			// below, then counting (ex.WorkDeadline, read by Tokens).
+			ex.WorkDeadline = start.Add(s.timeout)
+			outer := ctx
+			ctx, cancel := context.WithDeadlineCause(ctx, ex.WorkDeadline, errWorkTimeout)
+			defer cancel()
 			defer func() {
 				if r := recover(); r != nil {
-					err = s.withhold(ctx, ex, s.panicked(r))
+					err = s.withhold(outer, ex, s.panicked(r))
 				}
 				ex.ScrubTime = time.Since(start)
 			}()
@@ -708,7 +720,7 @@ func Scrub(s *Scrubber) Interceptor {
 				// nothing is archived.
 				out, counts, serr := s.ScrubJSON(ctx, ex.Args)
 				if serr != nil {
-					return s.withhold(ctx, ex, serr)
+					return s.withhold(outer, ex, serr)
 				}
 				ex.Args = out
 				addCounts(ex, counts)
@@ -716,7 +728,7 @@ func Scrub(s *Scrubber) Interceptor {
 			if len(ex.Result) > 0 {
 				out, counts, serr := s.ScrubJSON(ctx, ex.Result)
 				if serr != nil {
-					return s.withhold(ctx, ex, serr)
+					return s.withhold(outer, ex, serr)
 				}
 				ex.Result = out
 				addCounts(ex, counts)
@@ -724,7 +736,7 @@ func Scrub(s *Scrubber) Interceptor {
 			if ex.RPCError != nil {
 				rerr, counts, serr := s.scrubRPCError(ctx, ex.RPCError)
 				if serr != nil {
-					return s.withhold(ctx, ex, serr)
+					return s.withhold(outer, ex, serr)
 				}
 				ex.RPCError = rerr
 				addCounts(ex, counts)
@@ -733,7 +745,7 @@ func Scrub(s *Scrubber) Interceptor {
 				msg := ex.Err.Error()
 				clean, counts, serr := s.ScrubText(ctx, msg)
 				if serr != nil {
-					return s.withhold(ctx, ex, serr)
+					return s.withhold(outer, ex, serr)
 				}
 				if clean != msg {
 					ex.Err = &redactedError{msg: clean, orig: ex.Err}

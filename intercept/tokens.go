@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -396,6 +397,10 @@ func cleanCut(s string, lo, fit int) int {
 // against ex.Remaining (no limit when negative). It never fails a call: a
 // result it cannot parse is counted as raw JSON text. With a nil Counter it
 // passes exchanges through untouched.
+//
+// Counting is part of the work that scrub.timeout bounds (ex.WorkDeadline,
+// set by Scrub): a result not counted by then is withheld (fail closed),
+// its Outcome OutcomeWithheld and ex.Err wrapping ErrWithheld.
 func Tokens(c *Counter) Interceptor {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, ex *Exchange) error {
@@ -403,14 +408,79 @@ func Tokens(c *Counter) Interceptor {
 			if c == nil || ex.Result == nil {
 				return err
 			}
-			ex.ArgTokens = c.CountArgs(ex.Args)
-			n, over, cerr := c.CountResult(ex.Method, ex.Result, ex.Remaining)
-			if cerr != nil {
-				n, over = c.CountUpTo(string(ex.Result), ex.Remaining)
+			args, res, method, remaining := ex.Args, ex.Result, ex.Method, ex.Remaining
+			count := func() tokenCounts {
+				var tc tokenCounts
+				tc.args = c.CountArgs(args)
+				var cerr error
+				tc.n, tc.over, cerr = c.CountResult(method, res, remaining)
+				if cerr != nil {
+					tc.n, tc.over = c.CountUpTo(string(res), remaining)
+				}
+				return tc
 			}
-			ex.ResultTokens, ex.Over = n, over
+			tc, ok := countBy(ex.WorkDeadline, len(args)+len(res), count)
+			if !ok {
+				ex.Result, ex.RPCError = nil, nil
+				ex.Outcome = OutcomeWithheld
+				ex.Err = fmt.Errorf("%w: it could not be scanned for secrets and counted within scrub.timeout", ErrWithheld)
+				return ex.Err
+			}
+			ex.ArgTokens, ex.ResultTokens, ex.Over = tc.args, tc.n, tc.over
 			return err
 		}
+	}
+}
+
+// tokenCounts are what Tokens counts of one exchange.
+type tokenCounts struct {
+	args, n int
+	over    bool
+}
+
+// inlineCountBytes is the size under which Tokens counts on the caller's
+// goroutine and checks the deadline once done: counting is linear in the
+// text's length, and that much takes well under a millisecond, so a
+// goroutine to wait on would cost the common case for nothing. Larger texts
+// are counted on a goroutine of their own so that the deadline ends the
+// wait.
+const inlineCountBytes = 64 << 10
+
+// countBy runs count, of a text of size bytes, and reports whether it
+// finished by deadline (always, when deadline is zero). A count that
+// overruns is left to finish on its own, its result discarded: counting
+// takes time linear in size, so it ends soon after. It reads the texts it
+// was given, which nothing writes once an upstream has answered. A count
+// that panics on its own goroutine reports false rather than killing the
+// process.
+func countBy(deadline time.Time, size int, count func() tokenCounts) (tokenCounts, bool) {
+	if deadline.IsZero() {
+		return count(), true
+	}
+	if size < inlineCountBytes {
+		tc := count()
+		return tc, !time.Now().After(deadline)
+	}
+	type outcome struct {
+		tc tokenCounts
+		ok bool
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- outcome{}
+			}
+		}()
+		done <- outcome{count(), true}
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case o := <-done:
+		return o.tc, o.ok
+	case <-t.C:
+		return tokenCounts{}, false
 	}
 }
 
