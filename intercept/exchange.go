@@ -52,7 +52,7 @@ type Exchange struct {
 	// together: the Scrub interceptor sets it to when the result arrived
 	// plus scrub.timeout, and the Tokens interceptor withholds a result it
 	// cannot count by then. Zero: no bound (scrubbing disabled).
-	WorkDeadline time.Time
+	WorkDeadline    time.Time
 	ArgTokens       int            // tokens of Args
 	ResultTokens    int            // tokens of the result as the upstream sent it (after scrub), capped when Over
 	Over            bool           // ResultTokens stopped counting at the cut point: the result exceeds Remaining
