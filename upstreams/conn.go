@@ -2,6 +2,7 @@ package upstreams
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -47,8 +47,8 @@ var errSessionLost = errors.New("upstream session lost")
 // SSE session (re-initialized in place when the server forgets it).
 type conn struct {
 	u      *Upstream
-	t      transport.Interface
-	cmd    *exec.Cmd // stdio only; set while the transport starts
+	w      wire
+	cmd    *exec.Cmd // stdio only; set once the child has started
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -102,38 +102,43 @@ func dialEntry(_ context.Context, c *conn) error {
 		for _, k := range keys {
 			env = append(env, k+"="+e.Env[k])
 		}
-		c.t = transport.NewStdioWithOptions(e.Command, nil, e.Args,
-			transport.WithCommandFunc(func(_ context.Context, command string, _ []string, args []string) (*exec.Cmd, error) {
-				// The process must outlive the context Start was given;
+		c.w = &stdioWire{
+			newCmd: func() *exec.Cmd {
+				// The process must outlive the context start was given;
 				// teardown ends it.
-				cmd := exec.Command(command, args...)
+				cmd := exec.Command(e.Command, e.Args...)
 				cmd.Env = env
 				cmd.Dir = e.Cwd
 				setProcessGroup(cmd)
-				c.cmd = cmd
-				return cmd, nil
-			}),
-			transport.WithCommandLogger(u.log))
+				return cmd
+			},
+			handle:  c.onMessage,
+			lost:    c.onLost,
+			log:     u.log,
+			tracked: u.goTracked,
+		}
 		return nil
 	case TypeHTTP:
-		t, err := transport.NewStreamableHTTP(e.URL,
-			transport.WithHTTPHeaders(e.Headers),
-			transport.WithContinuousListening(),
-			transport.WithHTTPLogger(u.log))
+		w, err := newHTTPWire(e.URL, e.Headers, c.onMessage, c.onLost, u.log, u.goTracked)
 		if err != nil {
 			return fmt.Errorf("url %q: %w", e.URL, err)
 		}
-		c.t = t
+		c.w = w
 		return nil
 	case TypeSSE:
-		t, err := newSSETransport(e.URL, e.Headers, u.opts.StartTimeout, u.log)
+		w, err := newSSEWire(e.URL, e.Headers, u.opts.StartTimeout, c.onMessage, c.onLost, u.log, u.goTracked)
 		if err != nil {
 			return fmt.Errorf("url %q: %w", e.URL, err)
 		}
-		c.t = t
+		c.w = w
 		return nil
 	}
 	return fmt.Errorf("transport type %q is not one of stdio, http, sse", e.Type)
+}
+
+// onLost is called by the wire when its stream ends on its own.
+func (c *conn) onLost(err error) {
+	c.u.goTracked(func() { c.fail(fmt.Errorf("event stream lost: %w", err)) })
 }
 
 // connect opens a connection: it starts the transport, initializes, and
@@ -154,30 +159,20 @@ func (u *Upstream) connect(life context.Context) (*conn, Catalog, error) {
 		cancel()
 		return nil, Catalog{}, err
 	}
-	c.t.SetNotificationHandler(c.onNotification)
-	if bt, ok := c.t.(transport.BidirectionalInterface); ok {
-		bt.SetRequestHandler(c.onRequest)
-	}
-	if st, ok := c.t.(interface{ SetConnectionLostHandler(func(error)) }); ok {
-		st.SetConnectionLostHandler(func(err error) {
-			u.goTracked(func() { c.fail(fmt.Errorf("event stream lost: %w", err)) })
-		})
-	}
-
 	sctx, scancel := context.WithTimeout(cctx, u.opts.StartTimeout)
 	defer scancel()
 	stopWatch := func() bool { return false }
-	if _, ok := c.t.(*sseTransport); ok {
+	if _, ok := c.w.(*sseWire); ok {
 		// SSE's Start waits for the endpoint event on a context that must
 		// outlive it; closing the transport unblocks it when the attempt's
 		// time is up. (stdio and streamable HTTP do not block in Start.)
 		stopWatch = context.AfterFunc(sctx, func() {
 			if errors.Is(sctx.Err(), context.DeadlineExceeded) {
-				_ = c.t.Close()
+				_ = c.w.close()
 			}
 		})
 	}
-	err := c.t.Start(cctx)
+	err := c.w.start(cctx)
 	stopWatch()
 	if err != nil {
 		// Only a start that ran out of time says so: c.fail cancels sctx
@@ -189,12 +184,12 @@ func (u *Upstream) connect(life context.Context) (*conn, Catalog, error) {
 		}
 		return nil, Catalog{}, c.startError("starting", err)
 	}
-	if st, ok := c.t.(*transport.Stdio); ok {
-		if r := st.Stderr(); r != nil {
-			if !u.goTracked(func() { c.readStderr(r) }) {
-				c.fail(errClosing)
-				return nil, Catalog{}, errClosing
-			}
+	if st, ok := c.w.(*stdioWire); ok {
+		c.cmd = st.cmd
+		r := st.stderrReader()
+		if !u.goTracked(func() { c.readStderr(r) }) {
+			c.fail(errClosing)
+			return nil, Catalog{}, errClosing
 		}
 	}
 	ir, err := c.initialize(sctx)
@@ -236,7 +231,7 @@ func (c *conn) startError(step string, err error) error {
 		}
 		return fmt.Errorf("command %q: %s: %w", e.Command, step, err)
 	}
-	if errors.Is(err, transport.ErrLegacySSEServer) {
+	if errors.Is(err, errLegacySSE) {
 		return fmt.Errorf("%s %s: %w (set \"type\": \"sse\" for this server)", step, e.URL, err)
 	}
 	return fmt.Errorf("%s %s: %w", step, e.URL, err)
@@ -273,11 +268,10 @@ func (c *conn) initialize(ctx context.Context) (initResult, error) {
 	if !mcp.IsValidProtocolVersion(ir.ProtocolVersion) || mcp.IsModernProtocol(ir.ProtocolVersion) {
 		return initResult{}, fmt.Errorf("the server answered protocol version %q, which foldproxy does not support", ir.ProtocolVersion)
 	}
-	if hc, ok := c.t.(transport.HTTPConnection); ok {
-		hc.SetProtocolVersion(ir.ProtocolVersion)
+	if hw, ok := c.w.(*httpWire); ok {
+		hw.setProtocolVersion(ir.ProtocolVersion)
 	}
-	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION, Notification: mcp.Notification{Method: methodInitialized}}
-	if err := c.t.SendNotification(ctx, n); err != nil {
+	if err := c.w.send(ctx, notificationBody(methodInitialized, nil)); err != nil {
 		return initResult{}, fmt.Errorf("sending %s: %w", methodInitialized, err)
 	}
 	return ir, nil
@@ -390,7 +384,9 @@ func (c *conn) isDead() bool {
 }
 
 // call sends one request. With drain, it waits before returning until the
-// notifications that arrived before the response have been passed on.
+// notifications that arrived before the response have been passed on. The
+// result is returned exactly as the upstream wrote it; so is an error
+// object (RPCError.Raw).
 func (c *conn) call(ctx context.Context, method string, params json.RawMessage, drain bool) (json.RawMessage, error) {
 	name := c.u.Name()
 	if len(params) > 0 && !json.Valid(params) {
@@ -403,11 +399,7 @@ func (c *conn) call(ctx context.Context, method string, params json.RawMessage, 
 		return nil, err
 	}
 	id := c.u.nextID.Add(1)
-	req := transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(id), Method: method}
-	if len(params) > 0 && !isNull(params) {
-		req.Params = params
-	}
-	resp, err := c.t.SendRequest(ctx, req)
+	resp, err := c.w.call(ctx, id, method, requestBody(id, method, params))
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -415,26 +407,21 @@ func (c *conn) call(ctx context.Context, method string, params json.RawMessage, 
 			return nil, ctx.Err()
 		case c.isDead():
 			return nil, c.lostError(method)
-		case c.u.entry.Type == TypeHTTP && errors.Is(err, transport.ErrSessionTerminated):
-			return nil, fmt.Errorf("%w: %w", errSessionLost, err)
+		case errors.Is(err, errSessionLost):
+			return nil, err
 		case c.fatal(err):
 			c.fail(err)
 			return nil, c.lostError(method)
 		}
 		return nil, fmt.Errorf("upstream %q: %s: %w", name, method, err)
 	}
-	if resp == nil {
-		return nil, fmt.Errorf("upstream %q: %s: no response", name, method)
-	}
 	if drain {
 		c.waitDrained(ctx)
 	}
-	if e := resp.Error; e != nil {
-		rpcErr := &RPCError{Code: e.Code, Message: e.Message}
-		if e.Data != nil {
-			if b, err := json.Marshal(e.Data); err == nil {
-				rpcErr.Data = b
-			}
+	if len(resp.Error) > 0 && !isNull(resp.Error) {
+		rpcErr, err := parseRPCError(resp.Error)
+		if err != nil {
+			return nil, fmt.Errorf("upstream %q answered %s with an error that cannot be read: %w", name, method, err)
 		}
 		return nil, rpcErr
 	}
@@ -452,7 +439,7 @@ func (c *conn) fatal(err error) bool {
 		return true
 	}
 	var ue *url.Error
-	return errors.As(err, &ue) || errors.Is(err, context.Canceled) || errors.Is(err, transport.ErrTransportClosed)
+	return errors.As(err, &ue) || errors.Is(err, context.Canceled) || errors.Is(err, errTransportClosed)
 }
 
 // lostError is what a request on a torn-down connection fails with.
@@ -480,14 +467,16 @@ func (c *conn) fail(cause error) {
 
 func (c *conn) teardown(cause error) {
 	u := c.u
-	closeErr := c.t.Close()
+	closeErr := c.w.close()
 	c.cancel()
 	if c.cmd != nil {
 		switch {
-		case errors.Is(closeErr, transport.ErrChildShutdownTimeout):
+		case errors.Is(closeErr, errChildShutdownTimeout):
 			c.exit = "it did not exit when asked to"
-		case c.cmd.ProcessState != nil:
-			c.exit = c.cmd.ProcessState.String()
+		default:
+			if st, ok := c.w.(*stdioWire); ok {
+				c.exit = st.exitState()
+			}
 		}
 		killProcessGroup(c.cmd)
 	}
@@ -519,24 +508,25 @@ func (c *conn) sendCancelled(id int64, cause error) {
 	c.u.goTracked(func() {
 		ctx, cancel := context.WithTimeout(c.ctx, cancelNotificationTimeout)
 		defer cancel()
-		n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION, Notification: mcp.Notification{
-			Method: methodCancelled,
-			Params: mcp.NotificationParams{AdditionalFields: map[string]any{"requestId": id, "reason": reason}},
-		}}
-		if err := c.t.SendNotification(ctx, n); err != nil {
+		params, _ := json.Marshal(struct {
+			RequestID int64  `json:"requestId"`
+			Reason    string `json:"reason"`
+		}{id, reason})
+		if err := c.w.send(ctx, notificationBody(methodCancelled, params)); err != nil {
 			c.u.log.Debug("could not send notifications/cancelled", "request_id", id, "err", err)
 		}
 	})
 }
 
-// notify sends a notification with raw params.
+// notify sends a notification with raw params, which must be a JSON
+// object when present.
 func (c *conn) notify(ctx context.Context, method string, params json.RawMessage) error {
-	p, err := notificationParams(params)
-	if err != nil {
-		return fmt.Errorf("upstream %q: %s: %w", c.u.Name(), method, err)
+	if len(params) > 0 && !isNull(params) {
+		if p := bytes.TrimSpace(params); len(p) == 0 || p[0] != '{' || !json.Valid(p) {
+			return fmt.Errorf("upstream %q: %s: params must be a JSON object", c.u.Name(), method)
+		}
 	}
-	n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION, Notification: mcp.Notification{Method: method, Params: p}}
-	if err := c.t.SendNotification(ctx, n); err != nil {
+	if err := c.w.send(ctx, notificationBody(method, params)); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -548,63 +538,21 @@ func (c *conn) notify(ctx context.Context, method string, params json.RawMessage
 	return nil
 }
 
-// notificationParams turns raw params into the transport's form, keeping
-// every value raw.
-func notificationParams(raw json.RawMessage) (mcp.NotificationParams, error) {
-	var p mcp.NotificationParams
-	if len(raw) == 0 || isNull(raw) {
-		return p, nil
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return p, fmt.Errorf("params must be a JSON object: %w", err)
-	}
-	for k, v := range m {
-		if k == "_meta" {
-			var meta map[string]json.RawMessage
-			if json.Unmarshal(v, &meta) == nil && meta != nil {
-				p.Meta = make(map[string]any, len(meta))
-				for mk, mv := range meta {
-					p.Meta[mk] = mv
-				}
-			}
-			continue
+// onMessage is the wire's handler of the upstream's own messages: a
+// request is answered in its own goroutine, a notification queued. It runs
+// on the wire's reading goroutine, so it never waits.
+func (c *conn) onMessage(ctx context.Context, m *inMsg) {
+	if m.hasID() {
+		if !c.u.goTracked(func() { c.answer(ctx, m) }) {
+			return
 		}
-		if p.AdditionalFields == nil {
-			p.AdditionalFields = make(map[string]any, len(m))
-		}
-		p.AdditionalFields[k] = v
+		return
 	}
-	return p, nil
-}
-
-// rawParams encodes a received notification's params; nil when it had none.
-func rawParams(p mcp.NotificationParams) json.RawMessage {
-	if len(p.AdditionalFields) == 0 && len(p.Meta) == 0 {
-		return nil
-	}
-	m := make(map[string]any, len(p.AdditionalFields)+1)
-	for k, v := range p.AdditionalFields {
-		m[k] = v
-	}
-	if len(p.Meta) > 0 {
-		m["_meta"] = p.Meta
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil
-	}
-	return b
-}
-
-// onNotification is the transport's notification handler. It runs on the
-// transport's reading goroutine, so it only queues.
-func (c *conn) onNotification(n mcp.JSONRPCNotification) {
-	if n.Method == methodCancelled && c.cancelIncoming(n.Params.AdditionalFields["requestId"]) {
+	if m.Method == methodCancelled && c.cancelIncoming(m.Params) {
 		return
 	}
 	c.qmu.Lock()
-	c.queue = append(c.queue, notification{method: n.Method, params: rawParams(n.Params)})
+	c.queue = append(c.queue, notification{method: m.Method, params: m.Params})
 	c.enqueued++
 	c.qmu.Unlock()
 	select {
@@ -693,25 +641,29 @@ func (c *conn) waitDrained(ctx context.Context) {
 	c.qmu.Unlock()
 }
 
-// onRequest answers a request from the upstream.
-func (c *conn) onRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
-	if req.Method == methodPing {
-		return transport.NewJSONRPCResultResponse(req.ID, json.RawMessage(`{}`)), nil
+// answer answers a request from the upstream and sends the response back
+// raw: the result the handler returned, or its error object.
+func (c *conn) answer(ctx context.Context, m *inMsg) {
+	resp := c.respond(ctx, m)
+	if err := c.w.send(c.ctx, resp); err != nil {
+		c.u.log.Debug("could not answer the upstream's request", "method", m.Method, "err", err)
+	}
+}
+
+func (c *conn) respond(ctx context.Context, m *inMsg) []byte {
+	if m.Method == methodPing {
+		return resultBody(m.ID, json.RawMessage(`{}`))
 	}
 	h := c.u.opts.OnRequest
 	if h == nil {
-		return transport.NewJSONRPCErrorResponse(req.ID, mcp.METHOD_NOT_FOUND, fmt.Sprintf("foldproxy does not handle %s", req.Method), nil), nil
+		return errorBody(m.ID, &RPCError{Code: mcp.METHOD_NOT_FOUND, Message: fmt.Sprintf("foldproxy does not handle %s", m.Method)})
 	}
 	var params json.RawMessage
-	if req.Params != nil {
-		b, err := json.Marshal(req.Params)
-		if err != nil {
-			return transport.NewJSONRPCErrorResponse(req.ID, mcp.INVALID_PARAMS, fmt.Sprintf("params could not be read: %v", err), nil), nil
-		}
-		params = b
+	if len(m.Params) > 0 && !isNull(m.Params) {
+		params = m.Params
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	key := req.ID.String()
+	key := idKey(m.ID)
 	c.inMu.Lock()
 	c.incoming[key] = cancel
 	c.inMu.Unlock()
@@ -725,36 +677,32 @@ func (c *conn) onRequest(ctx context.Context, req transport.JSONRPCRequest) (*tr
 		cancel()
 	}
 
-	res, err := h(rctx, c.u, req.Method, params)
+	res, err := h(rctx, c.u, m.Method, params)
 	if err != nil {
 		var rpcErr *RPCError
 		if errors.As(err, &rpcErr) {
-			var data any
-			if len(rpcErr.Data) > 0 {
-				data = rpcErr.Data
-			}
-			return transport.NewJSONRPCErrorResponse(req.ID, rpcErr.Code, rpcErr.Message, data), nil
+			return errorBody(m.ID, rpcErr)
 		}
-		return transport.NewJSONRPCErrorResponse(req.ID, mcp.INTERNAL_ERROR, err.Error(), nil), nil
+		return errorBody(m.ID, &RPCError{Code: mcp.INTERNAL_ERROR, Message: err.Error()})
 	}
 	if len(res) == 0 {
 		res = json.RawMessage(`{}`)
 	}
-	if !json.Valid(res) {
-		return transport.NewJSONRPCErrorResponse(req.ID, mcp.INTERNAL_ERROR, "foldproxy produced an invalid result", nil), nil
-	}
-	return transport.NewJSONRPCResultResponse(req.ID, res), nil
+	return resultBody(m.ID, res)
 }
 
-// cancelIncoming cancels the server-to-client request id, if one is being
-// answered, and reports whether it was.
-func (c *conn) cancelIncoming(id any) bool {
-	if id == nil {
+// cancelIncoming cancels the server-to-client request that a
+// notifications/cancelled names, if one is being answered, and reports
+// whether it was.
+func (c *conn) cancelIncoming(params json.RawMessage) bool {
+	var p struct {
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	if json.Unmarshal(params, &p) != nil || len(p.RequestID) == 0 || isNull(p.RequestID) {
 		return false
 	}
-	key := mcp.NewRequestId(id).String()
 	c.inMu.Lock()
-	cancel, ok := c.incoming[key]
+	cancel, ok := c.incoming[idKey(p.RequestID)]
 	c.inMu.Unlock()
 	if ok {
 		cancel()
@@ -786,7 +734,7 @@ func (c *conn) readStderr(r io.Reader) {
 	ctx, cancel := context.WithTimeout(c.ctx, stderrProbeTimeout)
 	defer cancel()
 	id := c.u.nextID.Add(1)
-	_, err := c.t.SendRequest(ctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(id), Method: methodPing})
+	_, err := c.w.call(ctx, id, methodPing, requestBody(id, methodPing, nil))
 	if err != nil && ctx.Err() == nil {
 		c.fail(fmt.Errorf("stderr closed and ping failed: %w", err))
 	}

@@ -3,9 +3,12 @@
 // Code's .mcp.json), one supervised client per server over stdio, streamable
 // HTTP or SSE (Upstream), and the set of them (Set).
 //
-// An Upstream does the initialize handshake itself and speaks raw JSON-RPC
-// through mcp-go's client transports, so that results reach the proxy byte
-// for byte. It keeps each server's catalogue (tools, resources, resource
+// An Upstream does the initialize handshake itself and speaks JSON-RPC over
+// its own transports (stdio.go, http.go, sse.go), which read each message
+// once and keep its members raw: results, notification and request params
+// and error objects reach the proxy byte for byte (integers beyond 2^53,
+// key order, escapes and whitespace included), and the answers to the
+// server's requests go back the same way. It keeps each server's catalogue (tools, resources, resource
 // templates, prompts) fresh across list_changed notifications, relays the
 // server's notifications and requests to the caller's callbacks, restarts a
 // crashed stdio server on the next call, retries a server that fails to start

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,45 +14,43 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
-	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// sseTransport is a client of MCP's HTTP+SSE transport (protocol
+// sseWire is a client of MCP's HTTP+SSE transport (protocol
 // 2024-11-05): a GET opens an event stream whose first "endpoint" event
 // names the URL to POST messages to; responses, notifications and the
 // server's own requests arrive on the stream.
 //
-// foldproxy has its own because mcp-go's SSE client drops requests from the
-// server: sampling, elicitation and roots would never reach the agent.
-type sseTransport struct {
+// Each event's data is read once and relayed raw (see wire.go).
+type sseWire struct {
 	base            *url.URL
 	headers         map[string]string
 	client          *http.Client
 	log             *slog.Logger
 	endpointTimeout time.Duration
 
-	mu        sync.Mutex
-	endpoint  *url.URL
-	responses map[string]chan *transport.JSONRPCResponse
-	onNotify  func(mcp.JSONRPCNotification)
-	onRequest transport.RequestHandler
-	onLost    func(error)
-	ctx       context.Context // the stream's life; cancelled by Close
-	cancel    context.CancelFunc
-	closed    bool
+	handle  wireHandler
+	onLost  func(error)
+	tracked func(func()) bool // runs a goroutine that the upstream's Close waits for
+	calls   pending
+
+	mu       sync.Mutex
+	endpoint *url.URL
+	ctx      context.Context // the stream's life; cancelled by close
+	cancel   context.CancelFunc
+	closed   bool
 
 	done     chan struct{} // closed when the stream has ended
 	doneOnce sync.Once
 	doneErr  error
 }
 
-var _ transport.BidirectionalInterface = (*sseTransport)(nil)
+var _ wire = (*sseWire)(nil)
 
 // maxSSEEvent bounds one event's data; a larger one ends the stream.
 const maxSSEEvent = 256 << 20
 
-func newSSETransport(rawURL string, headers map[string]string, endpointTimeout time.Duration, log *slog.Logger) (*sseTransport, error) {
+func newSSEWire(rawURL string, headers map[string]string, endpointTimeout time.Duration, handle wireHandler, lost func(error), log *slog.Logger, tracked func(func()) bool) (*sseWire, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err
@@ -61,16 +58,16 @@ func newSSETransport(rawURL string, headers map[string]string, endpointTimeout t
 	if endpointTimeout <= 0 {
 		endpointTimeout = 30 * time.Second
 	}
-	return &sseTransport{
+	return &sseWire{
 		base: u, headers: headers, client: &http.Client{}, log: log,
 		endpointTimeout: endpointTimeout,
-		responses:       make(map[string]chan *transport.JSONRPCResponse),
-		done:            make(chan struct{}),
+		handle:          handle, onLost: lost, tracked: tracked,
+		done: make(chan struct{}),
 	}, nil
 }
 
-// Start opens the event stream and waits for the endpoint event.
-func (t *sseTransport) Start(ctx context.Context) error {
+// start opens the event stream and waits for the endpoint event.
+func (t *sseWire) start(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	t.mu.Lock()
 	t.ctx, t.cancel = sctx, cancel
@@ -97,7 +94,11 @@ func (t *sseTransport) Start(ctx context.Context) error {
 		return fmt.Errorf("opening the event stream: %s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	gotEndpoint := make(chan struct{})
-	go t.read(resp.Body, gotEndpoint)
+	if !t.tracked(func() { t.read(resp.Body, gotEndpoint) }) {
+		resp.Body.Close()
+		cancel()
+		return errClosing
+	}
 	timer := time.NewTimer(t.endpointTimeout)
 	defer timer.Stop()
 	select {
@@ -115,7 +116,7 @@ func (t *sseTransport) Start(ctx context.Context) error {
 }
 
 // read parses the event stream until it ends.
-func (t *sseTransport) read(body io.ReadCloser, gotEndpoint chan struct{}) {
+func (t *sseWire) read(body io.ReadCloser, gotEndpoint chan struct{}) {
 	defer body.Close()
 	r := bufio.NewReaderSize(body, 64<<10)
 	var event string
@@ -154,7 +155,7 @@ func (t *sseTransport) read(body io.ReadCloser, gotEndpoint chan struct{}) {
 	}
 }
 
-func (t *sseTransport) dispatch(event string, data []byte, gotEndpoint chan struct{}, once *sync.Once) {
+func (t *sseWire) dispatch(event string, data []byte, gotEndpoint chan struct{}, once *sync.Once) {
 	switch event {
 	case "endpoint":
 		ep, err := t.base.Parse(string(data))
@@ -171,90 +172,30 @@ func (t *sseTransport) dispatch(event string, data []byte, gotEndpoint chan stru
 	}
 }
 
-func (t *sseTransport) handleMessage(data []byte) {
-	var env struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params json.RawMessage `json:"params"`
-	}
-	if err := json.Unmarshal(data, &env); err != nil {
+func (t *sseWire) handleMessage(data []byte) {
+	m, err := parseIn(bytes.Clone(data))
+	if err != nil {
 		t.log.Warn("ignoring a malformed message on the event stream", "err", err)
 		return
 	}
-	hasID := len(env.ID) > 0 && string(env.ID) != "null"
 	switch {
-	case env.Method != "" && hasID:
-		var id mcp.RequestId
-		if err := json.Unmarshal(env.ID, &id); err != nil {
-			return
-		}
-		req := transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: id, Method: env.Method}
-		if len(env.Params) > 0 {
-			req.Params = env.Params
-		}
-		go t.answer(req)
-	case env.Method != "":
-		var n mcp.JSONRPCNotification
-		if err := json.Unmarshal(data, &n); err != nil {
-			return
-		}
+	case m.isResponse():
+		t.calls.deliver(m)
+	case m.Method != "":
 		t.mu.Lock()
-		h := t.onNotify
+		ctx := t.ctx
 		t.mu.Unlock()
-		if h != nil {
-			h(n)
-		}
-	case hasID:
-		var resp transport.JSONRPCResponse
-		if err := json.Unmarshal(data, &resp); err != nil {
-			return
-		}
-		key := resp.ID.String()
-		t.mu.Lock()
-		ch := t.responses[key]
-		delete(t.responses, key)
-		t.mu.Unlock()
-		if ch != nil {
-			ch <- &resp
-		}
-	}
-}
-
-// answer runs the request handler for a request from the server and posts
-// the response back.
-func (t *sseTransport) answer(req transport.JSONRPCRequest) {
-	t.mu.Lock()
-	h, ctx := t.onRequest, t.ctx
-	t.mu.Unlock()
-	var resp *transport.JSONRPCResponse
-	if h == nil {
-		resp = transport.NewJSONRPCErrorResponse(req.ID, mcp.METHOD_NOT_FOUND, "method not found: "+req.Method, nil)
-	} else {
-		var err error
-		resp, err = h(ctx, req)
-		if err != nil {
-			resp = transport.NewJSONRPCErrorResponse(req.ID, mcp.INTERNAL_ERROR, err.Error(), nil)
-		}
-	}
-	if resp == nil {
-		return
-	}
-	if err := t.post(ctx, resp); err != nil {
-		t.log.Debug("posting a response to the server", "method", req.Method, "err", err)
+		t.handle(ctx, m)
 	}
 }
 
 // post sends one message to the endpoint.
-func (t *sseTransport) post(ctx context.Context, msg any) error {
+func (t *sseWire) post(ctx context.Context, body []byte) error {
 	t.mu.Lock()
 	ep := t.endpoint
 	t.mu.Unlock()
 	if ep == nil {
 		return errors.New("the SSE transport is not started")
-	}
-	body, err := json.Marshal(msg)
-	if err != nil {
-		return err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.String(), bytes.NewReader(body))
 	if err != nil {
@@ -277,65 +218,35 @@ func (t *sseTransport) post(ctx context.Context, msg any) error {
 	return nil
 }
 
-// SendRequest posts a request and waits for its response on the stream.
-func (t *sseTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+// call posts a request and waits for its response on the stream.
+func (t *sseWire) call(ctx context.Context, id int64, _ string, body []byte) (*inMsg, error) {
 	select {
 	case <-t.done:
-		return nil, transport.ErrTransportClosed
+		return nil, errTransportClosed
 	default:
 	}
-	key := req.ID.String()
-	ch := make(chan *transport.JSONRPCResponse, 1)
-	t.mu.Lock()
-	t.responses[key] = ch
-	t.mu.Unlock()
-	defer func() {
-		t.mu.Lock()
-		delete(t.responses, key)
-		t.mu.Unlock()
-	}()
-	if err := t.post(ctx, req); err != nil {
+	ch, forget := t.calls.add(id)
+	defer forget()
+	if err := t.post(ctx, body); err != nil {
 		return nil, err
 	}
 	select {
-	case resp := <-ch:
-		return resp, nil
+	case m := <-ch:
+		return m, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-t.done:
-		return nil, transport.ErrTransportClosed
+		return nil, errTransportClosed
 	}
 }
 
-// SendNotification posts a notification.
-func (t *sseTransport) SendNotification(ctx context.Context, n mcp.JSONRPCNotification) error {
-	return t.post(ctx, n)
-}
-
-// SetNotificationHandler sets the handler of notifications from the server.
-func (t *sseTransport) SetNotificationHandler(h func(mcp.JSONRPCNotification)) {
-	t.mu.Lock()
-	t.onNotify = h
-	t.mu.Unlock()
-}
-
-// SetRequestHandler sets the handler of requests from the server.
-func (t *sseTransport) SetRequestHandler(h transport.RequestHandler) {
-	t.mu.Lock()
-	t.onRequest = h
-	t.mu.Unlock()
-}
-
-// SetConnectionLostHandler sets what is called when the stream ends
-// without Close.
-func (t *sseTransport) SetConnectionLostHandler(h func(error)) {
-	t.mu.Lock()
-	t.onLost = h
-	t.mu.Unlock()
+// send posts a notification or a response.
+func (t *sseWire) send(ctx context.Context, body []byte) error {
+	return t.post(ctx, body)
 }
 
 // finish ends the stream once, failing pending requests.
-func (t *sseTransport) finish(err error) {
+func (t *sseWire) finish(err error) {
 	t.doneOnce.Do(func() {
 		t.mu.Lock()
 		t.doneErr = err
@@ -353,14 +264,11 @@ func (t *sseTransport) finish(err error) {
 	})
 }
 
-// Close ends the stream.
-func (t *sseTransport) Close() error {
+// close ends the stream.
+func (t *sseWire) close() error {
 	t.mu.Lock()
 	t.closed = true
 	t.mu.Unlock()
-	t.finish(transport.ErrTransportClosed)
+	t.finish(errTransportClosed)
 	return nil
 }
-
-// GetSessionId returns "": the SSE transport has no session header.
-func (t *sseTransport) GetSessionId() string { return "" }

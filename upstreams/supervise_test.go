@@ -5,68 +5,63 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client/transport"
-	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// fakeTransport is an in-memory MCP server with one tool. The method
-// "crash" makes it behave as a stdio server that has exited.
-type fakeTransport struct {
+// fakeWire is an in-memory MCP server with one tool. The method "crash"
+// makes it behave as a stdio server that has exited.
+type fakeWire struct {
 	mu      sync.Mutex
 	crashed bool
 	closed  bool
 }
 
-var _ transport.Interface = (*fakeTransport)(nil)
+var _ wire = (*fakeWire)(nil)
 
-func (f *fakeTransport) Start(context.Context) error { return nil }
+func (f *fakeWire) start(context.Context) error { return nil }
 
-func (f *fakeTransport) SendRequest(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+func (f *fakeWire) call(ctx context.Context, id int64, method string, _ []byte) (*inMsg, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.crashed || f.closed {
-		return nil, transport.ErrTransportClosed
+		return nil, errTransportClosed
 	}
 	var result string
-	switch req.Method {
+	switch method {
 	case "initialize":
 		result = `{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"fake","version":"1"}}`
 	case "tools/list":
 		result = `{"tools":[{"name":"t"}]}`
 	case "crash":
 		f.crashed = true
-		return nil, transport.ErrTransportClosed
+		return nil, errTransportClosed
 	default:
 		result = `{"ok":true}`
 	}
-	return transport.NewJSONRPCResultResponse(req.ID, json.RawMessage(result)), nil
+	return &inMsg{ID: json.RawMessage(strconv.FormatInt(id, 10)), Result: json.RawMessage(result)}, nil
 }
 
-func (f *fakeTransport) SendNotification(context.Context, mcp.JSONRPCNotification) error {
+func (f *fakeWire) send(context.Context, []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.crashed || f.closed {
-		return transport.ErrTransportClosed
+		return errTransportClosed
 	}
 	return nil
 }
 
-func (f *fakeTransport) SetNotificationHandler(func(mcp.JSONRPCNotification)) {}
-
-func (f *fakeTransport) Close() error {
+func (f *fakeWire) close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
 	return nil
 }
-
-func (f *fakeTransport) GetSessionId() string { return "" }
 
 // fakeUpstream returns an upstream whose connection attempts are recorded
 // (as time since the start of the test) and fail while fail says so.
@@ -83,7 +78,7 @@ func fakeUpstream(opts Options, fail func(attempt int) bool) (u *Upstream, attem
 		if fail(n) {
 			return errors.New("boom")
 		}
-		c.t = &fakeTransport{}
+		c.w = &fakeWire{}
 		return nil
 	}
 	return u, func() []time.Duration {

@@ -136,6 +136,9 @@ const (
 	rawTool2      = `{"name":"b","inputSchema":{"type":"object"},"z":1e3}`
 	rawCallResult = `{ "content" : [ {"type":"text","text":"x\u00e9"} ], "z": 1.50, "a": 1e3, "_meta": {"k":[true,null]} }`
 	rawErrorData  = `{"why": "because",  "n": 2}`
+	// rawExact is what JSON encoders change: an integer beyond 2^53, HTML
+	// characters, keys out of order, odd whitespace, unicode escapes.
+	rawExact = `{"z":9007199254740993, "a" :"<&>",	"m":"\u00e9\u2028\ud83d\ude00\/","n":[1.0,-0,1E+2]}`
 )
 
 // serveRaw is a line-by-line JSON-RPC server written by hand, so that tests
@@ -154,7 +157,8 @@ func serveRaw() {
 		out.Flush()
 	}
 	var seen []string
-	var pendingPing json.RawMessage // id of the pingme request awaiting the client's pong
+	var pendingPing json.RawMessage  // id of the pingme request awaiting the client's pong
+	var pendingExact json.RawMessage // id of the exact request awaiting the client's answer
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 1<<20)
 	for in.Scan() {
@@ -168,6 +172,14 @@ func serveRaw() {
 			continue
 		}
 		if msg.Method == "" {
+			if string(msg.ID) == `"srv-exact"` && pendingExact != nil {
+				// The client's answer to the exact request goes back in
+				// an error's data, as a string of the line it wrote.
+				b, _ := json.Marshal(string(in.Bytes()))
+				write(`{"jsonrpc":"2.0","id":` + string(pendingExact) + `,"error":{"message":"m <&>\u00e9", "code":-32002,"data":{"line":` + string(b) + `,"x":` + rawExact + `}}}`)
+				pendingExact = nil
+				continue
+			}
 			// The client's answer to our ping.
 			if pendingPing != nil {
 				b, _ := json.Marshal(string(in.Bytes()))
@@ -206,6 +218,10 @@ func serveRaw() {
 			write(`{"jsonrpc":"2.0","id":` + id + `,"result":{"content":[{"type":"text","text":"notified"}]}}`)
 		case "fail":
 			write(`{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32001,"message":"nope","data":` + rawErrorData + `}}`)
+		case "exact":
+			pendingExact = msg.ID
+			write(`{"jsonrpc":"2.0","method":"notifications/message","params":` + rawExact + `}`)
+			write(`{"jsonrpc":"2.0","id":"srv-exact","method":"sampling/createMessage","params":` + rawExact + `}`)
 		case "pingme":
 			pendingPing = msg.ID
 			write(`{"jsonrpc":"2.0","id":"srv-1","method":"ping"}`)

@@ -62,13 +62,19 @@ func unavailable(cause error, format string, args ...any) error {
 	return &unavailableError{msg: fmt.Sprintf(format, args...), cause: cause}
 }
 
-// RPCError is a JSON-RPC error answered by an upstream, passed on as it
-// came; Data is decoded and encoded again by mcp-go's transports, so its key
-// order and number formatting may differ from the upstream's bytes.
+// RPCError is a JSON-RPC error: one answered by an upstream, passed on as
+// it came, or one to answer an upstream's request with.
 type RPCError struct {
 	Code    int
 	Message string
-	Data    json.RawMessage
+	// Data is the error's data, raw; nil when it has none.
+	Data json.RawMessage
+	// Raw is the whole error object exactly as the upstream (or the agent
+	// answering an upstream's request) wrote it, when it came from one:
+	// whoever relays the error unchanged writes Raw, byte for byte. It is
+	// nil for an error built here, and must be cleared by anyone who
+	// changes Code, Message or Data.
+	Raw json.RawMessage
 }
 
 func (e *RPCError) Error() string {
@@ -128,18 +134,19 @@ type Options struct {
 	// been fetched again. Call waits until the notifications that arrived
 	// before its response have been passed on, so progress for a request
 	// always comes before its result; OnNotification must therefore not
-	// wait for a Call of the same upstream. Params are decoded and encoded
-	// again by mcp-go's transports: keys come out sorted and integers
-	// beyond 2^53 lose precision.
+	// wait for a Call of the same upstream. Params are the upstream's
+	// bytes, untouched.
 	OnNotification func(u *Upstream, method string, params json.RawMessage)
 	// OnRequest answers the upstream's requests to the client
 	// (sampling/createMessage, elicitation/create, roots/list). A returned
 	// *RPCError is sent as that JSON-RPC error, any other error as an
-	// internal error. ctx ends when the upstream cancels the request or the
-	// connection ends (over streamable HTTP, mcp-go also ends it after 30 s).
-	// ping is answered without it. When nil, requests other than ping are
-	// answered "method not found". mcp-go's SSE transport cannot receive
-	// server-to-client requests at all.
+	// internal error; a returned result and an *RPCError's Raw go back
+	// to the upstream byte for byte. Params are the upstream's bytes. ctx
+	// ends when the upstream cancels the request or the connection ends;
+	// for a request made on a streamable HTTP call's own response stream
+	// it is that call's context (so it carries the caller's values). ping
+	// is answered without it. When nil, requests other than ping are
+	// answered "method not found".
 	OnRequest func(ctx context.Context, u *Upstream, method string, params json.RawMessage) (json.RawMessage, error)
 	// OnState is called on every state change and after each catalogue
 	// refresh (with StateUp).

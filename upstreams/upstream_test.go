@@ -1036,3 +1036,49 @@ func TestAdvertiseWidensAndReconnects(t *testing.T) {
 		t.Fatalf("echo after reconnecting: %s, %v", res, err)
 	}
 }
+
+// TestExactBytesBothWays checks that what encoders change comes through
+// untouched: a notification's params, a server-to-client request's params,
+// the client's answer on its way back, and an error object with its data.
+func TestExactBytesBothWays(t *testing.T) {
+	checkNoLeaks(t)
+	var rec recorder
+	opts := rec.options(t)
+	answer := `{"role":"assistant", "n":9007199254740993,"content":{"type":"text","text":"<&>\u00e9"}}`
+	var gotParams json.RawMessage
+	var mu sync.Mutex
+	opts.OnRequest = func(ctx context.Context, u *Upstream, method string, params json.RawMessage) (json.RawMessage, error) {
+		mu.Lock()
+		gotParams = params
+		mu.Unlock()
+		return json.RawMessage(answer), nil
+	}
+	u := New(selfEntry(t, "raw", "raw"), opts)
+	startUpstream(t, u)
+	_, err := u.Call(testCtx(t), "exact", nil)
+	var re *RPCError
+	if !errors.As(err, &re) {
+		t.Fatalf("exact: %v, want an RPCError", err)
+	}
+	line, _ := json.Marshal(`{"jsonrpc":"2.0","id":"srv-exact","result":` + answer + `}`)
+	wantErr := `{"message":"m <&>\u00e9", "code":-32002,"data":{"line":` + string(line) + `,"x":` + rawExact + `}}`
+	if string(re.Raw) != wantErr {
+		t.Errorf("error object\n got %s\nwant %s", re.Raw, wantErr)
+	}
+	if re.Code != -32002 || re.Message != "m <&>é" {
+		t.Errorf("error code %d message %q", re.Code, re.Message)
+	}
+	if want := `{"line":` + string(line) + `,"x":` + rawExact + `}`; string(re.Data) != want {
+		t.Errorf("error data\n got %s\nwant %s", re.Data, want)
+	}
+	mu.Lock()
+	if string(gotParams) != rawExact {
+		t.Errorf("request params\n got %s\nwant %s", gotParams, rawExact)
+	}
+	mu.Unlock()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.notes) != 1 || string(rec.notes[0].params) != rawExact {
+		t.Errorf("notifications %v, want one with params %s", rec.notes, rawExact)
+	}
+}
