@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
 )
 
 // sseWire is a client of MCP's HTTP+SSE transport (protocol

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
 )
 
 // fakeWire is an in-memory MCP server with one tool. The method "crash"
