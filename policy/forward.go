@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"net"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -25,6 +27,61 @@ type Proxy struct {
 	// intercepted hosts besides the system's (a company's TLS inspection
 	// CA, a test CA). Relative paths are relative to the config file.
 	ExtraRootsFile string `json:"extraRootsFile,omitempty"`
+	// MCP are the remote MCP servers whose traffic foldproxy intercepts:
+	// their results go through the same intercept chain as the upstreams
+	// of the MCP front (scrub, tokens, budget, audit, metrics), while the
+	// client keeps its own MCP session and OAuth tokens.
+	MCP []RemoteMCP `json:"mcp,omitempty"`
+}
+
+// RemoteMCP is one remote MCP server intercepted in transparent mode.
+type RemoteMCP struct {
+	// URL is the server's endpoint as the client is configured with it:
+	// the streamable HTTP endpoint ("https://mcp.example.com/mcp") or the
+	// legacy SSE stream ("https://mcp.example.com/sse"), https only. Its
+	// host and port are intercepted; requests to other paths of that host
+	// (OAuth metadata, authorization, token) are relayed untouched.
+	URL string `json:"url"`
+	// Name names the server in the audit log, the metrics and recall
+	// handles, as an mcpServers entry name does. Default: the URL's host.
+	Name string `json:"name,omitempty"`
+	// FoldTools adds foldproxy's fold tools (branch_create, branch_return,
+	// branch_status, branch_recall) to this server's tools/list and answers
+	// them itself. Default true; with several servers, keep it on one.
+	FoldTools *bool `json:"foldTools,omitempty"`
+}
+
+// Folds reports whether the server carries the fold tools.
+func (r RemoteMCP) Folds() bool { return r.FoldTools == nil || *r.FoldTools }
+
+// ParseRemoteURL checks a RemoteMCP URL and returns it parsed, with the
+// host lower case and the port explicit.
+func ParseRemoteURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("is not a URL: %v", err)
+	}
+	if u.Scheme != "https" {
+		return nil, fmt.Errorf("must be an https:// URL (transparent mode intercepts TLS)")
+	}
+	if u.Hostname() == "" || u.User != nil || u.Fragment != "" {
+		return nil, fmt.Errorf("must be https://host[:port]/path, without user or fragment")
+	}
+	if _, _, err := ParseHostPattern(u.Hostname()); err != nil || strings.HasPrefix(u.Hostname(), "*.") {
+		return nil, fmt.Errorf("has a host that is not valid")
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return nil, fmt.Errorf("has a bad port %q", port)
+	}
+	if u.Path == "" {
+		u.Path = "/"
+	}
+	u.Host = net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+	return u, nil
 }
 
 // Proxy defaults.
@@ -53,6 +110,29 @@ func (p Proxy) validate() []error {
 		if port < 1 || port > 65535 {
 			errs = append(errs, invalid(fmt.Sprintf("proxy.allowPorts[%d]", i), "%d is not a TCP port (1-65535)", port))
 		}
+	}
+	names := map[string]int{}
+	for i, m := range p.MCP {
+		field := fmt.Sprintf("proxy.mcp[%d]", i)
+		u, err := ParseRemoteURL(m.URL)
+		if err != nil {
+			errs = append(errs, invalid(field+".url", "%q %v", m.URL, err))
+			continue
+		}
+		if n, _ := strconv.Atoi(u.Port()); !slices.Contains(p.AllowPorts, n) {
+			errs = append(errs, invalid(field+".url", "port %d is not in proxy.allowPorts %v: CONNECT to it would be refused", n, p.AllowPorts))
+		}
+		name := m.Name
+		if name == "" {
+			name = u.Hostname()
+		}
+		if strings.ContainsAny(name, " \t\r\n\"") || len(name) > 64 {
+			errs = append(errs, invalid(field+".name", "%q must be at most 64 characters, without spaces or quotes", name))
+		}
+		if j, dup := names[name]; dup {
+			errs = append(errs, invalid(field+".name", "%q is already the name of proxy.mcp[%d] (set name to tell them apart)", name, j))
+		}
+		names[name] = i
 	}
 	return errs
 }

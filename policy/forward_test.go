@@ -42,6 +42,12 @@ func TestProxyErrorsNameTheField(t *testing.T) {
 		{`{"proxy":{"allowPorts":[0]}}`, "proxy.allowPorts[0]", "not a TCP port"},
 		{`{"proxy":{"allowPorts":[443,70000]}}`, "proxy.allowPorts[1]", "not a TCP port"},
 		{`{"proxy":{"intercept":[]}}`, `unknown field "intercept"`, ""},
+		{`{"proxy":{"mcp":[{"url":"http://mcp.example.com/mcp"}]}}`, "proxy.mcp[0].url", "https://"},
+		{`{"proxy":{"mcp":[{"url":"https://mcp.example.com:8443/mcp"}]}}`, "proxy.mcp[0].url", "not in proxy.allowPorts"},
+		{`{"proxy":{"mcp":[{"url":"https://u:p@mcp.example.com/mcp"}]}}`, "proxy.mcp[0].url", "without user"},
+		{`{"proxy":{"mcp":[{"url":"https://bad!host/mcp"}]}}`, "proxy.mcp[0].url", "host"},
+		{`{"proxy":{"mcp":[{"url":"https://a.com/mcp"},{"url":"https://a.com/sse"}]}}`, "proxy.mcp[1].name", "already the name of proxy.mcp[0]"},
+		{`{"proxy":{"mcp":[{"url":"https://a.com/mcp","name":"a b"}]}}`, "proxy.mcp[0].name", "without spaces"},
 	}
 	for _, tt := range tests {
 		_, err := Parse([]byte(tt.in))
@@ -73,6 +79,27 @@ func TestParseHostPattern(t *testing.T) {
 		h, p, err := ParseHostPattern(in)
 		if err != nil || h != want.host || p != want.port {
 			t.Errorf("ParseHostPattern(%q) = %q, %d, %v; want %q, %d", in, h, p, err, want.host, want.port)
+		}
+	}
+}
+
+func TestRemoteMCP(t *testing.T) {
+	got, err := Parse([]byte(`{"proxy":{"allowPorts":[443,8443],"mcp":[{"url":"https://MCP.Example.com/mcp","name":"ex"},{"url":"https://localhost:8443/sse","foldTools":false}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Proxy.MCP) != 2 || !got.Proxy.MCP[0].Folds() || got.Proxy.MCP[1].Folds() {
+		t.Fatalf("proxy.mcp = %+v: want two servers, fold tools on the first only", got.Proxy.MCP)
+	}
+	for in, want := range map[string]string{
+		"https://MCP.Example.com/mcp": "mcp.example.com:443",
+		"https://localhost:8443/sse":  "localhost:8443",
+		"https://[::1]:9/":            "[::1]:9",
+		"https://x.com":               "x.com:443",
+	} {
+		u, err := ParseRemoteURL(in)
+		if err != nil || u.Host != want || u.Path == "" {
+			t.Errorf("ParseRemoteURL(%q) = %v, %v; want host %s and a path", in, u, err, want)
 		}
 	}
 }

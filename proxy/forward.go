@@ -43,6 +43,10 @@ type ForwardOptions struct {
 	// URL ("https://api.anthropic.com", "https://localhost:8443"). Called
 	// once per host and port. Required.
 	Model func(baseURL string) (http.Handler, error)
+	// Remote, when set, is the front of the remote MCP servers of
+	// foldproxy.proxy.mcp: their hosts are intercepted too, their MCP
+	// requests served by it and their other paths relayed untouched.
+	Remote *RemoteFront
 	// Dial connects tunnels; nil: a net.Dialer with a 30 s timeout. Never
 	// a proxy from the environment: foldproxy would be its own proxy.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -64,6 +68,7 @@ type ForwardProxy struct {
 	hosts     []hostPattern
 	ports     []int
 	model     func(string) (http.Handler, error)
+	remote    *RemoteFront
 	gp        *goproxy.ProxyHttpServer
 
 	mu      sync.Mutex
@@ -96,6 +101,7 @@ func NewForwardProxy(opts ForwardOptions) (*ForwardProxy, error) {
 		ca:     opts.CA,
 		ports:  slices.Clone(opts.AllowPorts),
 		model:  opts.Model,
+		remote: opts.Remote,
 		fronts: map[string]http.Handler{},
 		ln:     newConnListener(),
 	}
@@ -145,9 +151,15 @@ func NewForwardProxy(opts ForwardOptions) (*ForwardProxy, error) {
 		ErrorLog:    slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if mc, ok := c.(*mitmConn); ok {
+				ctx = context.WithValue(ctx, mitmConnKey{}, mc)
 				return context.WithValue(ctx, mitmTargetKey{}, mc.target)
 			}
 			return ctx
+		},
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if p.remote != nil && (st == http.StateClosed || st == http.StateHijacked) {
+				p.remote.connClosed(c)
+			}
 		},
 	}
 	return p, nil
@@ -156,6 +168,11 @@ func NewForwardProxy(opts ForwardOptions) (*ForwardProxy, error) {
 // Intercepted reports whether CONNECT to hostport ("host:port") is
 // intercepted rather than tunnelled.
 func (p *ForwardProxy) Intercepted(hostport string) bool {
+	return p.modelHost(hostport) || (p.remote != nil && p.remote.handlesTarget(hostport))
+}
+
+// modelHost reports whether hostport is one of InterceptHosts.
+func (p *ForwardProxy) modelHost(hostport string) bool {
 	host, portStr, err := net.SplitHostPort(hostport)
 	if err != nil {
 		return false
@@ -304,12 +321,27 @@ func (p *ForwardProxy) startMITM() bool {
 	return true
 }
 
-type mitmTargetKey struct{}
+type (
+	mitmTargetKey struct{}
+	mitmConnKey   struct{}
+)
 
-// serveIntercepted serves one request on an intercepted connection with
-// the model front of its CONNECT target (whatever its Host header says).
+// serveIntercepted serves one request on an intercepted connection by its
+// CONNECT target (whatever its Host header says): a remote MCP server's
+// MCP requests by the remote front, its other paths relayed untouched
+// unless the host is also a model host; a model host's by its model front.
 func (p *ForwardProxy) serveIntercepted(w http.ResponseWriter, r *http.Request) {
 	target, _ := r.Context().Value(mitmTargetKey{}).(string)
+	if p.remote != nil && p.remote.handlesTarget(target) {
+		conn, _ := r.Context().Value(mitmConnKey{}).(*mitmConn)
+		if p.remote.serve(w, r, target, conn) {
+			return
+		}
+		if !p.modelHost(target) {
+			p.remote.relay.ServeHTTP(w, r)
+			return
+		}
+	}
 	h, err := p.front(target)
 	if err != nil {
 		p.log.Error("forward proxy: model front", "host", target, "err", err)

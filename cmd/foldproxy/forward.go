@@ -17,9 +17,12 @@ import (
 // startForwardProxy serves transparent mode's forward proxy on addr: the
 // local CA under stateDir (made on first use), the intercepted hosts'
 // model fronts from newFront, upstream TLS verified against the system
-// roots plus the extra roots file. stop closes it.
+// roots plus the extra roots file. newRemote makes the front of the remote
+// MCP servers of ps.MCP (nil when there are none) with that transport.
+// stop closes it.
 func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
-	newFront func(proxy.ModelOptions) (*proxy.ModelHandler, error), logger *slog.Logger,
+	newFront func(proxy.ModelOptions) (*proxy.ModelHandler, error),
+	newRemote func(http.RoundTripper) (*proxy.RemoteFront, error), logger *slog.Logger,
 ) (stop func(), err error) {
 	ca, created, err := proxy.LoadOrCreateCA(stateDir)
 	if err != nil {
@@ -33,7 +36,14 @@ func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 		return nil, err
 	}
 	transport := proxy.NewModelTransport(roots)
+	var remote *proxy.RemoteFront
+	if len(ps.MCP) > 0 {
+		if remote, err = newRemote(transport); err != nil {
+			return nil, err
+		}
+	}
 	fp, err := proxy.NewForwardProxy(proxy.ForwardOptions{
+		Remote:         remote,
 		CA:             ca,
 		Token:          token,
 		Loopback:       proxy.IsLoopback(addr),
@@ -47,18 +57,27 @@ func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 	if err != nil {
 		return nil, err
 	}
+	closeAll := func() {
+		_ = fp.Close()
+		if remote != nil {
+			remote.Close()
+		}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		fp.Close()
+		closeAll()
 		return nil, fmt.Errorf("--proxy-listen %s: %w", addr, err)
 	}
 	hs := &http.Server{Handler: fp, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute}
 	go func() { _ = hs.Serve(ln) }()
 	logger.Info("foldproxy serving transparent mode (forward proxy)", "HTTPS_PROXY", "http://"+ln.Addr().String(),
 		"NODE_EXTRA_CA_CERTS", ca.CertPath(), "intercept", ps.InterceptHosts, "allowPorts", ps.AllowPorts)
+	if remote != nil {
+		logger.Info("foldproxy intercepting remote MCP servers", "targets", remote.Targets())
+	}
 	return func() {
 		_ = hs.Close()
-		_ = fp.Close()
+		closeAll()
 	}, nil
 }
 

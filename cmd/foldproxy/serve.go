@@ -531,7 +531,23 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	}
 
 	if *proxyListen != "" {
-		stop, err := startForwardProxy(*proxyListen, dir, cfg.Dir, token, st.Proxy, newModelFront, logger)
+		// Remote MCP servers intercepted in transparent mode take the MCP
+		// front's chains.
+		newRemote := func(tr http.RoundTripper) (*proxy.RemoteFront, error) {
+			return proxy.NewRemoteFront(proxy.RemoteOptions{
+				Servers: st.Proxy.MCP, Settings: st, Fold: mgr, Scrubber: scrubber, Transport: tr, Logger: logger,
+				Observer: observer{auditor: auditor, metrics: metrics, logger: logger},
+				Interceptors: []intercept.Interceptor{
+					intercept.Scrub(scrubber),
+					intercept.Tokens(counter),
+					intercept.Budget(mgr, counter, st.Fold.Thresholds),
+					intercept.Audit(auditor),
+					intercept.Observe(metrics),
+				},
+				ControlInterceptors: []intercept.Interceptor{intercept.Audit(auditor), intercept.Observe(metrics)},
+			})
+		}
+		stop, err := startForwardProxy(*proxyListen, dir, cfg.Dir, token, st.Proxy, newModelFront, newRemote, logger)
 		if err != nil {
 			return err
 		}
