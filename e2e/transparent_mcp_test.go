@@ -39,8 +39,8 @@ import (
 // test PKI's certificate. It records the Authorization and Mcp-Session-Id
 // of every request it relays.
 type tlsFront struct {
-	url string // https://localhost:PORT
-	mu  sync.Mutex
+	url  string // https://localhost:PORT
+	mu   sync.Mutex
 	seen []http.Header
 }
 
@@ -303,5 +303,3 @@ func envStdioTransport(t testing.TB, name string, env []string, command string, 
 			return cmd, nil
 		}))
 }
-
-

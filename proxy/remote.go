@@ -402,10 +402,10 @@ func chained(method string) bool {
 // pendingCall is a call whose exchange runs the chain while the request
 // travels to the server and its response back.
 type pendingCall struct {
-	forward chan struct{}  // closed when the chain lets the call go to the server
-	resp    chan *Message  // the server's response (buffered)
-	done    chan struct{}  // closed when the chain is done; final is set
-	final   []byte         // the response message the client gets
+	forward chan struct{} // closed when the chain lets the call go to the server
+	resp    chan *Message // the server's response (buffered)
+	done    chan struct{} // closed when the chain is done; final is set
+	final   []byte        // the response message the client gets
 	cancel  context.CancelCauseFunc
 	sess    *remoteSession //
 }
