@@ -55,9 +55,23 @@ func runTransparent(ctx context.Context, e *env, res *results) error {
 	defer stopModel()
 	_, modelPort, _ := net.SplitHostPort(modelAddr)
 	modelURL := "https://localhost:" + modelPort
-	cfg, err := e.writeConfig("transparent.json", map[string]any{}, map[string]any{
+	// The remote MCP server of the tools/call rows: base-URL mode has it
+	// as an mcpServers entry, transparent mode intercepts it (proxy.mcp).
+	remote, err := startRemoteMCP(ctx, e, certFile, keyFile)
+	if err != nil {
+		return err
+	}
+	servers := map[string]any{}
+	proxySet := map[string]any{"interceptHosts": []string{"localhost"}, "allowPorts": []int{atoi(modelPort)}, "extraRootsFile": caFile}
+	if remote != nil {
+		defer remote.stop()
+		servers["everything"] = map[string]any{"type": "http", "url": remote.url}
+		proxySet["allowPorts"] = []int{atoi(modelPort), portOfURL(remote.url)}
+		proxySet["mcp"] = []map[string]any{{"url": remote.url, "name": "everything-remote"}}
+	}
+	cfg, err := e.writeConfig("transparent.json", servers, map[string]any{
 		"model": map[string]any{"anthropicURL": modelURL},
-		"proxy": map[string]any{"interceptHosts": []string{"localhost"}, "allowPorts": []int{atoi(modelPort)}, "extraRootsFile": caFile},
+		"proxy": proxySet,
 	})
 	if err != nil {
 		return err
@@ -118,6 +132,12 @@ func runTransparent(ctx context.Context, e *env, res *results) error {
 	res.add(row{Section: sec, Metric: "first byte p99, transparent / base URL / direct", Value: ms(st[2].P99()),
 		Baseline: ms(st[1].P99()) + " / " + ms(st[0].P99()), Ratio: ratio(float64(st[2].P99()), float64(st[0].P99())),
 		Num: msf(st[2].P99()), Base: msf(st[0].P99()), Unit: "ms"})
+
+	if remote != nil {
+		if err := mcpRows(ctx, e, res, sec, remote, fp, testRoots, fpRoots, pu, calls, warm); err != nil {
+			return err
+		}
+	}
 
 	// Memory: 100 tunnels to 127.0.0.1 (not intercepted: only "localhost" is).
 	for _, s := range sides {
@@ -305,4 +325,70 @@ func atoi(s string) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
+}
+
+// mcpRows measures a tools/call (server-everything's echo of a 2 KB
+// message, over streamable HTTP) directly, through foldproxy's MCP front
+// (base-URL mode: an mcpServers entry) and through the forward proxy
+// (transparent mode: proxy.mcp), in the same run, rounds rotated.
+func mcpRows(ctx context.Context, e *env, res *results, sec string, remote *remoteMCP, fp *transparentProxy,
+	testRoots, fpRoots *x509.CertPool, pu *url.URL, calls, warm int,
+) error {
+	sides := []struct {
+		name string
+		s    *mcpSession
+	}{
+		{"direct", &mcpSession{hc: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: testRoots}}}, url: remote.url}},
+		{"base URL", &mcpSession{hc: &http.Client{Transport: &http.Transport{}}, url: "http://" + fp.listenAddr + "/mcp"}},
+		{"transparent", &mcpSession{hc: &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: fpRoots}}}, url: remote.url}},
+	}
+	msg := strings.Repeat("The quick brown fox reads a file and reports what it found. ", 34)[:2000]
+	args := map[string]any{"message": msg}
+	tools := make([]string, len(sides))
+	for i, s := range sides {
+		if err := s.s.open(ctx); err != nil {
+			return fmt.Errorf("MCP %s: %w", s.name, err)
+		}
+		tool, err := s.s.toolNamed(ctx, "echo")
+		if err != nil {
+			return fmt.Errorf("MCP %s: %w", s.name, err)
+		}
+		tools[i] = tool
+		if _, err := s.s.callTimes(ctx, tool, args, warm); err != nil {
+			return fmt.Errorf("MCP warm-up %s: %w", s.name, err)
+		}
+	}
+	var st [3]roundStats
+	for r := 0; r < e.rounds; r++ {
+		for k := range sides {
+			i := (k + r) % len(sides)
+			samples, err := sides[i].s.callTimes(ctx, tools[i], args, calls)
+			if err != nil {
+				return fmt.Errorf("MCP %s: %w", sides[i].name, err)
+			}
+			st[i].add(samples)
+		}
+	}
+	d, b, t := st[0].P50(), st[1].P50(), st[2].P50()
+	note := fmt.Sprintf("server-everything echo of 2 KB over streamable HTTP, TLS on loopback, %d calls x %d rounds", calls, e.rounds)
+	res.add(row{Section: sec, Metric: "MCP tools/call p50, transparent vs direct", Value: ms(t), Baseline: ms(d) + " direct",
+		Ratio: ratio(float64(t), float64(d)), Num: msf(t), Base: msf(d), Unit: "ms", Note: fmt.Sprintf("%s; %s", signedMS(t-d), note)})
+	res.add(row{Section: sec, Metric: "MCP tools/call p50, transparent vs base URL", Value: ms(t), Baseline: ms(b) + " base URL",
+		Ratio: ratio(float64(t), float64(b)), Num: msf(t), Base: msf(b), Unit: "ms", Note: fmt.Sprintf("%s; base URL (MCP front, http upstream) is %s over direct", signedMS(t-b), signedMS(b-d))})
+	res.add(row{Section: sec, Metric: "MCP tools/call p99, transparent / base URL / direct", Value: ms(st[2].P99()),
+		Baseline: ms(st[1].P99()) + " / " + ms(st[0].P99()), Ratio: ratio(float64(st[2].P99()), float64(st[0].P99())),
+		Num: msf(st[2].P99()), Base: msf(st[0].P99()), Unit: "ms"})
+	for _, s := range sides {
+		s.s.hc.CloseIdleConnections()
+	}
+	return nil
+}
+
+// portOfURL is the port of an https://host:port/... URL.
+func portOfURL(raw string) int {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return 0
+	}
+	return atoi(u.Port())
 }
