@@ -546,19 +546,18 @@ func (s *Server) routeByPrefix(name string) (upstream, rest string, ok bool) {
 	return "", "", false
 }
 
-// awaitUpstreams waits, until ReadyWait after the session opened, for
-// upstreams still making their first connection attempt, so that an agent
-// that lists tools right after starting sees the ones that come up at once.
-// It never waits for an upstream whose attempts have failed (it is retried
-// in the background) nor past the bound: what is not up by then joins later
-// with list_changed.
+// awaitUpstreams waits for upstreams still making their first connection
+// attempt, so that an agent that lists tools right after starting sees the
+// ones that come up at once: each for at most ReadyWait from the session's
+// opening or from the upstream's start, whichever came first (an upstream
+// that has been starting for longer than that is slow, and a session that
+// opens later does not wait for it again). It never waits for an upstream
+// whose attempts have failed (it is retried in the background) nor past
+// the bound: what is not up by then joins later with list_changed.
 func (s *Server) awaitUpstreams(ctx context.Context, sess *Session) {
 	if s.ready.Load() {
 		return
 	}
-	deadline := sess.opened.Add(s.opts.ReadyWait)
-	wctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
 	var wg sync.WaitGroup
 	var pending atomic.Int32
 	for _, u := range s.upstreams {
@@ -566,9 +565,17 @@ func (s *Server) awaitUpstreams(ctx context.Context, sess *Session) {
 		if !ok {
 			continue
 		}
+		from := sess.opened
+		if st, ok := u.(interface{ StartedAt() time.Time }); ok {
+			if t := st.StartedAt(); !t.IsZero() && t.Before(from) {
+				from = t
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			wctx, cancel := context.WithDeadline(ctx, from.Add(s.opts.ReadyWait))
+			defer cancel()
 			if w.WaitAttempted(wctx) != nil {
 				pending.Add(1)
 			}

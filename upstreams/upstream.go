@@ -229,6 +229,7 @@ type Upstream struct {
 	state       State
 	conn        *conn
 	started     bool
+	startedAt   time.Time // when Start began the first connection attempt
 	closed      bool
 	life        context.Context
 	stop        context.CancelFunc
@@ -428,6 +429,7 @@ func (u *Upstream) Start(ctx context.Context) {
 		return
 	}
 	u.started = true
+	u.startedAt = time.Now()
 	u.life, u.stop = context.WithCancel(ctx)
 	u.wg.Go(u.supervise)
 }
@@ -455,6 +457,14 @@ func (u *Upstream) WaitReady(ctx context.Context) error {
 			return unavailable(ctx.Err(), "upstream %q is not ready: %v", u.Name(), ctx.Err())
 		}
 	}
+}
+
+// StartedAt returns when Start began the upstream's first connection
+// attempt, zero before Start.
+func (u *Upstream) StartedAt() time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.startedAt
 }
 
 // WaitAttempted blocks until the upstream's first connection attempt has

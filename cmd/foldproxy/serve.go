@@ -326,6 +326,18 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		auditPath = filepath.Join(cfg.Dir, auditPath)
 	}
 
+	// Compiling gitleaks' rules is the slowest step of start-up (about half
+	// a second): it runs while the state store opens, the tokenizer loads
+	// and the upstreams start. scrubReady is closed once scrubber is set
+	// (nil if it failed).
+	var scrubber *intercept.Scrubber
+	scrubReady := make(chan struct{})
+	var scrubErr error
+	go func() {
+		defer close(scrubReady)
+		scrubber, scrubErr = intercept.NewScrubber(st.Scrub, logger)
+	}()
+
 	// The parts, in dependency order; each is closed in reverse on exit.
 	var store fold.Store
 	store, err = fold.OpenBadgerFsync(filepath.Join(dir, "badger"), logger, st.Fold.Fsync)
@@ -339,20 +351,6 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		return fmt.Errorf("opening the state store in %s: %w", dir, err)
 	}
 	defer store.Close()
-	counter, err := intercept.NewCounter(st.Tokens)
-	if err != nil {
-		return err
-	}
-	// Compiling gitleaks' rules is the slowest step of start-up (about half
-	// a second): it runs while the upstreams start. scrubReady is closed
-	// once scrubber is set (nil if it failed).
-	var scrubber *intercept.Scrubber
-	scrubReady := make(chan struct{})
-	var scrubErr error
-	go func() {
-		defer close(scrubReady)
-		scrubber, scrubErr = intercept.NewScrubber(st.Scrub, logger)
-	}()
 	metrics := intercept.NewMetrics()
 	var srvp atomic.Pointer[proxy.Server]
 	// restartsSeen is each upstream's restart count already added to
@@ -408,6 +406,11 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	})
 	defer set.Close()
 	set.Start(ctx)
+	// The tokenizer loads while the upstreams start.
+	counter, err := intercept.NewCounter(st.Tokens)
+	if err != nil {
+		return err
+	}
 	<-scrubReady
 	if scrubErr != nil {
 		return scrubErr
@@ -471,7 +474,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		Version:             version,
 		ReadyWait:           st.ReadyWait.D(),
 		ClientCapabilities: func(ctx context.Context, caps json.RawMessage) {
-			advertiseClientCaps(ctx, set.All(), caps, max(st.ReadyWait.D(), 5*time.Second), logger)
+			advertiseClientCaps(ctx, set.All(), caps, st.ReadyWait.D(), max(st.ReadyWait.D(), 5*time.Second), logger)
 		},
 	})
 	if err != nil {
@@ -718,10 +721,13 @@ var relayedCaps = map[string]json.RawMessage{
 // sessions share) once an agent that declares it initializes. An upstream
 // must be initialized again to learn a capability, so one connected
 // without it reconnects; the agent's initialize waits for that, at most
-// wait, and never for an upstream whose attempts fail. The set only grows: a capability some agent declared stays
+// wait, for an upstream that was up, and as the catalogue's readiness rule
+// says (proxy.Options.ReadyWait) for one still starting: a slow upstream must not hold
+// the agent's initialize; it joins later with list_changed. It never waits
+// for an upstream whose attempts fail. The set only grows: a capability some agent declared stays
 // advertised, and a request for it from an upstream goes to a session that
 // declared it or is refused (proxy.UpstreamRequest).
-func advertiseClientCaps(ctx context.Context, ups []*upstreams.Upstream, declared json.RawMessage, wait time.Duration, logger *slog.Logger) {
+func advertiseClientCaps(ctx context.Context, ups []*upstreams.Upstream, declared json.RawMessage, readyWait, wait time.Duration, logger *slog.Logger) {
 	var d map[string]json.RawMessage
 	if err := json.Unmarshal(declared, &d); err != nil {
 		return
@@ -749,18 +755,27 @@ func advertiseClientCaps(ctx context.Context, ups []*upstreams.Upstream, declare
 			continue
 		}
 		wg.Go(func() {
+			ctx := wctx
 			if !wasUp {
-				// On its first attempt: wait for that attempt, as a
-				// catalogue request does; one whose attempts fail is
-				// never waited for.
-				if u.WaitAttempted(wctx) != nil {
+				// On its first attempt: wait for that attempt as a
+				// catalogue request does, within readyWait of its start
+				// or of now, whichever came first; one whose attempts
+				// fail is never waited for.
+				from := time.Now()
+				if t := u.StartedAt(); !t.IsZero() && t.Before(from) {
+					from = t
+				}
+				sctx, cancel := context.WithDeadline(wctx, from.Add(readyWait))
+				defer cancel()
+				ctx = sctx
+				if u.WaitAttempted(ctx) != nil {
 					return
 				}
 				if st, _ := u.Status(); st != upstreams.StateUp {
 					return
 				}
 			}
-			if err := u.WaitAdvertised(wctx); err != nil {
+			if err := u.WaitAdvertised(ctx); err != nil {
 				logger.Debug("upstream not yet reconnected with the agent's capabilities", "upstream", u.Name(), "err", err)
 			}
 		})
