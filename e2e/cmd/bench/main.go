@@ -10,7 +10,9 @@
 // output), branch (branch_create/branch_return latency), cut (a 10 MB result
 // cut into an 8K budget), memory (RSS with 1,000 HTTP sessions holding
 // 10,000 branches), startup (exec to a served tools/list with three
-// upstreams), model (first streamed byte of a Messages API answer through
+// upstreams; exec to the first tools/list with one dead and one slow
+// upstream, cold and warm; the relay's memory; three sessions on one
+// project against three separate proxies), model (first streamed byte of a Messages API answer through
 // the model front against the scripted model server directly) and
 // transparent (the same through the forward proxy, against base-URL mode
 // and direct; RSS with 100 tunnelled connections).

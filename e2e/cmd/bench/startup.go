@@ -146,5 +146,5 @@ func runStartup(ctx context.Context, e *env, res *results) error {
 	i50 := median(inits)
 	res.add(row{Section: sec, Metric: "exec to initialize answered, median", Value: ms(i50), Num: msf(i50), Unit: "ms",
 		Note: "foldproxy's own start (state store, scrubber rules, tokenizer) before the upstreams matter"})
-	return nil
+	return runStartupSlow(ctx, e, res, cfg, want)
 }
