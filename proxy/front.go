@@ -100,6 +100,9 @@ type frontEnvelope struct {
 // is a response (an id and no method) and whether that response is an error.
 // A message that does not decode is neither.
 func frontClassify(msg []byte) (key string, isResponse, isError bool) {
+	if key, isResponse, isError, ok := frontClassifyOurs(msg); ok {
+		return key, isResponse, isError
+	}
 	var env frontEnvelope
 	if json.Unmarshal(msg, &env) != nil {
 		return "", false, false
@@ -108,6 +111,65 @@ func frontClassify(msg []byte) (key string, isResponse, isError bool) {
 		return "", false, false
 	}
 	return frontIDKey(env.ID), true, len(env.Error) > 0 && string(env.Error) != "null"
+}
+
+// frontClassifyOurs classifies a message the core built (Response,
+// requestMessage) from its first bytes, without reading the rest: the
+// envelope prefix, the id, then the member that follows it. ok is false for
+// any other shape, which frontClassify decodes.
+func frontClassifyOurs(msg []byte) (key string, isResponse, isError, ok bool) {
+	if !bytes.HasPrefix(msg, []byte(envelopePrefix)) {
+		return "", false, false, false
+	}
+	rest := msg[len(envelopePrefix):]
+	n := jsonIDLen(rest)
+	if n == 0 {
+		return "", false, false, false
+	}
+	id, after := rest[:n], rest[n:]
+	switch {
+	case bytes.HasPrefix(after, []byte(`,"result":`)):
+		isError = false
+	case bytes.HasPrefix(after, []byte(`,"error":`)):
+		isError = true
+	case bytes.HasPrefix(after, []byte(`,"method":`)):
+		return "", false, false, true // a request to the agent
+	default:
+		return "", false, false, false
+	}
+	if string(id) == "null" {
+		return "", false, false, true
+	}
+	return frontIDKey(id), true, isError, true
+}
+
+// jsonIDLen returns the length of the id at the start of b: a string
+// (escapes skipped), a number or null; 0 when b starts with none of them.
+func jsonIDLen(b []byte) int {
+	if len(b) == 0 {
+		return 0
+	}
+	switch c := b[0]; {
+	case c == '"':
+		for i := 1; i < len(b); i++ {
+			switch b[i] {
+			case '\\':
+				i++
+			case '"':
+				return i + 1
+			}
+		}
+		return 0
+	case c == '-' || (c >= '0' && c <= '9'):
+		i := 1
+		for i < len(b) && (b[i] == '-' || b[i] == '+' || b[i] == '.' || b[i] == 'e' || b[i] == 'E' || (b[i] >= '0' && b[i] <= '9')) {
+			i++
+		}
+		return i
+	case bytes.HasPrefix(b, []byte("null")):
+		return 4
+	}
+	return 0
 }
 
 // frontIDKey turns a raw id into a map key that compares ids by value, so

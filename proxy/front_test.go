@@ -356,3 +356,61 @@ func TestFrontAwait(t *testing.T) {
 		t.Errorf("missing = %v, left %d; want the second 1, then nothing owed", got, a.left)
 	}
 }
+
+// classifyByDecoding is frontClassify without its fast path.
+func classifyByDecoding(msg []byte) (string, bool, bool) {
+	var env frontEnvelope
+	if json.Unmarshal(msg, &env) != nil || env.Method != "" || len(env.ID) == 0 || string(env.ID) == "null" {
+		return "", false, false
+	}
+	return frontIDKey(env.ID), true, len(env.Error) > 0 && string(env.Error) != "null"
+}
+
+func TestFrontClassifyFastPathAgreesWithDecoding(t *testing.T) {
+	ids := []string{`1`, `-2.5e3`, `"a"`, `"a\"b\\"`, `"\u0026"`, `"<&>"`, `null`, `"fp-1"`}
+	var msgs [][]byte
+	for _, id := range ids {
+		msgs = append(msgs,
+			Response(json.RawMessage(id), json.RawMessage(`{"n":9007199254740993, "s":"<&>"}`), nil),
+			Response(json.RawMessage(id), nil, Errorf(CodeInternalError, "x <&>")),
+			Response(json.RawMessage(id), nil, &Error{raw: json.RawMessage(`{"message":"m","code":1}`)}),
+			requestMessage(json.RawMessage(id), "sampling/createMessage", json.RawMessage(`{"a":1}`)),
+		)
+	}
+	msgs = append(msgs, Notification("notifications/progress", json.RawMessage(`{"progressToken":1}`)),
+		[]byte(`{"id":1,"jsonrpc":"2.0","result":{}}`))
+	for _, m := range msgs {
+		if !json.Valid(m) {
+			t.Errorf("not valid JSON: %s", m)
+		}
+		k1, r1, e1 := frontClassify(m)
+		k2, r2, e2 := classifyByDecoding(m)
+		if k1 != k2 || r1 != r2 || e1 != e2 {
+			t.Errorf("%s: fast path (%q %v %v), decoding (%q %v %v)", m, k1, r1, e1, k2, r2, e2)
+		}
+	}
+}
+
+func TestEnvelopesKeepRawBytes(t *testing.T) {
+	result := `{"z":9007199254740993, "a" :"<&>",	"m":"\u00e9\/"}`
+	if got, want := string(Response(json.RawMessage(`7`), json.RawMessage(result), nil)), `{"jsonrpc":"2.0","id":7,"result":`+result+`}`; got != want {
+		t.Errorf("Response\n got %s\nwant %s", got, want)
+	}
+	if got, want := string(Notification("notifications/message", json.RawMessage(result))), `{"jsonrpc":"2.0","method":"notifications/message","params":`+result+`}`; got != want {
+		t.Errorf("Notification\n got %s\nwant %s", got, want)
+	}
+	var m Message
+	rawErr := `{"message":"m <&>\u00e9", "code":-32002,"data":` + result + `}`
+	if err := json.Unmarshal([]byte(`{"jsonrpc":"2.0","id":1,"error":`+rawErr+`}`), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Error.Code != -32002 || m.Error.Message != "m <&>é" {
+		t.Errorf("decoded error %+v", m.Error)
+	}
+	if got, want := string(Response(json.RawMessage(`"x"`), nil, m.Error)), `{"jsonrpc":"2.0","id":"x","error":`+rawErr+`}`; got != want {
+		t.Errorf("relayed error\n got %s\nwant %s", got, want)
+	}
+	if got, want := string(Response(nil, nil, Errorf(-1, "a <&> b"))), `{"jsonrpc":"2.0","id":null,"error":{"code":-1,"message":"a <&> b"}}`; got != want {
+		t.Errorf("built error\n got %s\nwant %s", got, want)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -45,11 +46,49 @@ func (m *Message) IsNotification() bool { return m.Method != "" && len(m.ID) == 
 // IsResponse reports whether m is a response.
 func (m *Message) IsResponse() bool { return m.Method == "" && len(m.ID) > 0 }
 
-// Error is a JSON-RPC error object. It implements error.
+// Error is a JSON-RPC error object. It implements error. An error decoded
+// from a message (or relayed from an upstream, see rpcErrorOf) keeps the
+// object's bytes, and Response writes them unchanged; one built here is
+// encoded from its fields.
 type Error struct {
 	Code    int             `json:"code"`
 	Message string          `json:"message"`
 	Data    json.RawMessage `json:"data,omitempty"`
+
+	raw json.RawMessage // the object as it came; nil when built here
+}
+
+// UnmarshalJSON decodes the object and keeps its bytes.
+func (e *Error) UnmarshalJSON(b []byte) error {
+	type plain Error
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*e = Error(p)
+	e.raw = bytes.Clone(b)
+	return nil
+}
+
+// Raw returns the error object exactly as it came, or nil when it was
+// built here.
+func (e *Error) Raw() json.RawMessage { return e.raw }
+
+// appendObject appends the error object: its bytes as they came, or else
+// encoded from its fields without HTML escaping.
+func (e *Error) appendObject(b []byte) []byte {
+	if len(e.raw) > 0 {
+		return append(b, e.raw...)
+	}
+	b = append(b, `{"code":`...)
+	b = strconv.AppendInt(b, int64(e.Code), 10)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, e.Message)
+	if len(e.Data) > 0 {
+		b = append(b, `,"data":`...)
+		b = append(b, e.Data...)
+	}
+	return append(b, '}')
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("json-rpc error %d: %s", e.Code, e.Message) }
@@ -145,46 +184,74 @@ func parseOne(data []byte) (*Message, *Error) {
 	return &m, nil
 }
 
-// Response encodes a result or error response for id.
+// The envelopes below are built by appending raw members to fixed bytes:
+// the result, params, ids and error objects go out exactly as they came
+// (an upstream's bytes are read and checked once, in upstreams), with no
+// second encoding that would compact them or escape <, > and &. A front
+// makes a message that holds a line break one line (frontCompact).
+
+// envelopePrefix starts every response and request the core writes; a
+// front that sees it reads the id without decoding the message
+// (frontClassify).
+const envelopePrefix = `{"jsonrpc":"2.0","id":`
+
+// Response encodes a result or error response for id. An empty result is
+// {}; result must be valid JSON.
 func Response(id json.RawMessage, result json.RawMessage, rpcErr *Error) []byte {
 	if len(id) == 0 {
 		id = json.RawMessage("null")
 	}
-	m := Message{JSONRPC: "2.0", ID: id}
 	if rpcErr != nil {
-		m.Error = rpcErr
-	} else {
-		if len(result) == 0 {
-			result = json.RawMessage("{}")
-		}
-		m.Result = result
+		b := make([]byte, 0, len(envelopePrefix)+len(id)+64+len(rpcErr.Message)+len(rpcErr.Data)+len(rpcErr.raw))
+		b = append(b, envelopePrefix...)
+		b = append(b, id...)
+		b = append(b, `,"error":`...)
+		b = rpcErr.appendObject(b)
+		return append(b, '}')
 	}
-	b, err := encodeMessage(m)
-	if err != nil {
-		// Result was not valid JSON: answer with an internal error instead.
-		b, _ = encodeMessage(Message{JSONRPC: "2.0", ID: id, Error: Errorf(CodeInternalError, "internal error: invalid result: %v", err)})
+	if len(result) == 0 {
+		result = json.RawMessage("{}")
 	}
-	return b
+	b := make([]byte, 0, len(envelopePrefix)+len(id)+len(`,"result":}`)+len(result))
+	b = append(b, envelopePrefix...)
+	b = append(b, id...)
+	b = append(b, `,"result":`...)
+	b = append(b, result...)
+	return append(b, '}')
 }
 
-// Notification encodes a notification.
+// Notification encodes a notification; params, raw, are left out when
+// empty.
 func Notification(method string, params json.RawMessage) []byte {
-	b, _ := encodeMessage(Message{JSONRPC: "2.0", Method: method, Params: params})
-	return b
+	b := make([]byte, 0, 40+len(method)+len(params))
+	b = append(b, `{"jsonrpc":"2.0","method":`...)
+	b = appendJSONString(b, method)
+	if len(params) > 0 {
+		b = append(b, `,"params":`...)
+		b = append(b, params...)
+	}
+	return append(b, '}')
 }
 
-// encodeMessage encodes m on one line without HTML escaping. json.Marshal
-// would rewrite <, > and & inside the raw result and params as \u003c,
-// \u003e and \u0026: the agent would not receive what the upstream sent,
-// and a structuredContent would cost more tokens than were counted and
-// charged. Raw values are only compacted, which keeps them on one line for
-// the stdio framing.
-func encodeMessage(m Message) ([]byte, error) {
+// requestMessage encodes a request to the agent.
+func requestMessage(id json.RawMessage, method string, params json.RawMessage) []byte {
+	b := make([]byte, 0, len(envelopePrefix)+len(id)+40+len(method)+len(params))
+	b = append(b, envelopePrefix...)
+	b = append(b, id...)
+	b = append(b, `,"method":`...)
+	b = appendJSONString(b, method)
+	if len(params) > 0 {
+		b = append(b, `,"params":`...)
+		b = append(b, params...)
+	}
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string without HTML escaping.
+func appendJSONString(b []byte, s string) []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(m); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	_ = enc.Encode(s) // a string always encodes
+	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
 }

@@ -828,7 +828,7 @@ func (s *Server) finish(ctx context.Context, sess *Session, ex *intercept.Exchan
 func rpcErrorOf(err error) *Error {
 	var re *upstreams.RPCError
 	if errors.As(err, &re) {
-		return &Error{Code: re.Code, Message: re.Message, Data: re.Data}
+		return &Error{Code: re.Code, Message: re.Message, Data: re.Data, raw: re.Raw}
 	}
 	var coded interface {
 		RPCCode() int
@@ -977,7 +977,7 @@ func (s *Server) subscribe(ctx context.Context, sess *Session, method string, pa
 		if _, err := s.upstreams[up].Call(ctx, method, params); err != nil {
 			var re *upstreams.RPCError
 			if errors.As(err, &re) {
-				return nil, &Error{Code: re.Code, Message: re.Message, Data: re.Data}
+				return nil, &Error{Code: re.Code, Message: re.Message, Data: re.Data, raw: re.Raw}
 			}
 			return nil, &Error{Code: CodeUpstreamUnavailable, Message: err.Error()}
 		}
@@ -1053,8 +1053,7 @@ func (s *Server) request(ctx context.Context, sess *Session, out Outbound, metho
 		delete(sess.pending, id)
 		sess.mu.Unlock()
 	}()
-	b, _ := json.Marshal(Message{JSONRPC: "2.0", ID: quote(id), Method: method, Params: params})
-	if !sess.send(out, b) {
+	if !sess.send(out, requestMessage(quote(id), method, params)) {
 		return nil, fmt.Errorf("cannot reach the agent to ask %s: no open stream", method)
 	}
 	select {
@@ -1062,7 +1061,7 @@ func (s *Server) request(ctx context.Context, sess *Session, out Outbound, metho
 		return nil, errors.New("the agent's session has ended")
 	case m := <-ch:
 		if m.Error != nil {
-			return nil, &upstreams.RPCError{Code: m.Error.Code, Message: m.Error.Message, Data: m.Error.Data}
+			return nil, &upstreams.RPCError{Code: m.Error.Code, Message: m.Error.Message, Data: m.Error.Data, Raw: m.Error.raw}
 		}
 		return m.Result, nil
 	case <-ctx.Done():
