@@ -157,6 +157,7 @@ func serveRaw() {
 		out.Flush()
 	}
 	var seen []string
+	big := map[int]string{}
 	var pendingPing json.RawMessage  // id of the pingme request awaiting the client's pong
 	var pendingExact json.RawMessage // id of the exact request awaiting the client's answer
 	in := bufio.NewScanner(os.Stdin)
@@ -218,6 +219,18 @@ func serveRaw() {
 			write(`{"jsonrpc":"2.0","id":` + id + `,"result":{"content":[{"type":"text","text":"notified"}]}}`)
 		case "fail":
 			write(`{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32001,"message":"nope","data":` + rawErrorData + `}}`)
+		case "big":
+			// A result of about n bytes of text, for the benchmarks.
+			var p struct {
+				N int `json:"n"`
+			}
+			_ = json.Unmarshal(msg.Params, &p)
+			if big[p.N] == "" {
+				line := "line of tool output <&> \u00e9\n"
+				text, _ := json.Marshal(strings.Repeat(line, p.N/len(line)+1)[:p.N])
+				big[p.N] = `{"content":[{"type":"text","text":` + string(text) + `}],"isError":false}`
+			}
+			write(`{"jsonrpc":"2.0","id":` + id + `,"result":` + big[p.N] + `}`)
 		case "exact":
 			pendingExact = msg.ID
 			write(`{"jsonrpc":"2.0","method":"notifications/message","params":` + rawExact + `}`)
