@@ -303,3 +303,131 @@ func envStdioTransport(t testing.TB, name string, env []string, command string, 
 			return cmd, nil
 		}))
 }
+
+// TestTransparentClaudeCodeRemoteMCP: the real Claude Code CLI with a
+// remote MCP server in its own config (an http entry, as a user adds one
+// with OAuth), HTTPS_PROXY set to foldproxy and nothing else changed. The
+// model (scripted, over TLS, intercepted as the model host) makes a branch
+// with the fold tools foldproxy added to that server, echoes a secret
+// through it and returns: the echo reaches the model scrubbed and charged
+// to the branch, and after the return the model wire folds the branch out
+// of the conversation.
+func TestTransparentClaudeCodeRemoteMCP(t *testing.T) {
+	pki := newTestPKI(t)
+	origin := startEverythingHTTP(t, "streamableHttp")
+	front := startTLSFront(t, pki, origin)
+	remote := front.url + "/mcp"
+	secret, rule := githubSecret(t)
+	const (
+		summary = "SUMMARY-REMOTE the echo worked"
+		final   = "FINAL-REMOTE done."
+	)
+	script := map[string]any{"turns": []map[string]any{
+		{"name": "create", "match": []string{"PROMPT-GO"}, "content": []any{
+			toolUse("toolu_r_01", "mcp__everything__branch_create", map[string]any{"description": "echo a key", "budget": 6000})}},
+		{"name": "echo", "match": []string{"toolu_r_01"}, "content": []any{
+			toolUse("toolu_r_02", "mcp__everything__echo", map[string]any{"message": "ECHOMARK the key is " + secret})}},
+		{"name": "return", "match": []string{"toolu_r_02"}, "content": []any{
+			toolUse("toolu_r_03", "mcp__everything__branch_return", map[string]any{"message": summary})}},
+		// Unfolded, the last message holds branch_return's result; folded,
+		// branch_create's with the summary in it.
+		{"name": "final-unfolded", "match": []string{"toolu_r_03"}, "content": []any{map[string]any{"type": "text", "text": final}}},
+		{"name": "final", "match": []string{"toolu_r_01", summary}, "content": []any{map[string]any{"type": "text", "text": final}}},
+	}}
+	model := startModelServer(t, script, "-tls-cert", pki.certFile, "-tls-key", pki.keyFile)
+	modelPort := portOf(t, model.url)
+	fp := startTransparent(t, map[string]any{
+		"proxy": map[string]any{
+			"interceptHosts": []string{fmt.Sprintf("localhost:%d", modelPort)},
+			"allowPorts":     []int{modelPort, portOf(t, front.url)},
+			"extraRootsFile": pki.caFile,
+			"mcp":            []map[string]any{{"url": remote, "name": "everything"}},
+		},
+	})
+
+	ctx := testContext(t, 120*time.Second)
+	cfg, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"everything": map[string]any{"type": "http", "url": remote}}})
+	cmd := exec.CommandContext(ctx, claudeBin(t), "-p", "PROMPT-GO: echo a key", "--output-format", "json",
+		"--mcp-config", writeFile(t, "claude-mcp.json", cfg), "--strict-mcp-config", "--allowedTools", "mcp__everything")
+	cmd.Dir = t.TempDir()
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + t.TempDir(),
+		"HTTPS_PROXY=" + fp.proxyURL,
+		"NODE_EXTRA_CA_CERTS=" + fp.caFile(),
+		"ANTHROPIC_BASE_URL=" + fmt.Sprintf("https://localhost:%d", modelPort),
+		"ANTHROPIC_API_KEY=dummy",
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+		"DISABLE_AUTOUPDATER=1",
+		// -p starts the first request before remote MCP servers connect
+		// unless told to wait.
+		"MCP_CONNECTION_NONBLOCKING=false",
+	}
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	ownProcessGroup(cmd)
+	err := cmd.Run()
+	_ = killGroup(cmd)
+	if err != nil {
+		t.Fatalf("claude -p through HTTPS_PROXY: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	var res struct {
+		Result  string `json:"result"`
+		IsError bool   `json:"is_error"`
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &res); err != nil || res.IsError || res.Result != final {
+		t.Errorf("claude's result = %+v (%v), want %q\n%s", res, err, final, stdout.String())
+	}
+
+	byTurn := map[string]anthropicRequest{}
+	var turns []string
+	for _, r := range model.records(t) {
+		if r.Path == "/v1/messages" && len(byTurn) == 0 {
+			var req struct {
+				Tools []struct {
+					Name string `json:"name"`
+				} `json:"tools"`
+			}
+			_ = json.Unmarshal(r.Body, &req)
+			t.Logf("request %d (%s) offers %d tools: %v", r.Seq, r.Turn, len(req.Tools), req.Tools)
+		}
+		if r.Path != "/v1/messages" || r.Turn == "fallback" {
+			continue
+		}
+		byTurn[r.Turn] = parseAnthropic(t, r)
+		turns = append(turns, r.Turn)
+	}
+	if strings.Join(turns, ",") != "create,echo,return,final" {
+		t.Fatalf("the model played %v, want create, echo, return, then final on the folded conversation", turns)
+	}
+	// Before the fold the model saw the echo, scrubbed.
+	echo, ok := byTurn["return"].toolResultText(t, "toolu_r_02")
+	if !ok || !strings.Contains(echo, "ECHOMARK") || strings.Contains(echo, secret) || !strings.Contains(echo, "[REDACTED:"+rule+"]") {
+		t.Errorf("the echo as the model saw it = %q, %v: want it with the key redacted", echo, ok)
+	}
+	// After the return, the branch is folded out.
+	body := string(byTurn["final"].rec.Body)
+	if strings.Contains(body, "ECHOMARK") || strings.Contains(body, "toolu_r_02") {
+		t.Error("the final request still holds the branch's echo: not folded")
+	}
+	var created struct {
+		BranchID string `json:"branch_id"`
+	}
+	text, _ := byTurn["echo"].toolResultText(t, "toolu_r_01")
+	if err := json.Unmarshal([]byte(text), &created); err != nil || created.BranchID == "" {
+		t.Fatalf("branch_create's answer as the model saw it: %q", text)
+	}
+	// The echo went through the intercept chain, charged to that branch.
+	var charged bool
+	for _, r := range auditRecords(t, filepath.Join(fp.state, "audit.jsonl"), "call") {
+		if r["upstream"] == "everything" && r["tool"] == "echo" && r["branch"] == created.BranchID {
+			charged = true
+		}
+	}
+	if !charged {
+		t.Errorf("no audit record of the echo charged to %s", created.BranchID)
+	}
+	if n := len(auditRecords(t, filepath.Join(fp.state, "audit.jsonl"), "model")); n < 4 {
+		t.Errorf("%d model records in the audit log: the model requests did not all go through the model front", n)
+	}
+}
