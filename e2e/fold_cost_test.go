@@ -329,3 +329,74 @@ func writeFileIn(t testing.TB, dir, name, data string) string {
 	}
 	return p
 }
+
+// TestFoldRootBudgetSaysSo: with fold.rootBudget set, the main thread's
+// results are cut at its limit with a notice that says so and what to do;
+// the results after it are refused with an error that says the same and
+// keeps each whole under a handle; a branch opened before the limit still
+// works, and the main thread hears its return (it keeps the answers'
+// share). No result arrives empty without a word.
+func TestFoldRootBudgetSaysSo(t *testing.T) {
+	ctx := testContext(t, 90*time.Second)
+	c := foldCounter(t)
+	const rootBudget = 2000
+	cfg := foldProxyConfig(t, map[string]any{"replay": replayEntry(t)}, map[string]any{"rootBudget": rootBudget}, true)
+	p := startFoldProxy(ctx, t, cfg, "replay__emit")
+
+	var cr foldCreated
+	create := foldMust(ctx, t, p, "branch_create", map[string]any{"description": "open before the limit", "budget": 1500}, &cr)
+	used, cutAt := modelTokens(t, c, create), -1
+	root := foldSessionTree(ctx, t, p).Tree.BranchID
+	for i := range 30 {
+		// The open branch is the innermost: the main thread's calls name it.
+		r := foldCall(ctx, t, p, "replay__emit", map[string]any{"bytes": 1200, "branch_id": root})
+		if r.isError {
+			if cutAt < 0 {
+				t.Fatalf("call %d refused before any cut: %s", i, r.text())
+			}
+			msg := r.text()
+			m := cutHandleRE.FindStringSubmatch(msg)
+			if m == nil || !strings.Contains(msg, "the main thread has reached its token budget (fold.rootBudget, 2,000 tokens)") || !strings.Contains(msg, "raise fold.rootBudget") {
+				t.Fatalf("call %d after the limit: the refusal %q does not say why, where the result is, and what to do", i, msg)
+			}
+			// The whole result is kept, and the open branch reads it.
+			var pg foldPage
+			foldMust(ctx, t, p, "branch_recall", map[string]any{"handle": m[1], "max_tokens": 50}, &pg)
+			if pg.TotalBytes < 1200 || pg.Text == "" {
+				t.Errorf("the refused result's handle holds %d bytes, page %q", pg.TotalBytes, pg.Text)
+			}
+			break
+		}
+		n := resultTokens(t, c, r.raw)
+		used += n
+		if used > rootBudget {
+			t.Fatalf("call %d: the main thread has received %d tokens, over its budget of %d", i, used, rootBudget)
+		}
+		last := r.texts[len(r.texts)-1]
+		if strings.Contains(last, "result cut at") {
+			if !strings.Contains(last, "the main thread has reached its token budget (fold.rootBudget)") || !strings.Contains(last, "raise fold.rootBudget") || cutHandleRE.FindStringSubmatch(last) == nil {
+				t.Fatalf("call %d: the main thread's cut notice %q does not say it is at its limit and what to do", i, last)
+			}
+			cutAt = i
+			continue
+		}
+		if cutAt >= 0 {
+			t.Fatalf("call %d: a result after the limit was delivered: %s", i, truncate(r.text(), 200))
+		}
+		if strings.Join(r.texts, "") == "" {
+			t.Fatalf("call %d: an empty result", i)
+		}
+	}
+	if cutAt < 0 {
+		t.Fatalf("the main thread never reached its limit of %d tokens (%d received)", rootBudget, used)
+	}
+	// The branch opened before the limit works on and returns.
+	if r := foldCall(ctx, t, p, "replay__emit", map[string]any{"bytes": 1200, "branch_id": cr.BranchID}); r.isError || strings.Contains(r.text(), "result cut at") {
+		t.Fatalf("the branch's result: isError %v, %s", r.isError, truncate(r.text(), 300))
+	}
+	ret := foldMust(ctx, t, p, "branch_return", map[string]any{"branch_id": cr.BranchID, "message": "done"}, nil)
+	used += modelTokens(t, c, ret)
+	if st := foldSessionTree(ctx, t, p).Tree; st.BudgetUsed > rootBudget || st.BudgetUsed < used {
+		t.Errorf("the main thread used %d of %d; the client counted at least %d", st.BudgetUsed, rootBudget, used)
+	}
+}

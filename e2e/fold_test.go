@@ -510,9 +510,11 @@ func TestFoldReplayBudgets(t *testing.T) {
 	p := startFoldProxy(ctx, t, cfg, "replay__run", "replay__emit")
 
 	root := foldSessionTree(ctx, t, p).Tree.BranchID
-	budgets := []int{300, 500, 800, 1200, 2000}
-	const branches = 10
-	cuts, multiPage, forced := 0, 0, 0
+	// Small budgets too: a branch ends within a few results, close to its
+	// notice reserve.
+	budgets := []int{300, 500, 800, 1200, 2000, 70, 120}
+	const branches = 14
+	cuts, multiPage, forced, refused := 0, 0, 0, 0
 	for i := range branches {
 		tr := trajs[(i*5)%len(trajs)]
 		budget := budgets[i%len(budgets)]
@@ -531,7 +533,24 @@ func TestFoldReplayBudgets(t *testing.T) {
 				want := tr.Steps[step].Output
 				r := foldCall(ctx, t, p, "replay__run", map[string]any{"trajectory": tr.ID, "step": step, "branch_id": cr.BranchID})
 				if r.isError {
-					t.Fatalf("step %d: refused while the branch is open: %s", step, r.text())
+					// The last resort, when the branch's status answers took
+					// it below even the shortest notice: the result is
+					// refused with an error that says why and names the
+					// handle keeping all of it, and the branch ends.
+					m := cutHandleRE.FindStringSubmatch(r.text())
+					if m == nil || !strings.Contains(r.text(), "fewer than a cut notice needs") || !strings.Contains(r.text(), "force-returned") {
+						t.Fatalf("step %d: refused while the branch is open, without saying why: %s", step, r.text())
+					}
+					if rest, _ := recallAll(ctx, t, p, m[1]); string(rest) != want {
+						t.Errorf("step %d: the refused result's handle holds %d bytes, want the step's %d", step, len(rest), len(want))
+					}
+					if st := foldStatus(ctx, t, p, cr.BranchID); st.Status != "forced" || st.BudgetUsed != used {
+						t.Errorf("step %d: after the refusal the branch is %s with %d used, want forced with %d", step, st.Status, st.BudgetUsed, used)
+					}
+					refused++
+					forced++
+					closed = true
+					break
 				}
 				n := resultTokens(t, c, r.raw)
 				used += n
@@ -580,12 +599,12 @@ func TestFoldReplayBudgets(t *testing.T) {
 						t.Errorf("step %d: a cut single-text result came back as %d text blocks", step, len(body))
 					}
 				case wasCut:
-					// The documented last resort: no room for even the
-					// short notice, so the result carries no content.
-					if budget-(used-n) >= c.CountText(`[foldproxy] cut; rest: branch_recall "`+cr.BranchID+`~000000000000"`) {
-						t.Errorf("step %d: the result was cut (branch cuts %v) but no notice names a handle; notices %q", step, st.Cuts, notices)
-					}
+					// Never a silent result: a cut always names its handle.
+					t.Errorf("step %d: the result was cut (branch cuts %v) but no notice names a handle; notices %q", step, st.Cuts, notices)
 				default:
+					if delivered == "" && want != "" && len(notices) == 0 {
+						t.Errorf("step %d: an empty result without a notice", step)
+					}
 					if delivered != want {
 						t.Errorf("step %d: an uncut result differs from the step's output (%d vs %d bytes, first difference at %d)",
 							step, len(delivered), len(want), firstDiff(delivered, want))
@@ -630,7 +649,7 @@ func TestFoldReplayBudgets(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("%d branches: %d forced, %d cut results, %d recalled over several pages", branches, forced, cuts, multiPage)
+	t.Logf("%d branches: %d forced, %d cut results, %d refused results, %d recalled over several pages", branches, forced, cuts, refused, multiPage)
 	if cuts == 0 || forced == 0 || multiPage == 0 {
 		t.Errorf("the replay did not exercise the limits: %d cuts, %d forced returns, %d multi-page recalls", cuts, forced, multiPage)
 	}

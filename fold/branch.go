@@ -265,6 +265,9 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 		ans.InjectedContext = injected
 	}
 	if rem := remaining(pb); rem >= 0 && tokens > rem {
+		if pb.Depth == 0 {
+			return nil, fmt.Errorf("%w: the main thread has %d tokens left of its budget of %d (fold.rootBudget), fewer than the %d of this answer: it is at its limit. Finish with what you have; to go on, the user can raise fold.rootBudget or start a new session", ErrBudgetExceeded, rem, pb.Budget, tokens)
+		}
 		return nil, fmt.Errorf("%w: parent %s has %d tokens left, fewer than the %d of this answer; return the parent and work from a branch with budget left", ErrBudgetExceeded, pb.ID, rem, tokens)
 	}
 
@@ -331,6 +334,9 @@ func (m *Manager) checkParentBudget(pb *Branch, budget *int, clamp bool) error {
 	}
 	if *budget <= rem {
 		return nil
+	}
+	if pb.Depth == 0 {
+		return fmt.Errorf("%w: budget %d is above the %d tokens the main thread has left (used %d of its budget of %d, fold.rootBudget); ask for %d or less, or finish with what you have (the user can raise fold.rootBudget)", ErrBudgetExceeded, *budget, rem, pb.Used, pb.Budget, max(rem-createAnswerReserve, 0))
 	}
 	return fmt.Errorf("%w: budget %d is above the %d tokens left in parent %s (used %d of %d); ask for %d or less, or return the parent and work from a branch with more budget left", ErrBudgetExceeded, *budget, rem, pb.ID, pb.Used, pb.Budget, max(rem-createAnswerReserve, 0))
 }

@@ -57,10 +57,16 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 		}
 	}
 	rem := remaining(b)
+	if b.Depth == 0 && rem >= 0 {
+		// The main thread keeps enough for the answers of a branch it
+		// starts once its results no longer fit (see CutNotice).
+		rem = max(rem-rootAnswerReserve, 0)
+	}
 	bud := Budget{
 		Branch: b.ID, Used: b.Used, Total: b.Budget, Remaining: rem, Level: b.Level,
 		Handle: newID(b.ID+"~", 6), Summaries: summaries,
 	}
+	bud.Reserve = NoticeReserve(m.count.CountText, b.ID, bud.Handle, b.Depth == 0, b.Budget)
 	ch, err := fit(bud)
 	if err != nil {
 		return nil, err
@@ -138,6 +144,12 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 	}
 	return res, nil
 }
+
+// rootAnswerReserve is what a limited main thread keeps, beyond the
+// results it receives, to pay for the answers of a branch (create and
+// return) once its results no longer fit: its last result tells it to work
+// in branches, so it must be able to start one.
+const rootAnswerReserve = createAnswerReserve
 
 // estimateTokens counts the tokens of a cut remainder for its event; past
 // 256 KiB it estimates four bytes a token rather than hold the branch's

@@ -326,7 +326,10 @@ func (m *Manager) fitModel(bud Budget, root bool, toolUseID, toolName, text stri
 		ch.Level = policy.LevelOf(bud.Used+toks, bud.Total, m.set.Thresholds).String()
 		return modelwire.Decision{Keep: rec.Keep, Notice: notice}, ch
 	}
-	if bud.Remaining < 0 || tokens <= bud.Remaining {
+	// Room for a whole result: what is left beyond the reserve for the
+	// notice of the result that ends the branch (Budget.Reserve).
+	room := bud.Remaining - bud.Reserve
+	if bud.Remaining < 0 || tokens <= room {
 		// Whole, with a warning when the level rises.
 		lvl := policy.LevelOf(bud.Used+tokens, bud.Total, m.set.Thresholds)
 		if lvl > levelOfName(bud.Level) && lvl > policy.Normal {
@@ -335,7 +338,7 @@ func (m *Manager) fitModel(bud Budget, root bool, toolUseID, toolName, text stri
 				notice := WarningText(bud.Branch, root, bud.Used+tokens+t, bud.Total, w)
 				nt := m.count.CountText("\n\n" + notice)
 				if nt == t || i == 3 {
-					if bud.Remaining < 0 || tokens+nt <= bud.Remaining {
+					if bud.Remaining < 0 || tokens+nt <= room {
 						return finish(notice, tokens+nt)
 					}
 					break
@@ -348,7 +351,7 @@ func (m *Manager) fitModel(bud Budget, root bool, toolUseID, toolName, text stri
 	// Cut to fit, notice included.
 	ch.Cut = true
 	notice := CutNotice(bud.Branch, bud.Handle, root, bud.Remaining, tokens, false)
-	room := bud.Remaining - m.count.CountText("\n\n"+notice)
+	room = bud.Remaining - m.count.CountText("\n\n"+notice)
 	for i := 0; i < 4; i++ {
 		keep := 0
 		if room > 0 {

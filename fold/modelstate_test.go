@@ -67,9 +67,9 @@ func TestModelStateChargesOnceAndCuts(t *testing.T) {
 
 func TestModelStateWarningNotice(t *testing.T) {
 	e := newEnv(t, nil)
-	id := e.create(t, map[string]any{"budget": 100})
-	d, err := e.m.ModelState().ChargeResult(t.Context(), id, "tu1", "Read", words(72, "a"))
-	if err != nil || d.Keep != len(words(72, "a")) || !strings.Contains(d.Notice, "budget: 90/100 tokens used (90%, warning)") {
+	id := e.create(t, map[string]any{"budget": 400})
+	d, err := e.m.ModelState().ChargeResult(t.Context(), id, "tu1", "Read", words(340, "a"))
+	if err != nil || d.Keep != len(words(340, "a")) || !strings.Contains(d.Notice, "budget: 358/400 tokens used (89%, warning)") {
 		t.Fatalf("%+v %v", d, err)
 	}
 }
@@ -231,5 +231,71 @@ func TestModelStateMarkEnd(t *testing.T) {
 	e.m.mu.Unlock()
 	if b, _, _ := st.Branch(ctx, ca.BranchID); b.EndCall != "r1" || b.EndNotice == "" {
 		t.Fatalf("after reload: %+v", b)
+	}
+}
+
+// TestModelStateEndsWithNotice walks a branch down with model-wire results:
+// a result that would leave less than the notice reserve is cut with the
+// full cut notice and force-returns the branch, so its last result says why.
+func TestModelStateEndsWithNotice(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, map[string]any{"budget": 100})
+	st := e.m.ModelState()
+	var last modelwire.Decision
+	for i := range 10 {
+		text := words(30, "a")
+		d, err := st.ChargeResult(t.Context(), id, fmt.Sprintf("tu%d", i), "Read", text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Keep < len(text) && d.Notice == "" {
+			t.Fatalf("call %d cut without a notice: %+v", i, d)
+		}
+		last = d
+		if e.branch(t, id).Status != StatusActive {
+			break
+		}
+	}
+	b := e.branch(t, id)
+	if b.Status != StatusForced || !strings.Contains(last.Notice, "branch_recall with handle") || !strings.Contains(last.Notice, "force-returned") {
+		t.Fatalf("branch %s (%d of %d used) ended on %+v, want the full cut notice", b.Status, b.Used, b.Budget, last)
+	}
+	if b.Used > b.Budget {
+		t.Fatalf("used %d of %d", b.Used, b.Budget)
+	}
+}
+
+// TestChargeReserve: Charge gives fit the notice reserve of the branch, and
+// a limited main thread's results leave room for a branch's answers.
+func TestChargeReserve(t *testing.T) {
+	e := newEnv(t, func(f *policy.Fold) { f.RootBudget = 1000 })
+	id := e.create(t, map[string]any{"budget": 500})
+	_, bud, err := e.charge(t, "s1", id, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := wordCounter{}.CountText(CutNotice(id, bud.Handle, false, 500, 999_999_999, true))
+	if bud.Reserve != want || bud.Remaining != 500 {
+		t.Fatalf("branch budget: reserve %d, remaining %d; want %d, 500", bud.Reserve, bud.Remaining, want)
+	}
+	root := RootID("s1")
+	rb := e.branch(t, root)
+	_, bud, err = e.charge(t, "s1", root, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantRem := 1000 - rb.Used - rootAnswerReserve; bud.Remaining != wantRem || bud.Reserve == 0 {
+		t.Fatalf("root budget: remaining %d, reserve %d; want %d and a reserve", bud.Remaining, bud.Reserve, wantRem)
+	}
+	// The main thread spends its results' share, and can still start a
+	// branch whose answers it pays.
+	if _, _, err := e.charge(t, "s1", root, 5000); err != nil {
+		t.Fatal(err)
+	}
+	if rb = e.branch(t, root); rb.Budget-rb.Used != rootAnswerReserve || rb.Status != StatusActive {
+		t.Fatalf("root after a cut: %d left, %s; want %d, active", rb.Budget-rb.Used, rb.Status, rootAnswerReserve)
+	}
+	if id := e.create(t, map[string]any{"description": "after the limit", "budget": 10}); id == "" {
+		t.Fatal("no branch")
 	}
 }

@@ -192,6 +192,12 @@ type Budget struct {
 	Level     string // the level before this result
 	// Handle is reserved for this call's remainder should the result be cut.
 	Handle string
+	// Reserve is what the branch keeps back for the cut notice of the
+	// result that ends it (NoticeReserve; 0 when unlimited): a result is
+	// delivered whole only when it leaves at least Reserve, otherwise it is
+	// cut, with its notice, and a branch is force-returned. So a branch
+	// never ends on a result that cannot say why.
+	Reserve int
 	// Summaries are forced-return summaries of children that this branch
 	// has not yet seen; they are appended to this result and then marked
 	// delivered.

@@ -148,6 +148,9 @@ func (bi *budgeter) handle(ctx context.Context, ex *Exchange, next Handler) erro
 		ex.Outcome = OutcomeRefused
 		ex.Result = nil
 		ex.Err = d.refuse
+		if d.cut {
+			ex.CutHandle = res.Handle
+		}
 		return ex.Err
 	}
 	ex.Result = d.result
@@ -227,7 +230,14 @@ func (bi *budgeter) fit(ex *Exchange, bud fold.Budget) (delivery, fold.Charge) {
 		}
 	}
 
-	if lim < 0 || (!over && rt+sumTokens <= lim) {
+	// A result is delivered whole only when it leaves the branch its
+	// reserve, so that the result that ends the branch can still carry its
+	// cut notice; results that carry no notices need no reserve.
+	room := lim
+	if notify && lim >= 0 {
+		room = lim - bud.Reserve
+	}
+	if lim < 0 || (!over && rt+sumTokens <= room) {
 		// Deliver the whole result, with the notices that fit.
 		notices := summaries
 		total := rt + sumTokens
@@ -237,7 +247,7 @@ func (bi *budgeter) fit(ex *Exchange, bud fold.Budget) (delivery, fold.Charge) {
 			// A warning that would push the result over the budget is left
 			// out rather than cutting a result that fits; the next result
 			// is cut anyway.
-			if lim < 0 || total+wt <= lim {
+			if lim < 0 || total+wt <= room {
 				notices = append(notices, w)
 				total += wt
 			}
@@ -250,7 +260,7 @@ func (bi *budgeter) fit(ex *Exchange, bud fold.Budget) (delivery, fold.Charge) {
 			// The result had no notice array, so it was counted as raw
 			// JSON; with one it is counted by its items: recount.
 			n, _, err := c.CountResult(ex.Method, out, -1)
-			if err != nil || (lim >= 0 && n > lim) {
+			if err != nil || (lim >= 0 && n > room) {
 				out, total = ex.Result, rt
 			} else {
 				total = n
@@ -273,7 +283,7 @@ func (bi *budgeter) fit(ex *Exchange, bud fold.Budget) (delivery, fold.Charge) {
 			ErrOverBudget, commas(rt), bud.Branch, commas(lim))}, ch
 	}
 	ch.Tokens = d.tokens
-	ch.Cut = true
+	ch.Cut = true // a refusal too: the branch ends, and its result is kept
 	ch.Rest = rest
 	// The archive keeps what was delivered; the remainder is stored once,
 	// under the handle, instead of twice.
@@ -285,10 +295,13 @@ func (bi *budgeter) fit(ex *Exchange, bud fold.Budget) (delivery, fold.Charge) {
 // cut cuts the result to fit bud.Remaining with its notices: the summaries
 // and the cut notice. When no content fits beside the notices, the notices
 // are delivered alone (the cut notice alone when the summaries do not fit,
-// or the shortest form of it); when not even that fits, the result is
-// delivered with no content at all and costs nothing, and the agent learns
-// of the cut from the forced return. ok is false when the result cannot be
-// cut.
+// or the shortest form of it). When not even that fits (Budget.Reserve
+// makes it rare: a branch created with less than its reserve, or one that
+// paid answers down to its last tokens), nothing is delivered: the result
+// is refused with an error that says why and names the handle that keeps
+// the whole of it, costs nothing, and still counts as a cut, so that a
+// branch is force-returned. A result never arrives empty without a word.
+// ok is false when the result cannot be cut.
 func (bi *budgeter) cut(ex *Exchange, bud fold.Budget, rt int, over bool, summaries []string) (delivery, []byte, bool) {
 	c := bi.c
 	lim := bud.Remaining
@@ -355,14 +368,24 @@ func (bi *budgeter) cut(ex *Exchange, bud fold.Budget, rt int, over bool, summar
 		func(k, r, l int) []string { return full(0, r, l) },
 		func(k, r, l int) []string { return full(0, r, l)[len(summaries):] },
 		func(int, int, int) []string { return []string{shortCutNotice(bud.Handle)} },
-		func(int, int, int) []string { return nil },
+	}
+	if root {
+		// A main thread at its limit is told why and what to do, in the
+		// full notice or in the refusal, never in the short form.
+		fallbacks = fallbacks[:2]
 	}
 	for _, f := range fallbacks {
 		if d, ok := try(0, f); ok {
 			return d, rest, true
 		}
 	}
-	return delivery{}, nil, false
+	d, ok := try(0, func(int, int, int) []string { return nil })
+	if !ok {
+		return delivery{}, nil, false
+	}
+	// The archive keeps the empty cut; the agent gets the error instead.
+	return delivery{result: d.result, cut: true,
+		refuse: errors.New(fold.SpentNotice(bud.Branch, bud.Handle, root, max(lim, 0), bud.Total))}, rest, true
 }
 
 // cutNotice tells the agent that a result was cut and where the rest is.

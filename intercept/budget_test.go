@@ -23,6 +23,8 @@ type fakeBrancher struct {
 	rests     map[string][]byte
 	charges   []fold.Charge
 	overdrawn int // charges refused because Tokens exceeded Remaining
+	// count, when set, gives Budget.Reserve as fold computes it.
+	count func(string) int
 }
 
 type fakeBranch struct {
@@ -77,6 +79,9 @@ func (f *fakeBrancher) Charge(ctx context.Context, session, branch string, fit f
 	}
 	bud := fold.Budget{Branch: branch, Used: b.Used, Total: b.Budget, Remaining: rem, Level: b.Level,
 		Handle: fmt.Sprintf("h-%d", f.handles), Summaries: append([]string(nil), b.summaries...)}
+	if f.count != nil {
+		bud.Reserve = fold.NoticeReserve(f.count, branch, bud.Handle, b.Parent == "", b.Budget)
+	}
 	ch, err := fit(bud)
 	if err != nil {
 		return nil, err
@@ -361,32 +366,117 @@ func TestBudgetUncuttableRefused(t *testing.T) {
 
 func TestBudgetTinyRemaining(t *testing.T) {
 	c := newCounter(t, "")
-	res := string(textResult(t, strings.Repeat("line of output\n", 200)))
+	text := strings.Repeat("line of output\n", 200)
+	res := string(textResult(t, text))
 	short := c.CountText(shortCutNotice("h-1"))
-	tests := []struct {
-		left       int
-		wantNotice bool
-	}{
-		{0, false},
-		{short - 1, false},
-		{short, true},
-		{short + 5, true},
-		{120, true},
-	}
-	for _, tt := range tests {
-		f := newFake(fold.Branch{ID: "b-1", Parent: "root-s1", Depth: 1, Budget: 1000, Used: 1000 - tt.left})
+	for _, left := range []int{0, short - 1, short, short + 5, 120} {
+		f := newFake(fold.Branch{ID: "b-1", Parent: "root-s1", Depth: 1, Budget: 1000, Used: 1000 - left})
 		ex := run(t, f, c, "tools/call", "", serve(res))
+		if f.overdrawn != 0 {
+			t.Fatalf("left %d: %d overdrawn charges", left, f.overdrawn)
+		}
+		if left < short {
+			// Not even the shortest notice fits: the result is refused with
+			// an error that says why and where it is kept, and the branch
+			// ends as by a cut.
+			if ex.Outcome != OutcomeRefused || ex.Result != nil || ex.CutHandle != "h-1" {
+				t.Fatalf("left %d: outcome %q, handle %q, result %s", left, ex.Outcome, ex.CutHandle, ex.Result)
+			}
+			if msg := ex.Err.Error(); !strings.Contains(msg, `branch_recall with handle "h-1"`) || !strings.Contains(msg, "force-returned") || !strings.Contains(msg, fmt.Sprintf("%d tokens left", left)) {
+				t.Errorf("left %d: error %q", left, msg)
+			}
+			if string(f.rests["h-1"]) != text || f.branches["b-1"].Used != 1000-left || f.branches["b-1"].Status != fold.StatusForced {
+				t.Errorf("left %d: rest %d bytes of %d, used %d, status %s", left, len(f.rests["h-1"]), len(text), f.branches["b-1"].Used, f.branches["b-1"].Status)
+			}
+			continue
+		}
 		if ex.Err != nil || ex.Outcome != OutcomeCut {
-			t.Fatalf("left %d: err %v, outcome %q", tt.left, ex.Err, ex.Outcome)
+			t.Fatalf("left %d: err %v, outcome %q", left, ex.Err, ex.Outcome)
 		}
 		checkDelivered(t, c, ex)
-		if ex.DeliveredTokens > tt.left || f.overdrawn != 0 {
-			t.Errorf("left %d: delivered %d", tt.left, ex.DeliveredTokens)
+		if ex.DeliveredTokens > left {
+			t.Errorf("left %d: delivered %d", left, ex.DeliveredTokens)
 		}
 		got := texts(t, ex.Result)
-		hasNotice := len(got) > 0 && strings.Contains(got[len(got)-1], "branch_recall")
-		if hasNotice != tt.wantNotice {
-			t.Errorf("left %d: texts %q, want a notice: %v", tt.left, got, tt.wantNotice)
+		if len(got) == 0 || !strings.Contains(got[len(got)-1], "branch_recall") {
+			t.Errorf("left %d: texts %q, want a notice", left, got)
+		}
+	}
+}
+
+// TestBudgetNeverSilent walks branches of many budgets down with results of
+// many sizes, as fold gives the reserve: every result arrives whole or with
+// a notice, and the result that ends a branch carries the full cut notice
+// (the branch is force-returned early enough for it).
+func TestBudgetNeverSilent(t *testing.T) {
+	c := newCounter(t, "")
+	outs := trajectoryOutputs(t)
+	for _, budget := range []int{60, 90, 150, 400, 1000, 3000} {
+		for _, root := range []bool{false, true} {
+			b := fold.Branch{ID: "b-1", Parent: "root-s1", Depth: 1, Budget: budget}
+			if root {
+				b = fold.Branch{ID: "root-s1", Budget: budget}
+			}
+			f := newFake(b)
+			f.count = c.CountText
+			reserve := fold.NoticeReserve(c.CountText, b.ID, "h-1", root, budget)
+			ended := false
+			for i := 0; i < 40 && !ended; i++ {
+				text := outs[(i*7+budget)%len(outs)]
+				if i%3 == 1 {
+					text = text[:min(len(text), 40+i)] // small results too
+				}
+				before := f.used(b.ID)
+				ex := run(t, f, c, "tools/call", "", serve(string(textResult(t, text))))
+				where := fmt.Sprintf("budget %d root %v call %d", budget, root, i)
+				if f.overdrawn != 0 {
+					t.Fatalf("%s: overdrawn", where)
+				}
+				switch {
+				case errors.Is(ex.Err, fold.ErrBranchClosed):
+					t.Fatalf("%s: the branch closed without a result saying so", where)
+				case ex.Outcome == OutcomeRefused:
+					if ex.CutHandle == "" || !strings.Contains(ex.Err.Error(), ex.CutHandle) {
+						t.Fatalf("%s: refused without a handle: %v", where, ex.Err)
+					}
+					ended = true
+					continue
+				case ex.Err != nil:
+					t.Fatalf("%s: %v", where, ex.Err)
+				}
+				checkDelivered(t, c, ex)
+				got := texts(t, ex.Result)
+				if ex.Outcome != OutcomeCut {
+					if left := budget - f.used(b.ID); left < reserve && before+ex.DeliveredTokens == f.used(b.ID) {
+						t.Fatalf("%s: delivered whole, leaving %d < reserve %d", where, left, reserve)
+					}
+					if strings.Join(got, "") == "" && text != "" {
+						t.Fatalf("%s: empty result without a notice", where)
+					}
+					continue
+				}
+				notice := got[len(got)-1]
+				if budget < reserve {
+					// Below the reserve from the start: the short notice.
+					if !strings.Contains(notice, fmt.Sprintf("branch_recall %q", ex.CutHandle)) && !strings.Contains(notice, fmt.Sprintf("branch_recall with handle %q", ex.CutHandle)) {
+						t.Fatalf("%s: the notice is %q, want one naming the handle", where, notice)
+					}
+					ended = ended || !root
+					continue
+				}
+				if !strings.Contains(notice, fmt.Sprintf("branch_recall with handle %q", ex.CutHandle)) {
+					t.Fatalf("%s: the last result's notice is %q, want the full cut notice", where, notice)
+				}
+				if root && !strings.Contains(notice, "main thread has reached its token budget") {
+					t.Fatalf("%s: the main thread's notice %q does not say it is at its limit", where, notice)
+				}
+				if !root {
+					ended = true
+				}
+			}
+			if !ended && !root {
+				t.Errorf("budget %d: the branch never ended", budget)
+			}
 		}
 	}
 }
