@@ -22,4 +22,11 @@
 // are Resumable). Catalogue requests never wait on upstreams for more than
 // Options.ReadyWait; the instructions and branch_status name the upstreams
 // that are not up.
+//
+// Transparent mode (forward.go) is an HTTPS proxy: configured model hosts
+// are intercepted into the model front; remote MCP servers the agent's
+// client connects to itself are intercepted into RemoteFront (remote.go),
+// whose calls take the same intercept chains as the MCP front's while the
+// client keeps its own session and credentials; every other host is
+// tunnelled, never decrypted.
 package proxy
