@@ -456,18 +456,22 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	for _, u := range set.All() {
 		ups = append(ups, u)
 	}
+	// The chains of the MCP front, which the remote MCP servers of
+	// transparent mode share.
+	chain := []intercept.Interceptor{
+		intercept.Scrub(scrubber),
+		intercept.Tokens(counter),
+		intercept.Budget(mgr, counter, st.Fold.Thresholds),
+		intercept.Audit(auditor),
+		intercept.Observe(metrics),
+	}
+	control := []intercept.Interceptor{intercept.Audit(auditor), intercept.Observe(metrics)}
 	srv, err := proxy.New(proxy.Options{
-		Settings:  st,
-		Upstreams: ups,
-		Fold:      mgr,
-		Interceptors: []intercept.Interceptor{
-			intercept.Scrub(scrubber),
-			intercept.Tokens(counter),
-			intercept.Budget(mgr, counter, st.Fold.Thresholds),
-			intercept.Audit(auditor),
-			intercept.Observe(metrics),
-		},
-		ControlInterceptors: []intercept.Interceptor{intercept.Audit(auditor), intercept.Observe(metrics)},
+		Settings:            st,
+		Upstreams:           ups,
+		Fold:                mgr,
+		Interceptors:        chain,
+		ControlInterceptors: control,
 		Scrubber:            scrubber,
 		Observer:            observer{auditor: auditor, metrics: metrics, logger: logger},
 		Logger:              logger,
@@ -535,19 +539,12 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 
 	if *proxyListen != "" {
 		// Remote MCP servers intercepted in transparent mode take the MCP
-		// front's chains.
+		// front's chains (one Budget, one Audit: the same state).
 		newRemote := func(tr http.RoundTripper) (*proxy.RemoteFront, error) {
 			return proxy.NewRemoteFront(proxy.RemoteOptions{
 				Servers: st.Proxy.MCP, Settings: st, Fold: mgr, Scrubber: scrubber, Transport: tr, Logger: logger,
-				Observer: observer{auditor: auditor, metrics: metrics, logger: logger},
-				Interceptors: []intercept.Interceptor{
-					intercept.Scrub(scrubber),
-					intercept.Tokens(counter),
-					intercept.Budget(mgr, counter, st.Fold.Thresholds),
-					intercept.Audit(auditor),
-					intercept.Observe(metrics),
-				},
-				ControlInterceptors: []intercept.Interceptor{intercept.Audit(auditor), intercept.Observe(metrics)},
+				Observer:     observer{auditor: auditor, metrics: metrics, logger: logger},
+				Interceptors: chain, ControlInterceptors: control,
 			})
 		}
 		stop, err := startForwardProxy(*proxyListen, dir, cfg.Dir, token, st.Proxy, newModelFront, newRemote, logger)

@@ -358,19 +358,27 @@ func mcpRows(ctx context.Context, e *env, res *results, sec string, remote *remo
 			return fmt.Errorf("MCP warm-up %s: %w", s.name, err)
 		}
 	}
+	// Calls interleaved one by one, the order rotated, so that the load of
+	// a shared machine falls on the three sides alike.
 	var st [3]roundStats
 	for r := 0; r < e.rounds; r++ {
-		for k := range sides {
-			i := (k + r) % len(sides)
-			samples, err := sides[i].s.callTimes(ctx, tools[i], args, calls)
-			if err != nil {
-				return fmt.Errorf("MCP %s: %w", sides[i].name, err)
+		var samples [3][]time.Duration
+		for c := range calls {
+			for k := range sides {
+				i := (k + c + r) % len(sides)
+				d, err := sides[i].s.callTimes(ctx, tools[i], args, 1)
+				if err != nil {
+					return fmt.Errorf("MCP %s: %w", sides[i].name, err)
+				}
+				samples[i] = append(samples[i], d...)
 			}
-			st[i].add(samples)
+		}
+		for i := range sides {
+			st[i].add(samples[i])
 		}
 	}
 	d, b, t := st[0].P50(), st[1].P50(), st[2].P50()
-	note := fmt.Sprintf("server-everything echo of 2 KB over streamable HTTP, TLS on loopback, %d calls x %d rounds", calls, e.rounds)
+	note := fmt.Sprintf("server-everything echo of 2 KB over streamable HTTP, TLS on loopback, %d calls x %d rounds, interleaved", calls, e.rounds)
 	res.add(row{Section: sec, Metric: "MCP tools/call p50, transparent vs direct", Value: ms(t), Baseline: ms(d) + " direct",
 		Ratio: ratio(float64(t), float64(d)), Num: msf(t), Base: msf(d), Unit: "ms", Note: fmt.Sprintf("%s; %s", signedMS(t-d), note)})
 	res.add(row{Section: sec, Metric: "MCP tools/call p50, transparent vs base URL", Value: ms(t), Baseline: ms(b) + " base URL",
