@@ -77,14 +77,38 @@ type bpeCand struct {
 // bpeCount returns the number of tokens byte-pair merging makes of piece,
 // as the library counts a piece its splitter yields.
 func bpeCount(t *bpeTable, piece string) int {
-	n := int32(len(piece))
-	if n <= 1 {
-		return int(n)
+	if len(piece) <= 1 {
+		return len(piece)
 	}
-	ranks := t.ranks
-	if _, ok := ranks[piece]; ok {
+	if _, ok := t.ranks[piece]; ok {
 		return 1
 	}
+	_, parts := bpeMerge(t, piece)
+	return parts
+}
+
+// bpeEnds appends to dst the end offsets of the tokens byte-pair merging
+// makes of piece, in order, and returns it.
+func bpeEnds(t *bpeTable, piece string, dst []int32) []int32 {
+	if len(piece) <= 1 {
+		return append(dst, int32(len(piece)))
+	}
+	if _, ok := t.ranks[piece]; ok {
+		return append(dst, int32(len(piece)))
+	}
+	nodes, _ := bpeMerge(t, piece)
+	for i := nodes[0].next; i >= 0; i = nodes[i].next {
+		dst = append(dst, i)
+	}
+	return dst
+}
+
+// bpeMerge merges the bytes of piece (two bytes or more) by rank and
+// returns the list of parts, nodes[i].next the end of the part that
+// starts at i, and how many parts there are.
+func bpeMerge(t *bpeTable, piece string) ([]bpeNode, int) {
+	n := int32(len(piece))
+	ranks := t.ranks
 	nodes := make([]bpeNode, n+1)
 	for i := range nodes {
 		nodes[i] = bpeNode{prev: int32(i) - 1, next: int32(i) + 1, rank: bpeNoRank}
@@ -140,7 +164,139 @@ func bpeCount(t *bpeTable, piece string) int {
 			}
 		}
 	}
-	return parts
+	return nodes, parts
+}
+
+// Long pieces.
+//
+// Merging a piece whole costs O(n log n) time and 20 bytes of memory per
+// byte, too much for the pieces of megabytes that text without spaces
+// makes (a base64 blob, a minified file). Such a piece is merged a window
+// at a time, and the result is still exactly the merge of the whole piece,
+// by three properties of byte-pair encoding (proved in the README of
+// github.com/github/rust-gems, crates/bpe, for the merge defined as here:
+// lowest rank first, leftmost among equals):
+//
+//   - a token sequence is valid when merging the text it spells gives it
+//     back; every text has exactly one valid sequence, its encoding;
+//   - a part of a valid sequence is valid (nothing merged across its
+//     borders);
+//   - two valid sequences joined are valid when the last token of the
+//     first and the first of the second are a valid pair (merging the
+//     two tokens' text gives them back).
+//
+// So the windows are merged one after the other, each from the end of
+// the tokens kept of the one before; of a window, the tokens that end at
+// least longMargin bytes before its end are kept (near its end a window
+// may merge otherwise than the whole piece). Where the tokens kept so far
+// and the next window's first token are not a valid pair, the last kept
+// token is dropped and the next window merged from its start, until they
+// are; were every token kept of a window dropped, the piece is merged
+// whole. Every join is checked, so the result is the piece's encoding
+// whatever the windows' sizes; they only decide how often a join fails
+// (on real and random text, about never: a window forgets its far left
+// within a few tokens). Windows that repeat (a run of one byte, a
+// repeated pattern) are merged once.
+const (
+	longWindow = 2048
+	longMargin = 64
+)
+
+// bpeLongEnds returns the end offsets of the tokens of piece, exactly as
+// bpeEnds does, in time linear in its length (see Long pieces).
+//
+// hook, when not nil, is called with the length of every text merged
+// (tests use it to bound the work).
+func bpeLongEnds(t *bpeTable, piece string, hook func(int)) []int32 {
+	ends, _, _ := bpeWindowed(t, piece, hook, longWindow, longMargin)
+	return ends
+}
+
+// bpeWindowed is bpeLongEnds with the window and the margin given; it also
+// returns how many joins failed and were mended, and whether the piece was
+// merged whole in the end.
+func bpeWindowed(t *bpeTable, piece string, hook func(int), win, margin int) (ends []int32, mended int, whole bool) {
+	merge := func(s string, dst []int32) []int32 {
+		if hook != nil {
+			hook(len(s))
+		}
+		return bpeEnds(t, s, dst)
+	}
+	if len(piece) <= win {
+		return merge(piece, nil), 0, false
+	}
+	// The windows merged last, for runs that repeat; bounded, so that
+	// text that never repeats keeps no more than a few.
+	seen := map[string][]int32{}
+	window := func(w string) []int32 {
+		if e, ok := seen[w]; ok {
+			return e
+		}
+		if len(seen) >= 16 {
+			clear(seen)
+		}
+		e := merge(w, nil)
+		seen[w] = e
+		return e
+	}
+	// Joins checked last, for the same reason.
+	pairs := map[string]bool{}
+	validPair := func(a, b string) bool {
+		ab := a + b
+		if ok, found := pairs[ab]; found {
+			return ok
+		}
+		if len(pairs) >= 16 {
+			clear(pairs)
+		}
+		var buf [2]int32
+		e := merge(ab, buf[:0])
+		ok := len(e) == 2 && int(e[0]) == len(a)
+		pairs[ab] = ok
+		return ok
+	}
+	ends = make([]int32, 0, len(piece)/3)
+	// ends[:fixed] are final; ends[fixed:] are the kept tokens of the
+	// last window, which the next window's first token must pair with.
+	fixed := 0
+	for {
+		start := int32(0)
+		if len(ends) > 0 {
+			start = ends[len(ends)-1]
+		}
+		rest := piece[start:]
+		w := rest[:min(len(rest), win)]
+		we := window(w)
+		if len(ends) > 0 {
+			prevStart := int32(0)
+			if len(ends) > 1 {
+				prevStart = ends[len(ends)-2]
+			}
+			if !validPair(piece[prevStart:start], w[:we[0]]) {
+				if len(ends)-1 == fixed {
+					return merge(piece, nil), mended, true // nothing left to drop
+				}
+				ends = ends[:len(ends)-1]
+				mended++
+				continue
+			}
+		}
+		fixed = len(ends)
+		if len(w) == len(rest) {
+			for _, e := range we {
+				ends = append(ends, start+e)
+			}
+			return ends, mended, false
+		}
+		// Keep the tokens that end before the margin, at least one.
+		ends = append(ends, start+we[0])
+		for _, e := range we[1:] {
+			if int(e) > win-margin {
+				break
+			}
+			ends = append(ends, start+e)
+		}
+	}
 }
 
 // bpeHeap is a min-heap of candidates by rank, then offset: among equal

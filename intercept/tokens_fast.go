@@ -261,17 +261,11 @@ const (
 	sharedShards   = 64
 	shardEntries   = 1 << 10
 	maxCachedPiece = 64
-	// maxExactPiece is the longest piece counted whole by the library.
-	// Longer pieces (only runs of several KB of letters of one case, of
-	// white space or of punctuation make them) cost the library's merge
-	// O(n log n) with a large constant, seconds for a few MB; they are
-	// counted as the sum of their slices of longSlice bytes, each exact
-	// (see countLongPiece).
+	// maxExactPiece is the longest piece merged whole. Longer pieces
+	// (only runs of several KB of letters of one case, of white space or
+	// of punctuation make them) are merged a window at a time, with the
+	// same result in linear time (see countLongPiece).
 	maxExactPiece = 4 << 10
-	// longSlice is the slice length of long pieces: a multiple of the
-	// longest tokens of runs of one byte (128 spaces), so that such runs
-	// still count exactly.
-	longSlice = 256
 	// maxPacked is the longest piece a local cache keys by a packed
 	// integer rather than by a string.
 	maxPacked = 8
@@ -473,28 +467,19 @@ func (c *Counter) pieceTokens(piece string, lc *localCache) int {
 	return int(n)
 }
 
-// countLongPiece counts a piece of more than maxExactPiece bytes as the
-// sum of the counts of its slices of longSlice bytes: linear in the
-// piece's length, and a repeated run (a line of "=", a long run of spaces)
-// costs one library call per distinct slice. This is the one place where
-// a count is not the library's: a token the library would make across a
-// slice border is counted as two, so a long piece of random letters counts
-// a few percent more (TestCountLongPieces bounds it at 8%); runs of one
-// byte count exactly. Normal text has no such piece: counts of pieces up
-// to maxExactPiece bytes are exact.
+// countLongPiece counts a piece of more than maxExactPiece bytes (only
+// runs of several KB of letters of one case, of white space or of
+// punctuation make them) exactly, in time linear in its length, a window
+// at a time (tokens_bpe.go, Long pieces).
 func (c *Counter) countLongPiece(piece string) int {
-	seen := map[string]int{}
-	n := 0
-	for i := 0; i < len(piece); i += longSlice {
-		sl := piece[i:min(i+longSlice, len(piece))]
-		k, ok := seen[sl]
-		if !ok {
-			k = c.countPiece(sl)
-			seen[sl] = k
-		}
-		n += k
-	}
-	return n
+	return len(c.longPieceEnds(piece))
+}
+
+// longPieceEnds returns the end offsets of the tokens of a long piece.
+func (c *Counter) longPieceEnds(piece string) []int32 {
+	f := c.fast
+	f.ranksOnce.Do(func() { f.ranks = ranksOf(c.codec) })
+	return bpeLongEnds(f.ranks, piece, c.libHook)
 }
 
 // sharedTokens returns the tokens of a piece of at most maxCachedPiece
@@ -565,21 +550,22 @@ func (c *Counter) encodeFast(s string) ([]string, error) {
 		for p := 0; p < len(seg); {
 			e := c.fast.split.next(seg, p)
 			piece := seg[p:e]
-			// A long piece is encoded slice by slice, as countLongPiece
-			// counts it.
-			for i := 0; i < len(piece); {
-				sl := piece
-				if len(piece) > maxExactPiece {
-					sl = piece[i:min(i+longSlice, len(piece))]
+			if len(piece) > maxExactPiece {
+				// A long piece: its tokens as countLongPiece finds them.
+				last := int32(0)
+				for _, end := range c.longPieceEnds(piece) {
+					toks = append(toks, piece[last:end])
+					last = end
 				}
-				switch c.pieceTokens(sl, lc) {
-				case 0:
-				case 1:
-					toks = append(toks, sl)
-				default:
-					add(sl)
-				}
-				i += len(sl)
+				p = e
+				continue
+			}
+			switch c.pieceTokens(piece, lc) {
+			case 0:
+			case 1:
+				toks = append(toks, piece)
+			default:
+				add(piece)
 			}
 			p = e
 		}

@@ -322,13 +322,50 @@ func pathological(n int) map[string]string {
 	}
 }
 
-// TestCountLongPieces checks the work and the exactness of counting text
-// without spaces, without timing anything. Work: the codec is never handed
-// more than maxExactPiece bytes at once and at most the text's length in
-// all, so a count costs linear work whatever the text. Exactness: text
-// whose pieces are at most maxExactPiece bytes is counted exactly as the
-// library counts it; a longer piece counts at least as many tokens as the
-// library, and at most 8% more.
+// longPieceTexts returns texts of n bytes made of long pieces, beyond
+// those of pathological: repeated patterns of several periods, mixed
+// case, long digit runs and letters between digit runs.
+func longPieceTexts(n int) map[string]string {
+	rng := rand.New(rand.NewPCG(uint64(n), 7))
+	out := pathological(n)
+	rep := func(p string) string { return strings.Repeat(p, n/len(p)+1)[:n] }
+	out["period3"] = rep("abc")
+	out["period7"] = rep("tokenis")
+	out["period13"] = rep("foldproxyrun")
+	out["aab"] = rep("aab")
+	out["words"] = rep("thequickbrownfoxjumpsoverthelazydog")
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = "0123456789"[rng.IntN(10)]
+	}
+	out["digits"] = string(b)
+	for i := range b {
+		if rng.IntN(7) == 0 {
+			b[i] = "0123456789"[rng.IntN(10)]
+		} else {
+			b[i] = byte('a' + rng.IntN(26))
+		}
+	}
+	out["letters-digits"] = string(b)
+	for i := range b {
+		b[i] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[rng.IntN(52)]
+	}
+	out["mixed-case"] = string(b)
+	for i := range b {
+		b[i] = "ab"[rng.IntN(2)]
+	}
+	out["ab-random"] = string(b)
+	return out
+}
+
+// TestCountLongPieces checks the exactness and the work of counting text
+// whose pieces are longer than maxExactPiece, without timing anything.
+// Exactness: every count and every encoding equals the library's (the
+// reference tokenizer, tiktoken-go), at lengths just over maxExactPiece
+// and well beyond. Work: no merge is handed more than a window
+// (longWindow bytes; a piece up to maxExactPiece is merged whole), nor all
+// of them together more than twice the text: a count costs linear work
+// whatever the text.
 func TestCountLongPieces(t *testing.T) {
 	for _, enc := range policy.Encodings {
 		c := newCounter(t, enc)
@@ -336,28 +373,84 @@ func TestCountLongPieces(t *testing.T) {
 		lib.lib = true
 		var calls, total, most int
 		c.libHook = func(n int) { calls++; total += n; most = max(most, n) }
-		for name, s := range pathological(64 << 10) {
-			calls, total, most = 0, 0, 0
-			got := c.CountText(s)
-			if most > maxExactPiece || total > len(s) {
-				t.Errorf("%s %s: the codec got %d bytes in %d calls, at most %d at once; want at most %d, %d", enc, name, total, calls, most, len(s), maxExactPiece)
-			}
-			want := lib.CountText(s)
-			if got < want || got > want+want*8/100 {
-				t.Errorf("%s %s: %d tokens, the library counts %d; want within [%d, %d]", enc, name, got, want, want, want+want*8/100)
-			}
-			// Encoding for a cut agrees with the count.
-			toks, err := c.encode(s)
-			if err != nil || len(toks) != got || strings.Join(toks, "") != s {
-				t.Errorf("%s %s: encode gives %d tokens (err %v), count %d", enc, name, len(toks), err, got)
-			}
-			// Pieces up to maxExactPiece: exact.
-			short := s[:maxExactPiece]
-			if g, w := c.CountText(short), lib.CountText(short); g != w {
-				t.Errorf("%s %s: %d bytes count %d, the library %d", enc, name, len(short), g, w)
+		for _, size := range []int{maxExactPiece + 1, 5000, 64 << 10} {
+			for name, s := range longPieceTexts(size) {
+				calls, total, most = 0, 0, 0
+				got := c.CountText(s)
+				if most > maxExactPiece || total > 2*len(s) {
+					t.Errorf("%s %s/%d: merges were handed %d bytes in %d calls, at most %d at once; want at most %d, %d", enc, name, size, total, calls, most, 2*len(s), maxExactPiece)
+				}
+				if want := lib.CountText(s); got != want {
+					t.Errorf("%s %s/%d: %d tokens, the library counts %d", enc, name, size, got, want)
+				}
+				toks, err := c.encode(s)
+				want, werr := lib.encode(s)
+				if err != nil || werr != nil || !slices.Equal(toks, want) {
+					t.Errorf("%s %s/%d: encode gives %d tokens (err %v), the library %d (err %v)", enc, name, size, len(toks), err, len(want), werr)
+				}
 			}
 		}
 	}
+}
+
+// TestLongPieceJoins: windows that join on a pair the whole merge would
+// not make are caught and mended. Windows too small to see a token whole
+// make joins fail all the time; the result is still the whole merge. With
+// the real window no join fails on these texts, and none is merged whole.
+func TestLongPieceJoins(t *testing.T) {
+	c := newCounter(t, "o200k_base")
+	c.CountText("warm")
+	ranks := c.fast.ranks
+	mendedSmall := 0
+	for name, s := range longPieceTexts(12 << 10) {
+		want := bpeEnds(ranks, s, nil)
+		got, mended, whole := bpeWindowed(ranks, s, nil, longWindow, longMargin)
+		if !slices.Equal(got, want) || mended != 0 || whole {
+			t.Errorf("%s: the windowed merge gives %d tokens (%d joins mended, whole %v), the whole merge %d; want the same, none mended", name, len(got), mended, whole, len(want))
+		}
+		got, mended, _ = bpeWindowed(ranks, s, nil, 24, 8)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s, windows of 24 bytes: %d tokens, the whole merge %d", name, len(got), len(want))
+		}
+		mendedSmall += mended
+	}
+	if mendedSmall == 0 {
+		t.Errorf("windows of 24 bytes: no join was mended; the test does not reach the mending")
+	}
+}
+
+// FuzzLongPieceExact checks counts and encodings of long pieces against
+// the library: the input, mapped to an alphabet of letters of one case
+// (so that the text is one piece) or of punctuation, and repeated to more
+// than maxExactPiece bytes.
+func FuzzLongPieceExact(f *testing.F) {
+	f.Add([]byte("abc"), uint16(0))
+	f.Add([]byte("the quick brown fox"), uint16(3000))
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, uint16(777))
+	f.Add([]byte("zzzzzzzzzy"), uint16(65535))
+	c := newCounter(f, "o200k_base")
+	lib := newCounter(f, "o200k_base")
+	lib.lib = true
+	alphabets := []string{"abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "!#$%&()*+,-./:;<=>?@[]^_{|}~", "ae", "abcde"}
+	f.Fuzz(func(t *testing.T, data []byte, extra uint16) {
+		if len(data) == 0 || len(data) > 4096 {
+			t.Skip()
+		}
+		alpha := alphabets[int(data[0])%len(alphabets)]
+		n := maxExactPiece + 1 + int(extra)%(8<<10)
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = alpha[int(data[i%len(data)])%len(alpha)]
+		}
+		s := string(b)
+		if got, want := c.CountText(s), lib.CountText(s); got != want {
+			t.Fatalf("%d bytes of %q: %d tokens, the library counts %d", n, alpha, got, want)
+		}
+		toks, err := c.encode(s)
+		if err != nil || strings.Join(toks, "") != s || len(toks) != lib.CountText(s) {
+			t.Fatalf("%d bytes of %q: encode gives %d tokens (err %v)", n, alpha, len(toks), err)
+		}
+	})
 }
 
 // BenchmarkCountSpaceFree counts 2 MiB of text without spaces (each kind
@@ -381,6 +474,38 @@ func BenchmarkCountSpaceFree(b *testing.B) {
 			b.SetBytes(int64(len(s)))
 			for b.Loop() {
 				c.CountText(s)
+			}
+		})
+	}
+}
+
+// BenchmarkLongPiece merges 2 MiB pieces a window at a time (exact), in
+// the same run as the way they were counted before, the sum of the counts
+// of their 256-byte slices (a few percent over on random letters): the
+// ratio of their ns/op is the cost of exactness.
+//
+//	go test -tags gore2regex ./intercept -run '^$' -bench LongPiece
+func BenchmarkLongPiece(b *testing.B) {
+	c := newCounter(b, "o200k_base")
+	c.CountText("warm")
+	ranks := c.fast.ranks
+	texts := longPieceTexts(2 << 20)
+	for _, name := range []string{"lower", "punct", "spaces", "period13"} {
+		s := texts[name]
+		b.Run(name+"/slices", func(b *testing.B) {
+			for b.Loop() {
+				seen := map[string]int{}
+				for i := 0; i < len(s); i += 256 {
+					sl := s[i:min(i+256, len(s))]
+					if _, ok := seen[sl]; !ok {
+						seen[sl] = bpeCount(ranks, sl)
+					}
+				}
+			}
+		})
+		b.Run(name+"/windows", func(b *testing.B) {
+			for b.Loop() {
+				bpeLongEnds(ranks, s, nil)
 			}
 		})
 	}
