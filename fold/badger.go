@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -103,6 +104,41 @@ func OpenBadgerFsync(dir string, logger *slog.Logger, fsync bool) (*BadgerStore,
 // its log first).
 func OpenBadgerReadOnly(dir string, logger *slog.Logger) (*BadgerStore, error) {
 	return openBadgerOpts(dir, logger, true, BadgerOptions{MinFreeBytes: -1})
+}
+
+// ErrStoreBusy is wrapped when a store cannot be read because a running
+// process (a foldproxy serving on it, or its daemon) holds it open.
+var ErrStoreBusy = errors.New("ErrStoreBusy")
+
+// OpenBadgerReader opens the store in dir for reading, as `foldproxy
+// report --state` does, and never writes through the returned store.
+//
+// A store that was closed cleanly is opened read-only. One left open by a
+// process that is gone (kill -9, a crash) cannot be opened read-only:
+// Badger must first replay its log. Then, and only when no process holds
+// the store (Badger's own exclusive lock on the directory decides, so a
+// proxy that is running is never touched), it is opened read-write, which
+// replays the log exactly as a proxy's next start would, and closed
+// cleanly afterwards; recovered reports that. A store that a live process
+// holds is an error wrapping ErrStoreBusy that names its process id.
+func OpenBadgerReader(dir string, logger *slog.Logger) (st *BadgerStore, recovered bool, err error) {
+	st, roErr := OpenBadgerReadOnly(dir, logger)
+	if roErr == nil {
+		return st, false, nil
+	}
+	st, err = openBadgerOpts(dir, logger, false, BadgerOptions{})
+	if err == nil {
+		st.readOnly = true // replayed; nothing else is written through it
+		return st, true, nil
+	}
+	if strings.Contains(err.Error(), "Another process is using this Badger database") {
+		holder := "another process"
+		if b, rerr := os.ReadFile(filepath.Join(dir, "LOCK")); rerr == nil && len(bytes.TrimSpace(b)) > 0 {
+			holder = "process " + string(bytes.TrimSpace(b))
+		}
+		return nil, false, fmt.Errorf("%w: the store %s is open in %s (a foldproxy serving on this state folder, or its daemon); it cannot be read while it runs: stop it, then retry", ErrStoreBusy, dir, holder)
+	}
+	return nil, false, fmt.Errorf("fold: open store %s for reading: %w (read-only, it failed with: %v)", dir, err, roErr)
 }
 
 func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOptions) (*BadgerStore, error) {

@@ -37,9 +37,10 @@ With --state it reads the branch records from the state folder DIR (the
 --state of serve; its Badger store, DIR/badger, is opened read-only): every
 branch with its session, parent, depth, status, reason, budget used and
 total, calls, archived calls and cut handles. Stop the proxy first: the
-store can be read only while no proxy holds it, and after a crash only once
-a proxy has opened it again. With --state alone only the branches are
-printed; give --audit too for both.
+store can be read only while no proxy holds it. A store left open by a
+proxy that is gone (kill -9, a crash) has its log replayed first, as the
+proxy's next start would, and is then read. With --state alone only the
+branches are printed; give --audit too for both.
 
 FILE defaults to .foldproxy/audit.jsonl, the log in the default state
 folder, which is .foldproxy beside the config file: run report from the
@@ -64,7 +65,7 @@ func (c *reportCommand) Run(ctx context.Context, args []string) error {
 	}
 	path := fs.String("audit", reportDefaultAudit, "the audit log `FILE`")
 	session := fs.String("session", "", "report on session `S` only")
-	state := fs.String("state", "", "read the branch records of the state folder `DIR` (read-only; stop the proxy first)")
+	state := fs.String("state", "", "read the branch records of the state folder `DIR` (read-only; stop the proxy first; a store left by kill -9 is recovered first)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -133,6 +134,9 @@ func (c *reportCommand) Run(ctx context.Context, args []string) error {
 // repStore is what the report reads from a state folder's store.
 type repStore struct {
 	Dir      string           `json:"dir"` // the Badger folder that was read
+	// Recovered is set when the store had been left open by a process
+	// that is gone (kill -9, a crash) and its log was replayed first.
+	Recovered bool `json:"recovered,omitempty"`
 	Session  string           `json:"session_filter,omitempty"`
 	Branches []repStoreBranch `json:"branches"`
 }
@@ -164,7 +168,8 @@ type repStoreBranch struct {
 // them.
 const reportArchivePage = 64
 
-// readStore opens the Badger store of the state folder dir read-only and
+// readStore opens the Badger store of the state folder dir for reading
+// (fold.OpenBadgerReader: read-only, or recovered first after a crash) and
 // reads its branch records, of session only when not empty. dir may also
 // be the Badger folder itself.
 func readStore(ctx context.Context, dir, session string) (*repStore, error) {
@@ -175,7 +180,7 @@ func readStore(ctx context.Context, dir, session string) (*repStore, error) {
 		}
 		bdir = dir
 	}
-	st, err := fold.OpenBadgerReadOnly(bdir, nil)
+	st, recovered, err := fold.OpenBadgerReader(bdir, nil)
 	if err != nil {
 		return nil, fmt.Errorf("--state %s: %w", dir, err)
 	}
@@ -184,7 +189,7 @@ func readStore(ctx context.Context, dir, session string) (*repStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--state %s: reading branches: %w", dir, err)
 	}
-	out := &repStore{Dir: bdir, Session: session, Branches: make([]repStoreBranch, 0, len(bs))}
+	out := &repStore{Dir: bdir, Session: session, Recovered: recovered, Branches: make([]repStoreBranch, 0, len(bs))}
 	for _, b := range bs {
 		n, err := countArchived(ctx, st, b.ID)
 		if err != nil {
@@ -223,7 +228,11 @@ func countArchived(ctx context.Context, st fold.Store, branch string) (int, erro
 func (s *repStore) writeText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
-	p("State store: %s (read-only)\nBranches: %d", repCell(s.Dir), len(s.Branches))
+	how := "read-only"
+	if s.Recovered {
+		how = "left open by a process that is gone; its log replayed, then read"
+	}
+	p("State store: %s (%s)\nBranches: %d", repCell(s.Dir), how, len(s.Branches))
 	if s.Session != "" {
 		p(" for session %s", repCell(s.Session))
 	}

@@ -453,7 +453,7 @@ func TestReportStateErrors(t *testing.T) {
 	}
 	defer st.Close()
 	_, _, err = runReport(t, "--state", dir)
-	if err == nil || !strings.Contains(err.Error(), "read-only") {
-		t.Errorf("report --state on a store in use: %v, want a read-only open error", err)
+	if !errors.Is(err, fold.ErrStoreBusy) || !strings.Contains(err.Error(), fmt.Sprintf("process %d", os.Getpid())) {
+		t.Errorf("report --state on a store in use: %v, want ErrStoreBusy naming process %d", err, os.Getpid())
 	}
 }
