@@ -133,12 +133,12 @@ func (c *reportCommand) Run(ctx context.Context, args []string) error {
 
 // repStore is what the report reads from a state folder's store.
 type repStore struct {
-	Dir      string           `json:"dir"` // the Badger folder that was read
+	Dir string `json:"dir"` // the Badger folder that was read
 	// Recovered is set when the store had been left open by a process
 	// that is gone (kill -9, a crash) and its log was replayed first.
-	Recovered bool `json:"recovered,omitempty"`
-	Session  string           `json:"session_filter,omitempty"`
-	Branches []repStoreBranch `json:"branches"`
+	Recovered bool             `json:"recovered,omitempty"`
+	Session   string           `json:"session_filter,omitempty"`
+	Branches  []repStoreBranch `json:"branches"`
 }
 
 // repStoreBranch is one branch record as the store holds it.
