@@ -3,7 +3,9 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -175,6 +177,40 @@ func FuzzHTTPFront(f *testing.F) {
 		for id := range frontRequestIDs(body) {
 			if !got[id] {
 				t.Errorf("request %s got no response; body:\n%s", id, w.Body)
+			}
+		}
+	})
+}
+
+// FuzzFrontClassify checks the fast path of frontClassify against decoding
+// on every message the core can build: any id (string or number), result
+// or error.
+func FuzzFrontClassify(f *testing.F) {
+	f.Add("abc", int64(1), true, true)
+	f.Add(`a"b\`, int64(-5), false, false)
+	f.Add("<&>\u2028", int64(0), true, false)
+	f.Fuzz(func(t *testing.T, sid string, nid int64, stringID, isErr bool) {
+		id := json.RawMessage(strconv.FormatInt(nid, 10))
+		if stringID {
+			id = quote(sid)
+		}
+		var msgs [][]byte
+		if isErr {
+			msgs = append(msgs, Response(id, nil, Errorf(CodeInternalError, "%s", sid)))
+		} else {
+			msgs = append(msgs, Response(id, json.RawMessage(`{"s":`+string(quote(sid))+`}`), nil))
+		}
+		if sid != "" { // the core never asks the agent an empty method
+			msgs = append(msgs, requestMessage(id, sid, nil))
+		}
+		for _, m := range msgs {
+			if !json.Valid(m) {
+				t.Fatalf("not valid JSON: %s", m)
+			}
+			k1, r1, e1 := frontClassify(m)
+			k2, r2, e2 := classifyByDecoding(m)
+			if k1 != k2 || r1 != r2 || e1 != e2 {
+				t.Fatalf("%s: fast path (%q %v %v), decoding (%q %v %v)", m, k1, r1, e1, k2, r2, e2)
 			}
 		}
 	})

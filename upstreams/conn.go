@@ -389,9 +389,6 @@ func (c *conn) isDead() bool {
 // object (RPCError.Raw).
 func (c *conn) call(ctx context.Context, method string, params json.RawMessage, drain bool) (json.RawMessage, error) {
 	name := c.u.Name()
-	if len(params) > 0 && !json.Valid(params) {
-		return nil, fmt.Errorf("upstream %q: %s: params are not valid JSON", name, method)
-	}
 	if c.isDead() {
 		return nil, c.lostError(method)
 	}

@@ -730,6 +730,8 @@ var (
 )
 
 // Call sends a request upstream and returns its result raw, byte for byte.
+// params must be valid JSON (the proxy's come from a message it has
+// decoded): they are sent as they are, not checked again.
 // A JSON-RPC error from the upstream is returned as *RPCError. When ctx ends
 // first, notifications/cancelled is sent upstream and ctx.Err() returned.
 // When the upstream is down, or is lost while handling the request, the
