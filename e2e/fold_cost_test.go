@@ -1,18 +1,17 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/foldproxy/foldproxy/e2e/cost"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -21,12 +20,8 @@ import (
 
 // Issue 10: what foldproxy's own words cost the agent, measured exactly
 // (o200k_base) over the real tool definitions and the real answers of the
-// real binary. These are fixed bounds on deterministic token counts.
-const (
-	maxFoldToolsTokens   = 450 // the four fold tool definitions together
-	maxForwardedOverhead = 10  // each forwarded tool over its upstream definition
-	maxBranchFixedCost   = 60  // branch_create + branch_return answers, besides message and return value
-)
+// real binary, with package cost (which the bench's "cost" section uses
+// too). These are fixed bounds on deterministic token counts.
 
 // bareConnect starts and initializes an mcp-go client that declares no
 // client capabilities (no roots, sampling or elicitation), as a minimal
@@ -52,137 +47,67 @@ func bareConnect(t testing.TB, name string, tr transport.Interface) *peer {
 	return p
 }
 
-// compactTokens counts a JSON value as it is serialized on the wire,
-// compacted.
-func compactTokens(t testing.TB, c *intercept.Counter, raw json.RawMessage) int {
-	t.Helper()
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
-		t.Fatalf("compacting %s: %v", truncate(string(raw), 200), err)
-	}
-	return c.CountText(buf.String())
-}
-
-// modelTokens counts a tools/call result as a model is shown it: every
-// text block, plus the structuredContent JSON when there is one (clients
-// differ in which they show, so both are counted).
+// modelTokens counts a tools/call result as a model is shown it
+// (cost.ModelTokens).
 func modelTokens(t testing.TB, c *intercept.Counter, r foldReply) int {
 	t.Helper()
-	n := 0
-	for _, s := range r.texts {
-		n += c.CountText(s)
-	}
-	if len(r.sc) > 0 && string(r.sc) != "null" {
-		n += compactTokens(t, c, r.sc)
+	n, err := cost.ModelTokens(c, r.raw)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return n
 }
 
-// catalogueCost lists tools direct and through foldproxy (one upstream
-// named up) with clients that declare no capabilities, and returns the
-// tokens of the fold tools, and of each upstream tool direct and proxied.
-type catalogueCost struct {
-	foldTools          int
-	memoryTools        int            // memory_search, memory_record (fold/memory)
-	direct, proxied    map[string]int // by upstream tool name
-	directTotal, total int
-}
-
-func measureCatalogue(ctx context.Context, t *testing.T, up string, entry map[string]any, command string, args ...string) catalogueCost {
+// measureCatalogue lists tools direct and through foldproxy (one upstream
+// named up) with clients that declare no capabilities.
+func measureCatalogue(ctx context.Context, t *testing.T, up string, entry map[string]any, command string, args ...string) cost.Catalogue {
 	t.Helper()
 	c := foldCounter(t)
 	direct := bareConnect(t, "direct "+up, stdioTransport(t, "direct "+up, command, args...))
 	cfg := foldProxyConfig(t, map[string]any{up: entry}, map[string]any{}, false)
 	proxied := bareConnect(t, "foldproxy "+up, stdioTransport(t, "foldproxy", proxyBin(t), "serve", "--config", cfg, "--state", t.TempDir()))
 
-	dItems, err := direct.rawList(ctx, "tools/list", "tools")
+	dItems, err := cost.List(ctx, direct.raw, "tools/list", "tools")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc := catalogueCost{direct: map[string]int{}, proxied: map[string]int{}}
+	var want []string
 	for _, it := range dItems {
 		n, err := nameOf(it)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cc.direct[n] = compactTokens(t, c, it)
-		cc.directTotal += cc.direct[n]
-	}
-	var want []string
-	for n := range cc.direct {
 		want = append(want, up+"__"+n)
 	}
 	foldWaitTools(ctx, t, proxied, want...)
-	pItems, err := proxied.rawList(ctx, "tools/list", "tools")
+	pItems, err := cost.List(ctx, proxied.raw, "tools/list", "tools")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, it := range pItems {
-		n, err := nameOf(it)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k := compactTokens(t, c, it)
-		cc.total += k
-		switch {
-		case strings.HasPrefix(n, "branch_"):
-			cc.foldTools += k
-		case strings.HasPrefix(n, "memory_"):
-			cc.memoryTools += k
-		case strings.HasPrefix(n, up+"__"):
-			cc.proxied[strings.TrimPrefix(n, up+"__")] = k
-		default:
-			t.Errorf("foldproxy lists a tool %q that is neither a fold tool nor one of %s's", n, up)
-		}
+	cc, err := cost.MeasureCatalogue(c, up, dItems, pItems)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return cc
 }
 
 // checkCatalogue applies the bounds and logs the figures.
-func checkCatalogue(t *testing.T, up string, cc catalogueCost) {
+func checkCatalogue(t *testing.T, cc cost.Catalogue) {
 	t.Helper()
-	names := make([]string, 0, len(cc.direct))
-	for n := range cc.direct {
-		names = append(names, n)
+	for _, p := range cc.Problems() {
+		t.Error(p)
 	}
-	sort.Strings(names)
-	worst, worstName := 0, ""
-	for _, n := range names {
-		p, ok := cc.proxied[n]
-		if !ok {
-			t.Errorf("%s: tool %s is listed direct but not through foldproxy", up, n)
-			continue
-		}
-		if d := p - cc.direct[n]; d > worst {
-			worst, worstName = d, n
-		}
-		if d := p - cc.direct[n]; d > maxForwardedOverhead {
-			t.Errorf("%s: tool %s costs %d tokens through foldproxy, %d direct: %d more, above the bound of %d", up, n, p, cc.direct[n], d, maxForwardedOverhead)
-		}
-	}
-	for n := range cc.proxied {
-		// foldproxy advertises upstream only the client capabilities
-		// the agent declared.
-		if _, ok := cc.direct[n]; !ok {
-			t.Errorf("%s: foldproxy lists tool %s, which the server does not list for the same client: it advertised capabilities the client did not declare", up, n)
-		}
-	}
-	if cc.foldTools > maxFoldToolsTokens {
-		t.Errorf("the four fold tool definitions cost %d tokens, above the bound of %d", cc.foldTools, maxFoldToolsTokens)
-	}
-	t.Logf("%s: %d tools; direct %d tokens, through foldproxy %d (+%d: fold tools %d, memory tools %d, forwarded tools +%d, worst tool %s +%d)",
-		up, len(cc.direct), cc.directTotal, cc.total, cc.total-cc.directTotal, cc.foldTools, cc.memoryTools,
-		cc.total-cc.directTotal-cc.foldTools-cc.memoryTools, worstName, worst)
+	t.Log(cc)
 }
 
 func TestFoldCostCatalogueEverything(t *testing.T) {
 	ctx := testContext(t, 90*time.Second)
 	cc := measureCatalogue(ctx, t, "ev", everythingStdioEntry(t), nodeBin(t), everythingScript(t), "stdio")
-	checkCatalogue(t, "server-everything", cc)
+	checkCatalogue(t, cc)
 	// server-everything adds these only for a client that declares roots,
 	// sampling and elicitation; this one declares none.
 	for _, n := range []string{"get-roots-list", "trigger-sampling-request", "trigger-elicitation-request"} {
-		if _, ok := cc.proxied[n]; ok {
+		if _, ok := cc.Proxied[n]; ok {
 			t.Errorf("foldproxy lists ev__%s to a client that declared no roots, sampling or elicitation", n)
 		}
 	}
@@ -192,7 +117,7 @@ func TestFoldCostCatalogueFilesystem(t *testing.T) {
 	ctx := testContext(t, 90*time.Second)
 	dir := t.TempDir()
 	cc := measureCatalogue(ctx, t, "fs", stdioEntry(nodeBin(t), filesystemScript(t), dir), nodeBin(t), filesystemScript(t), dir)
-	checkCatalogue(t, "server-filesystem", cc)
+	checkCatalogue(t, cc)
 }
 
 // TestFoldCostBranch measures what a branch costs its parent besides its
@@ -234,15 +159,8 @@ func TestFoldCostBranch(t *testing.T) {
 				t.Fatalf("emit: %s", r.text())
 			}
 			args := map[string]any{"branch_id": cr.BranchID, "message": msg}
-			extra := 0
 			if tc.rv != nil {
 				args["return_value"] = tc.rv
-				b, _ := json.Marshal(tc.rv)
-				if s, ok := tc.rv.(string); ok {
-					extra = c.CountText(s)
-				} else {
-					extra = c.CountText(string(b))
-				}
 			}
 			var rr struct {
 				ReturnValue json.RawMessage `json:"return_value"`
@@ -257,12 +175,14 @@ func TestFoldCostBranch(t *testing.T) {
 					t.Errorf("return_value came back as %s, want the JSON value %s", rr.ReturnValue, want)
 				}
 			}
-			ct, rt := modelTokens(t, c, create), modelTokens(t, c, ret)
-			fixed := ct + rt - c.CountText(msg) - extra
+			bc, err := cost.BranchCost(c, create.raw, ret.raw, msg, tc.rv)
+			if err != nil {
+				t.Fatal(err)
+			}
 			t.Logf("branch_create answer %d tokens, branch_return answer %d tokens; fixed cost besides the message (%d) and return value (%d): %d tokens\ncreate: %s\nreturn: %s",
-				ct, rt, c.CountText(msg), extra, fixed, create.raw, ret.raw)
-			if fixed > maxBranchFixedCost {
-				t.Errorf("a branch costs its parent %d tokens besides its message and return value, above the bound of %d", fixed, maxBranchFixedCost)
+				bc.Create, bc.Return, bc.Message, bc.Value, bc.Fixed, create.raw, ret.raw)
+			if bc.Fixed > cost.MaxBranchFixedCost {
+				t.Errorf("a branch costs its parent %d tokens besides its message and return value, above the bound of %d", bc.Fixed, cost.MaxBranchFixedCost)
 			}
 		})
 	}

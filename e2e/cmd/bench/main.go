@@ -15,7 +15,10 @@
 // project against three separate proxies), model (first streamed byte of a Messages API answer through
 // the model front against the scripted model server directly) and
 // transparent (the same through the forward proxy, against base-URL mode
-// and direct; RSS with 100 tunnelled connections).
+// and direct; RSS with 100 tunnelled connections) and cost (what foldproxy's
+// own words cost the agent, in exact tokens: a branch's fixed cost, the fold
+// tool definitions, the catalogue against direct, and the share of the main
+// thread folding saves on the replay, before and after the compact answers).
 //
 // Every figure is measured in the same run as its baseline, in alternating
 // rounds, and reported as the median over rounds. Targets are printed beside
@@ -51,6 +54,7 @@ var sections = []struct {
 	{"startup", runStartup},
 	{"model", runModel},
 	{"transparent", runTransparent},
+	{"cost", runCost},
 }
 
 func main() {
@@ -61,7 +65,7 @@ func run() int {
 	rounds := flag.Int("rounds", 5, "rounds per measurement; each figure is the median over rounds")
 	quick := flag.Bool("quick", false, "fewer calls, sessions and rounds: a smoke run of every section")
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file (- for stdout)")
-	only := flag.String("only", "", "comma-separated sections to run: overhead, pipeline, branch, cut, memory, startup, model, transparent")
+	only := flag.String("only", "", "comma-separated sections to run: overhead, pipeline, branch, cut, memory, startup, model, transparent, cost")
 	data := flag.String("data", "", "trajectory file (default e2e/testdata/trajectories/swe-dev.jsonl.gz from the repository root)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process sections: pipeline, cut) to this file")
 	worker := flag.Bool("scrub-worker", false, "internal: run as the stdlib-regexp scrub child of the pipeline section")
