@@ -75,6 +75,11 @@ func (f *fakeRemote) serve(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"echo","description":"says SECRET","inputSchema":{"type":"object"}}]}}`, m.ID)
 		case "tools/call":
+			if stringField(m.Params, "name") == "json" {
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"json SECRET"}]}}`, m.ID)
+				return
+			}
 			// An event stream: a notification, then the result.
 			w.Header().Set("Content-Type", "text/event-stream")
 			fmt.Fprintf(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"log SECRET\"}}\n\n")
@@ -231,6 +236,12 @@ func TestRemoteStreamableHTTP(t *testing.T) {
 		t.Errorf("fold sessions opened %v, want the exchange's %s", rig.fold.opened, exs[0].Session)
 	}
 
+	// A result in a JSON body goes through the chain too.
+	resp, got = rig.post(t, "/mcp", "Bearer good", "sid-1", `{"jsonrpc":"2.0","id":31,"method":"tools/call","params":{"name":"json"}}`)
+	if resp.Header.Get("Content-Type") != "application/json" || got != `{"jsonrpc":"2.0","id":31,"result":{"content":[{"type":"text","text":"json [chained]"}]}}` {
+		t.Errorf("tools/call answered in JSON: %q", got)
+	}
+
 	// A fold tool: answered by foldproxy, never sent to the server.
 	_, got = rig.post(t, "/mcp", "Bearer good", "sid-1", `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"branch_create","arguments":{}}}`)
 	if !strings.Contains(got, "created") || !strings.Contains(got, `"id":4`) {
@@ -278,8 +289,8 @@ func TestRemoteStreamableHTTP(t *testing.T) {
 			t.Errorf("the server got %q: want the client's session id passed through", g)
 		}
 	}
-	if calls != 1 || deleted != 1 {
-		t.Errorf("the server got %d tools/call and %d DELETE (want 1 and 1): %q", calls, deleted, rig.remote.received())
+	if calls != 2 || deleted != 1 {
+		t.Errorf("the server got %d tools/call and %d DELETE (want 2 and 1): %q", calls, deleted, rig.remote.received())
 	}
 	select {
 	case id := <-rig.ended:
