@@ -26,7 +26,8 @@ import (
 // <&>, key order, odd whitespace, unicode escapes). The real binary runs
 // against the script helper server (servers/script), which writes exactly
 // the bytes of the exchange's "upstream" section, over every pair of front
-// (stdio, streamable HTTP) and upstream transport (stdio, streamable HTTP).
+// (stdio, streamable HTTP) and upstream transport (stdio, streamable HTTP,
+// legacy HTTP+SSE).
 //
 // An exchange file has these sections:
 //
@@ -367,6 +368,13 @@ func TestGoldenExchanges(t *testing.T) {
 			waitListening(testContext(t, 30*time.Second), t, p, addr)
 			return urlEntry("http", "http://"+addr+"/mcp")
 		},
+		"sse": func(t *testing.T) map[string]any {
+			port := freePort(t)
+			addr := fmt.Sprintf("127.0.0.1:%d", port)
+			p := startProcess(t, "script --listen --sse", exec.Command(bin, "--script", scriptFile, "--listen", addr, "--sse"))
+			waitListening(testContext(t, 30*time.Second), t, p, addr)
+			return urlEntry("sse", "http://"+addr+"/sse")
+		},
 	}
 	fronts := map[string]func(t *testing.T, cfg string) rawAgent{
 		"stdio": func(t *testing.T, cfg string) rawAgent { return startStdioAgent(t, cfg) },
@@ -379,8 +387,13 @@ func TestGoldenExchanges(t *testing.T) {
 	}
 	updated := map[string]bool{}
 	for _, front := range []string{"stdio", "http"} {
-		for _, up := range []string{"stdio", "http"} {
+		for _, up := range []string{"stdio", "http", "sse"} {
 			t.Run(front+"-front/"+up+"-upstream", func(t *testing.T) {
+				if !*updateGolden {
+					// -update writes from the first pair and compares
+					// the others with it, in order.
+					t.Parallel()
+				}
 				ctx := testContext(t, 60*time.Second)
 				cfg := writeConfig(t, map[string]any{"script": upstreams[up](t)}, nil)
 				a := fronts[front](t, cfg)

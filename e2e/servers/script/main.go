@@ -5,7 +5,7 @@
 //
 // Usage:
 //
-//	script --script FILE [--listen ADDR]
+//	script --script FILE [--listen ADDR [--sse]]
 //
 // FILE is a JSON object mapping a tool name to the lines the server writes
 // when that tool is called, in order. In a line, ${id} is the raw id of the
@@ -18,7 +18,9 @@
 // streamable HTTP on ADDR at /mcp: a tools/call whose script is one line is
 // answered with that line as an application/json body, any other with a
 // text/event-stream carrying one event per line. It offers no standalone
-// GET stream (405).
+// GET stream (405). With --sse it speaks the legacy HTTP+SSE transport
+// instead: GET /sse opens the stream, whose endpoint event names where to
+// POST; every message it writes is an event on that stream.
 //
 // Every tool is listed in tools/list with an empty object schema; the
 // server declares the tools capability only. Logs go to stderr.
@@ -46,6 +48,7 @@ const initResult = `{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},
 func main() {
 	scriptPath := flag.String("script", "", "JSON file: tool name → lines to write")
 	listen := flag.String("listen", "", "serve streamable HTTP on this address instead of stdio")
+	sse := flag.Bool("sse", false, "with --listen: serve the legacy HTTP+SSE transport")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	b, err := os.ReadFile(*scriptPath)
@@ -63,8 +66,12 @@ func main() {
 		s.serveStdio(os.Stdin, os.Stdout)
 		return
 	}
-	log.Info("listening", "addr", *listen)
-	if err := http.ListenAndServe(*listen, http.HandlerFunc(s.serveHTTP)); err != nil {
+	log.Info("listening", "addr", *listen, "sse", *sse)
+	h := http.HandlerFunc(s.serveHTTP)
+	if *sse {
+		h = s.serveSSE
+	}
+	if err := http.ListenAndServe(*listen, h); err != nil {
 		log.Error("serving", "err", err)
 		os.Exit(1)
 	}
@@ -77,6 +84,8 @@ type server struct {
 	// (HTTP mode: they arrive in POSTs of their own).
 	answers  chan []byte
 	sessions atomic.Int64
+	mu       sync.Mutex
+	posts    map[string]chan []byte // legacy SSE: each stream's POSTed bodies
 	once     sync.Once
 }
 
@@ -155,6 +164,12 @@ func (s *server) serveStdio(in io.Reader, out io.Writer) {
 			}
 		}
 	}
+	s.serveLines(next, write)
+}
+
+// serveLines answers the messages next returns, one at a time, writing
+// with write; it returns when next has no more.
+func (s *server) serveLines(next func() ([]byte, bool), write func(string)) {
 	for {
 		line, ok := next()
 		if !ok {
@@ -273,5 +288,66 @@ func (s *server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if flusher != nil {
 			flusher.Flush()
 		}
+	}
+}
+
+// serveSSE serves the legacy HTTP+SSE transport: each GET /sse is a
+// session of its own, whose POSTs carry its number.
+func (s *server) serveSSE(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/sse":
+		id := strconv.FormatInt(s.sessions.Add(1), 10)
+		posts := make(chan []byte, 64)
+		s.mu.Lock()
+		if s.posts == nil {
+			s.posts = map[string]chan []byte{}
+		}
+		s.posts[id] = posts
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			delete(s.posts, id)
+			s.mu.Unlock()
+		}()
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		flusher, _ := w.(http.Flusher)
+		var wmu sync.Mutex
+		emit := func(event, data string) {
+			wmu.Lock()
+			defer wmu.Unlock()
+			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		emit("endpoint", "/message?session="+id)
+		ctx := r.Context()
+		next := func() ([]byte, bool) {
+			select {
+			case b := <-posts:
+				return b, true
+			case <-ctx.Done():
+				return nil, false
+			}
+		}
+		s.serveLines(next, func(line string) { emit("message", line) })
+	case r.Method == http.MethodPost && r.URL.Path == "/message":
+		s.mu.Lock()
+		posts := s.posts[r.URL.Query().Get("session")]
+		s.mu.Unlock()
+		if posts == nil {
+			http.Error(w, "no such session", http.StatusNotFound)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		posts <- bytes.TrimSpace(body)
+	default:
+		http.Error(w, "not found", http.StatusNotFound)
 	}
 }
