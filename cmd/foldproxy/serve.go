@@ -717,13 +717,14 @@ var relayedCaps = map[string]json.RawMessage{
 // of roots, sampling and elicitation is added (to every upstream, which
 // sessions share) once an agent that declares it initializes. An upstream
 // must be initialized again to learn a capability, so one connected
-// without it reconnects; the agent's initialize waits for that, at most
-// wait, for an upstream that was up, and as the catalogue's readiness rule
-// says (proxy.Options.ReadyWait) for one still starting: a slow upstream must not hold
-// the agent's initialize; it joins later with list_changed. It never waits
-// for an upstream whose attempts fail. The set only grows: a capability some agent declared stays
-// advertised, and a request for it from an upstream goes to a session that
-// declared it or is refused (proxy.UpstreamRequest).
+// without it reconnects; the agent's initialize waits for that: at most
+// wait for an upstream that was up, and for one still starting only as the
+// catalogue's readiness rule says (proxy.Options.ReadyWait), so that a slow
+// upstream does not hold the agent's initialize (it joins later with
+// list_changed). It never waits for an upstream whose attempts fail. The
+// set only grows: a capability some agent declared stays advertised, and a
+// request for it from an upstream goes to a session that declared it or is
+// refused (proxy.UpstreamRequest).
 func advertiseClientCaps(ctx context.Context, ups []*upstreams.Upstream, declared json.RawMessage, readyWait, wait time.Duration, logger *slog.Logger) {
 	var d map[string]json.RawMessage
 	if err := json.Unmarshal(declared, &d); err != nil {
