@@ -28,6 +28,10 @@ var bpeRanks sync.Map
 type bpeTable struct {
 	ranks map[string]uint32
 	pair  *[1 << 16]uint32
+	// short holds the ASCII tokens of 3 to 8 bytes by their bytes packed
+	// (pack): the merge of an ASCII piece looks its parts up there,
+	// cheaper than hashing a string.
+	short map[uint64]uint32
 }
 
 // ranksOf returns the ranks of codec's encoding.
@@ -35,6 +39,7 @@ func ranksOf(codec tokenizer.Codec) *bpeTable {
 	f, _ := bpeRanks.LoadOrStore(codec.GetName(), sync.OnceValue(func() *bpeTable {
 		m := make(map[string]uint32, 1<<18)
 		pair := new([1 << 16]uint32)
+		short := make(map[uint64]uint32, 1<<16)
 		for i := range pair {
 			pair[i] = bpeNoRank
 		}
@@ -52,8 +57,11 @@ func ranksOf(codec tokenizer.Codec) *bpeTable {
 			if len(s) == 2 {
 				pair[uint16(s[0])<<8|uint16(s[1])] = uint32(id)
 			}
+			if len(s) >= 3 && len(s) <= maxPacked && indexNonASCII(s, 0) < 0 {
+				short[pack(s)] = uint32(id)
+			}
 		}
-		return &bpeTable{ranks: m, pair: pair}
+		return &bpeTable{ranks: m, pair: pair, short: short}
 	}))
 	return f.(func() *bpeTable)()
 }
@@ -108,6 +116,7 @@ func bpeEnds(t *bpeTable, piece string, dst []int32) []int32 {
 // starts at i, and how many parts there are.
 func bpeMerge(t *bpeTable, piece string) ([]bpeNode, int) {
 	n := int32(len(piece))
+	ascii := indexNonASCII(piece, 0) < 0
 	ranks := t.ranks
 	nodes := make([]bpeNode, n+1)
 	for i := range nodes {
@@ -125,6 +134,12 @@ func bpeMerge(t *bpeTable, piece string) ([]bpeNode, int) {
 		}
 		if k-i == 2 {
 			return t.pair[uint16(piece[i])<<8|uint16(piece[i+1])]
+		}
+		if k-i <= maxPacked && ascii {
+			if r, ok := t.short[pack(piece[i:k])]; ok {
+				return r
+			}
+			return bpeNoRank
 		}
 		if r, ok := ranks[piece[i:k]]; ok {
 			return r
