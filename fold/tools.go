@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // The fold tools' names.
@@ -302,7 +303,7 @@ func readArgs(tool string, raw json.RawMessage, allowed ...string) (*args, error
 		return a, nil
 	}
 	if raw[0] != '{' {
-		return nil, fmt.Errorf("%w: %s: the arguments must be a JSON object, got %s", ErrInvalidArgument, tool, jsonKind(raw))
+		return nil, fmt.Errorf("%w: %s: the arguments must be a JSON object, got %s", ErrInvalidArgument, tool, jsonscan.Kind(raw))
 	}
 	if err := json.Unmarshal(raw, &a.fields); err != nil {
 		return nil, fmt.Errorf("%w: %s: the arguments are not valid JSON: %v", ErrInvalidArgument, tool, err)
@@ -323,30 +324,8 @@ func readArgs(tool string, raw json.RawMessage, allowed ...string) (*args, error
 	return a, nil
 }
 
-// jsonKind names the JSON type of a (syntactically valid) value.
-func jsonKind(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '"':
-		return "a string"
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	default:
-		return "a number"
-	}
-}
-
 func (a *args) wrong(name, want string) error {
-	return fmt.Errorf("%w: %s: field %q: want %s, got %s", ErrInvalidArgument, a.tool, name, want, jsonKind(a.fields[name]))
+	return fmt.Errorf("%w: %s: field %q: want %s, got %s", ErrInvalidArgument, a.tool, name, want, jsonscan.Kind(a.fields[name]))
 }
 
 func (a *args) str(name string, required bool) (string, error) {
@@ -358,7 +337,7 @@ func (a *args) str(name string, required bool) (string, error) {
 		return "", nil
 	}
 	var s string
-	if jsonKind(raw) != "a string" || json.Unmarshal(raw, &s) != nil {
+	if jsonscan.Kind(raw) != "a string" || json.Unmarshal(raw, &s) != nil {
 		return "", a.wrong(name, "a string")
 	}
 	return s, nil
@@ -381,7 +360,7 @@ func (a *args) integer(name string, lo, hi int64) (*int, error) {
 	if !ok {
 		return nil, nil
 	}
-	if jsonKind(raw) != "a number" {
+	if jsonscan.Kind(raw) != "a number" {
 		return nil, a.wrong(name, "an integer")
 	}
 	f, err := strconv.ParseFloat(string(bytes.TrimSpace(raw)), 64)
@@ -401,7 +380,7 @@ func (a *args) number(name string) (*float64, error) {
 		return nil, nil
 	}
 	var f float64
-	if jsonKind(raw) != "a number" || json.Unmarshal(raw, &f) != nil {
+	if jsonscan.Kind(raw) != "a number" || json.Unmarshal(raw, &f) != nil {
 		return nil, a.wrong(name, "a number")
 	}
 	return &f, nil
@@ -413,7 +392,7 @@ func (a *args) boolean(name string) (bool, error) {
 		return false, nil
 	}
 	var v bool
-	if jsonKind(raw) != "a boolean" || json.Unmarshal(raw, &v) != nil {
+	if jsonscan.Kind(raw) != "a boolean" || json.Unmarshal(raw, &v) != nil {
 		return false, a.wrong(name, "a boolean")
 	}
 	return v, nil
@@ -425,14 +404,14 @@ func (a *args) ids(name string) ([]string, error) {
 		return nil, nil
 	}
 	var list []json.RawMessage
-	if jsonKind(raw) != "an array" || json.Unmarshal(raw, &list) != nil {
+	if jsonscan.Kind(raw) != "an array" || json.Unmarshal(raw, &list) != nil {
 		return nil, a.wrong(name, "an array of branch ids")
 	}
 	out := make([]string, 0, len(list))
 	for i, item := range list {
 		var s string
-		if jsonKind(item) != "a string" || json.Unmarshal(item, &s) != nil {
-			return nil, fmt.Errorf("%w: %s: field %q: item %d: want a string, got %s", ErrInvalidArgument, a.tool, name, i, jsonKind(item))
+		if jsonscan.Kind(item) != "a string" || json.Unmarshal(item, &s) != nil {
+			return nil, fmt.Errorf("%w: %s: field %q: item %d: want a string, got %s", ErrInvalidArgument, a.tool, name, i, jsonscan.Kind(item))
 		}
 		if len(s) > maxIDLen {
 			return nil, fmt.Errorf("%w: %s: field %q: item %d: %d bytes is too long for an id", ErrInvalidArgument, a.tool, name, i, len(s))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // lateArchiver keeps a result whose branch closed while the call ran
@@ -458,13 +459,13 @@ func noticeArray(method string) string {
 // canNotify reports whether notices can be appended to a result of method:
 // the method has a notice array and the result is an object.
 func canNotify(method string, result []byte) bool {
-	r := trimWS(result)
+	r := jsonscan.TrimSpace(result)
 	return noticeArray(method) != "" && len(r) > 0 && r[0] == '{'
 }
 
 // noticeJSON returns one notice as an element of method's notice array.
 func noticeJSON(method, text string) []byte {
-	q := appendQuoted(nil, text)
+	q := jsonscan.AppendQuote(nil, text)
 	var b []byte
 	switch method {
 	case "resources/read":
@@ -494,8 +495,8 @@ func appendNotices(method string, result json.RawMessage, notices []string) (out
 	if key == "" {
 		return nil, false, fmt.Errorf("%s results carry no notices", method)
 	}
-	raw := trimWS(result)
-	members, err := parseObject(raw, nil)
+	raw := jsonscan.TrimSpace(result)
+	members, err := jsonscan.Object(raw)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s result: %w", method, err)
 	}
@@ -507,20 +508,20 @@ func appendNotices(method string, result json.RawMessage, notices []string) (out
 		add = append(add, noticeJSON(method, n)...)
 	}
 	for _, m := range members {
-		if m.key != key {
+		if m.Key != key {
 			continue
 		}
-		v := raw[m.vStart:m.vEnd]
+		v := raw[m.Value.Start:m.Value.End]
 		if !isArray(v) {
 			return nil, false, fmt.Errorf("%s result: %s is not an array", method, key)
 		}
 		out = make([]byte, 0, len(raw)+len(add)+1)
-		out = append(out, raw[:m.vEnd-1]...)
-		if len(trimWS(v[1:len(v)-1])) > 0 {
+		out = append(out, raw[:m.Value.End-1]...)
+		if len(jsonscan.TrimSpace(v[1:len(v)-1])) > 0 {
 			out = append(out, ',')
 		}
 		out = append(out, add...)
-		out = append(out, raw[m.vEnd-1:]...)
+		out = append(out, raw[m.Value.End-1:]...)
 		return out, false, nil
 	}
 	out = make([]byte, 0, len(raw)+len(add)+len(key)+8)
@@ -538,14 +539,14 @@ func appendNotices(method string, result json.RawMessage, notices []string) (out
 
 // isErrorResult reports whether a result has "isError": true.
 func isErrorResult(result []byte) bool {
-	ms, err := parseObject(trimWS(result), nil)
+	ms, err := jsonscan.Object(jsonscan.TrimSpace(result))
 	if err != nil {
 		return false
 	}
-	raw := trimWS(result)
+	raw := jsonscan.TrimSpace(result)
 	for _, m := range ms {
-		if m.key == "isError" {
-			return string(raw[m.vStart:m.vEnd]) == "true"
+		if m.Key == "isError" {
+			return string(raw[m.Value.Start:m.Value.End]) == "true"
 		}
 	}
 	return false
@@ -565,33 +566,33 @@ func markCutError(method string, orig, cut json.RawMessage) (json.RawMessage, er
 	if method != "tools/call" {
 		return cut, nil
 	}
-	om, err := parseObject(trimWS(orig), nil)
+	om, err := jsonscan.Object(jsonscan.TrimSpace(orig))
 	if err != nil {
 		return cut, nil
 	}
 	hadSC := false
 	for _, m := range om {
-		if m.key == "structuredContent" {
+		if m.Key == "structuredContent" {
 			hadSC = true
 		}
 	}
-	raw := trimWS(cut)
-	cm, err := parseObject(raw, nil)
+	raw := jsonscan.TrimSpace(cut)
+	cm, err := jsonscan.Object(raw)
 	if err != nil {
 		return nil, err
 	}
 	for _, m := range cm {
-		if m.key == "structuredContent" {
+		if m.Key == "structuredContent" {
 			return cut, nil // kept: nothing to mark
 		}
-		if m.key == "isError" && hadSC {
-			if string(raw[m.vStart:m.vEnd]) == "true" {
+		if m.Key == "isError" && hadSC {
+			if string(raw[m.Value.Start:m.Value.End]) == "true" {
 				return cut, nil
 			}
 			out := make([]byte, 0, len(raw)+4)
-			out = append(out, raw[:m.vStart]...)
+			out = append(out, raw[:m.Value.Start]...)
 			out = append(out, "true"...)
-			return append(out, raw[m.vEnd:]...), nil
+			return append(out, raw[m.Value.End:]...), nil
 		}
 	}
 	if !hadSC {

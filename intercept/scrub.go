@@ -17,6 +17,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // Scrubbing defaults, used where policy.Scrub leaves a field zero.
@@ -325,34 +326,26 @@ func jsonStrings(raw []byte) []jsonString {
 			break
 		}
 		open := i + j
-		end := open + 1
-		for end < len(raw) && raw[end] != '"' {
-			if raw[end] == '\\' {
-				end++
-			}
-			end++
+		end, err := jsonscan.SkipString(raw, open)
+		if err != nil {
+			end = len(raw) + 1 // unterminated: the string runs to the end
 		}
-		js := jsonString{start: open + 1, end: min(end, len(raw))}
-		next := end + 1
-		for next < len(raw) && isJSONSpace(raw[next]) {
-			next++
-		}
+		js := jsonString{start: open + 1, end: min(end-1, len(raw))}
+		next := jsonscan.SkipSpace(raw, end)
 		if next < len(raw) && raw[next] == ':' {
 			lastKey = raw[js.start:js.end]
 		} else if prevNonSpace(raw, open) == ':' && (string(lastKey) == "blob" || string(lastKey) == "data") && js.end-js.start >= 16 {
 			js.blob = true
 		}
 		out = append(out, js)
-		i = end + 1
+		i = end
 	}
 	return out
 }
 
-func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
 func prevNonSpace(raw []byte, i int) byte {
 	for i--; i >= 0; i-- {
-		if !isJSONSpace(raw[i]) {
+		if !jsonscan.IsSpace(raw[i]) {
 			return raw[i]
 		}
 	}
@@ -363,8 +356,8 @@ func prevNonSpace(raw []byte, i int) byte {
 // text (valid UTF-8 without control characters other than white space).
 func textBlob(lit []byte) (string, bool) {
 	if bytes.IndexByte(lit, '\\') >= 0 {
-		var s string
-		if json.Unmarshal(append(append([]byte{'"'}, lit...), '"'), &s) != nil {
+		s, err := jsonscan.Unquote(append(append([]byte{'"'}, lit...), '"'))
+		if err != nil {
 			return "", false
 		}
 		lit = []byte(s)

@@ -1,7 +1,6 @@
 package intercept
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"github.com/tiktoken-go/tokenizer"
 
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // ErrNotCuttable is wrapped by CutResult when a result over its limit has a
@@ -675,7 +675,7 @@ func (c *Counter) CutResult(method string, result json.RawMessage, limit int) (c
 			b = append(b, w.head[keep:]...)
 			b = append(b, w.tail...)
 			var err error
-			if b, _, err = appendUnquoted(b, w.raw, -1); err != nil {
+			if b, _, err = jsonscan.AppendUnquoted(b, w.raw, -1); err != nil {
 				return nil, nil, 0, fmt.Errorf("%s result: %w", method, err)
 			}
 			first = false
@@ -710,7 +710,7 @@ func (c *Counter) CutResult(method string, result json.RawMessage, limit int) (c
 			if !it.isText || keep == 0 {
 				break
 			}
-			raw = splice(it.raw, it.ts, it.te, appendQuoted(nil, w.head[:keep]))
+			raw = splice(it.raw, it.ts, it.te, jsonscan.AppendQuote(nil, w.head[:keep]))
 		}
 		if it.isDesc {
 			desc = raw
@@ -743,7 +743,7 @@ func (c *Counter) CutResult(method string, result json.RawMessage, limit int) (c
 			out = append(out, ',')
 		}
 		firstMember = false
-		out = append(out, sh.raw[m.kStart:m.kEnd]...)
+		out = append(out, m.KeyAt.Of(sh.raw)...)
 		out = append(out, ':')
 		out = append(out, v...)
 	}
@@ -784,19 +784,19 @@ const (
 type shape struct {
 	kind    shapeKind
 	raw     []byte
-	members []member
+	members []jsonscan.Member
 	arr     int // index of the member holding the item array; -1 when absent
 	desc    int // index of a prompt's description member; -1 when absent
 	sc      int // index of tools/call structuredContent; -1 when absent
 	items   []item
-	values  []string // completion values
-	ends    ends     // long strings already scanned
+	values  []string          // completion values
+	ends    *jsonscan.Scanner // long strings already scanned
 }
 
 // value returns the raw value of member i.
 func (sh *shape) value(i int) []byte {
 	m := sh.members[i]
-	return sh.raw[m.vStart:m.vEnd]
+	return sh.raw[m.Value.Start:m.Value.End]
 }
 
 // item is one countable part of a result: a content block, a resource's
@@ -818,7 +818,7 @@ func (it *item) body() []byte { return it.raw[it.ts+1 : it.te-1] }
 // fullText decodes the whole text.
 func (it *item) fullText() (string, error) {
 	if !it.decoded {
-		b, _, err := appendUnquoted(make([]byte, 0, len(it.body())), it.body(), -1)
+		b, _, err := jsonscan.AppendUnquoted(make([]byte, 0, len(it.body())), it.body(), -1)
 		if err != nil {
 			return "", err
 		}
@@ -846,7 +846,7 @@ func prefixBytes(limit int) int { return 16*(limit+1) + 8192 }
 // prefix of a long text when that prefix is already over the limit.
 func (c *Counter) work(it *item, limit int) (textWork, error) {
 	if body := it.body(); !it.decoded && limit >= 0 && len(body) > prefixBytes(limit) {
-		pre, used, err := appendUnquoted(nil, body, prefixBytes(limit))
+		pre, used, err := jsonscan.AppendUnquoted(nil, body, prefixBytes(limit))
 		if err != nil {
 			return textWork{}, err
 		}
@@ -871,7 +871,7 @@ func (c *Counter) work(it *item, limit int) (textWork, error) {
 // tokens its count (the whole text's count when not cut).
 func (c *Counter) cutWork(it *item, limit int) (w textWork, keep, tokens int, err error) {
 	if body := it.body(); !it.decoded && len(body) > prefixBytes(limit) {
-		pre, used, err := appendUnquoted(nil, body, prefixBytes(limit))
+		pre, used, err := jsonscan.AppendUnquoted(nil, body, prefixBytes(limit))
 		if err != nil {
 			return textWork{}, 0, 0, err
 		}
@@ -925,22 +925,22 @@ func (c *Counter) itemTokens(it *item, limit int) (int, bool, error) {
 
 // parseResult parses a result of method into its shape.
 func (c *Counter) parseResult(method string, result []byte) (*shape, error) {
-	raw := trimWS(result)
-	sh := &shape{kind: shapeRaw, raw: raw, arr: -1, desc: -1, sc: -1, ends: ends{}}
+	raw := jsonscan.TrimSpace(result)
+	sh := &shape{kind: shapeRaw, raw: raw, arr: -1, desc: -1, sc: -1, ends: new(jsonscan.Scanner)}
 	if len(raw) == 0 || raw[0] != '{' {
-		if err := validValue(raw); err != nil {
+		if err := jsonscan.Check(raw); err != nil {
 			return nil, fmt.Errorf("%s result: %w", method, err)
 		}
 		return sh, nil
 	}
-	members, err := parseObject(raw, sh.ends)
+	members, err := sh.ends.Object(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%s result: %w", method, err)
 	}
 	sh.members = members
 	find := func(key string) int {
 		for i, m := range members {
-			if m.key == key {
+			if m.Key == key {
 				return i
 			}
 		}
@@ -981,16 +981,16 @@ func (c *Counter) parseResult(method string, result []byte) (*shape, error) {
 		if i < 0 {
 			return sh, nil
 		}
-		cm, err := parseObject(sh.value(i), nil)
+		cm, err := jsonscan.Object(sh.value(i))
 		if err != nil {
 			return sh, nil
 		}
 		for _, m := range cm {
-			if m.key != "values" {
+			if m.Key != "values" {
 				continue
 			}
 			var values []string
-			if json.Unmarshal(sh.value(i)[m.vStart:m.vEnd], &values) == nil {
+			if json.Unmarshal(sh.value(i)[m.Value.Start:m.Value.End], &values) == nil {
 				sh.kind, sh.values = shapeCompletion, values
 			}
 		}
@@ -1007,14 +1007,14 @@ func (c *Counter) parseResult(method string, result []byte) (*shape, error) {
 // parseItems parses the elements of the item array with parse.
 func (sh *shape) parseItems(parse func([]byte) (item, error)) error {
 	v := sh.value(sh.arr)
-	elems, err := parseArray(v, sh.ends)
+	elems, err := sh.ends.Array(v)
 	if err != nil {
-		return fmt.Errorf("%s: %w", sh.members[sh.arr].key, err)
+		return fmt.Errorf("%s: %w", sh.members[sh.arr].Key, err)
 	}
 	for i, e := range elems {
-		it, err := parse(v[e[0]:e[1]])
+		it, err := parse(e.Of(v))
 		if err != nil {
-			return fmt.Errorf("%s[%d]: %w", sh.members[sh.arr].key, i, err)
+			return fmt.Errorf("%s[%d]: %w", sh.members[sh.arr].Key, i, err)
 		}
 		sh.items = append(sh.items, it)
 	}
@@ -1024,18 +1024,18 @@ func (sh *shape) parseItems(parse func([]byte) (item, error)) error {
 
 // fields returns the members of an object as a map from key to the span of
 // the value; ok is false when b is not an object.
-func fields(b []byte, e ends) (map[string][2]int, bool, error) {
+func fields(b []byte, e *jsonscan.Scanner) (map[string][2]int, bool, error) {
 	if len(b) == 0 || b[0] != '{' {
 		return nil, false, nil
 	}
-	ms, err := parseObject(b, e)
+	ms, err := e.Object(b)
 	if err != nil {
 		return nil, false, err
 	}
 	f := make(map[string][2]int, len(ms))
 	for _, m := range ms {
-		if _, dup := f[m.key]; !dup {
-			f[m.key] = [2]int{m.vStart, m.vEnd}
+		if _, dup := f[m.Key]; !dup {
+			f[m.Key] = [2]int{m.Value.Start, m.Value.End}
 		}
 	}
 	return f, true, nil
@@ -1047,7 +1047,7 @@ func str(b []byte, f map[string][2]int, key string) string {
 	if !ok || b[sp[0]] != '"' {
 		return ""
 	}
-	s, err := unquote(b[sp[0]:sp[1]])
+	s, err := jsonscan.Unquote(b[sp[0]:sp[1]])
 	if err != nil {
 		return ""
 	}
@@ -1066,7 +1066,7 @@ func textItem(raw, b []byte, f map[string][2]int, key string, off int) (item, bo
 
 // parseBlock parses a content block (tools/call content, a prompt message's
 // content).
-func (c *Counter) parseBlock(b []byte, e ends) (item, error) {
+func (c *Counter) parseBlock(b []byte, e *jsonscan.Scanner) (item, error) {
 	f, ok, err := fields(b, e)
 	if err != nil {
 		return item{}, err
@@ -1106,7 +1106,7 @@ func (c *Counter) parseBlock(b []byte, e ends) (item, error) {
 }
 
 // parseContents parses one of a resources/read result's contents.
-func (c *Counter) parseContents(b []byte, e ends) (item, error) {
+func (c *Counter) parseContents(b []byte, e *jsonscan.Scanner) (item, error) {
 	f, ok, err := fields(b, e)
 	if err != nil {
 		return item{}, err
@@ -1124,7 +1124,7 @@ func (c *Counter) parseContents(b []byte, e ends) (item, error) {
 
 // parseMessage parses a prompts/get message: its content block, with the
 // text's span offset into the message.
-func (c *Counter) parseMessage(b []byte, e ends) (item, error) {
+func (c *Counter) parseMessage(b []byte, e *jsonscan.Scanner) (item, error) {
 	f, ok, err := fields(b, e)
 	if err != nil {
 		return item{}, err
@@ -1157,441 +1157,4 @@ func (c *Counter) blobTokens(mime string, n int) int {
 	return (max(n, 0) + 3) / 4
 }
 
-// A small JSON scanner. Results can be tens of megabytes of text, and the
-// path of an over-budget result must not cost time in proportion to it
-// beyond what cannot be avoided, so strings are skipped with IndexByte
-// rather than decoded byte by byte, and values are kept as spans of the
-// input so that what is not changed stays byte for byte. The scanner checks
-// the structure it walks; it accepts raw control characters in strings,
-// which strict JSON forbids, and decodes strings as encoding/json does
-// (invalid UTF-8 and lone surrogates become U+FFFD).
-
-var (
-	errSyntax      = errors.New("invalid JSON")
-	errDepth       = errors.New("JSON nested too deeply")
-	errUnterminate = errors.New("unterminated JSON string")
-)
-
-// maxDepth bounds nesting, as encoding/json does, so that hostile input
-// cannot exhaust the stack.
-const maxDepth = 10000
-
-// member is one member of a JSON object, as spans of the object's bytes.
-type member struct {
-	key          string
-	kStart, kEnd int // the key with its quotes
-	vStart, vEnd int // the value
-}
-
-func trimWS(b []byte) []byte {
-	i, j := 0, len(b)
-	for i < j && isJSONSpace(b[i]) {
-		i++
-	}
-	for j > i && isJSONSpace(b[j-1]) {
-		j--
-	}
-	return b[i:j]
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && isJSONSpace(b[i]) {
-		i++
-	}
-	return i
-}
-
 func isArray(b []byte) bool { return len(b) > 0 && b[0] == '[' }
-
-// validValue checks that b is exactly one JSON value.
-func validValue(b []byte) error {
-	end, err := skipValue(b, 0, 0, nil)
-	if err != nil {
-		return err
-	}
-	if skipWS(b, end) != len(b) {
-		return fmt.Errorf("%w: data after the value at offset %d", errSyntax, end)
-	}
-	return nil
-}
-
-// parseObject returns the members of the object b (trimmed).
-func parseObject(b []byte, e ends) ([]member, error) {
-	if len(b) == 0 || b[0] != '{' {
-		return nil, fmt.Errorf("%w: want an object", errSyntax)
-	}
-	var ms []member
-	i := skipWS(b, 1)
-	if i < len(b) && b[i] == '}' {
-		i++
-	} else {
-		for {
-			if i >= len(b) || b[i] != '"' {
-				return nil, fmt.Errorf("%w: want a member name at offset %d", errSyntax, i)
-			}
-			ke, err := skipString(b, i, e)
-			if err != nil {
-				return nil, err
-			}
-			key, err := unquote(b[i:ke])
-			if err != nil {
-				return nil, err
-			}
-			j := skipWS(b, ke)
-			if j >= len(b) || b[j] != ':' {
-				return nil, fmt.Errorf("%w: want ':' at offset %d", errSyntax, j)
-			}
-			vs := skipWS(b, j+1)
-			ve, err := skipValue(b, vs, 1, e)
-			if err != nil {
-				return nil, err
-			}
-			ms = append(ms, member{key: key, kStart: i, kEnd: ke, vStart: vs, vEnd: ve})
-			i = skipWS(b, ve)
-			if i < len(b) && b[i] == ',' {
-				i = skipWS(b, i+1)
-				continue
-			}
-			if i < len(b) && b[i] == '}' {
-				i++
-				break
-			}
-			return nil, fmt.Errorf("%w: want ',' or '}' at offset %d", errSyntax, i)
-		}
-	}
-	if skipWS(b, i) != len(b) {
-		return nil, fmt.Errorf("%w: data after the object at offset %d", errSyntax, i)
-	}
-	return ms, nil
-}
-
-// parseArray returns the spans of the elements of the array b (trimmed).
-func parseArray(b []byte, e ends) ([][2]int, error) {
-	if len(b) == 0 || b[0] != '[' {
-		return nil, fmt.Errorf("%w: want an array", errSyntax)
-	}
-	var es [][2]int
-	i := skipWS(b, 1)
-	if i < len(b) && b[i] == ']' {
-		i++
-	} else {
-		for {
-			ve, err := skipValue(b, i, 1, e)
-			if err != nil {
-				return nil, err
-			}
-			es = append(es, [2]int{i, ve})
-			i = skipWS(b, ve)
-			if i < len(b) && b[i] == ',' {
-				i = skipWS(b, i+1)
-				continue
-			}
-			if i < len(b) && b[i] == ']' {
-				i++
-				break
-			}
-			return nil, fmt.Errorf("%w: want ',' or ']' at offset %d", errSyntax, i)
-		}
-	}
-	if skipWS(b, i) != len(b) {
-		return nil, fmt.Errorf("%w: data after the array at offset %d", errSyntax, i)
-	}
-	return es, nil
-}
-
-// skipString returns the offset just past the string that starts at b[i].
-func skipString(b []byte, i int, e ends) (int, error) {
-	long := e != nil && len(b)-i > longString
-	if long {
-		if n, ok := e[&b[i]]; ok {
-			return i + n, nil
-		}
-	}
-	end, err := scanString(b, i)
-	if err == nil && long && end-i > longString {
-		e[&b[i]] = end - i
-	}
-	return end, err
-}
-
-// longString is the length from which skipString caches a string's end.
-const longString = 4096
-
-// ends caches the length of long strings, keyed by the address of their
-// opening quote, so that a result parsed level by level (the result, its
-// content array, a block) scans each long string once. A nil ends caches
-// nothing.
-type ends map[*byte]int
-
-// scanString returns the offset just past the string that starts at b[i].
-func scanString(b []byte, i int) (int, error) {
-	j := i + 1
-	for {
-		k := indexByte(b, j, '"')
-		if k < 0 {
-			return 0, fmt.Errorf("%w at offset %d", errUnterminate, i)
-		}
-		n := 0
-		for m := k - 1; m > i && b[m] == '\\'; m-- {
-			n++
-		}
-		if n%2 == 0 {
-			return k + 1, nil
-		}
-		j = k + 1
-	}
-}
-
-// indexByte returns the index of the first c in b at or after i, or -1.
-func indexByte(b []byte, i int, c byte) int {
-	if i >= len(b) {
-		return -1
-	}
-	if k := bytes.IndexByte(b[i:], c); k >= 0 {
-		return i + k
-	}
-	return -1
-}
-
-// skipValue returns the offset just past the value that starts at b[i].
-func skipValue(b []byte, i, depth int, e ends) (int, error) {
-	if depth > maxDepth {
-		return 0, errDepth
-	}
-	if i >= len(b) {
-		return 0, fmt.Errorf("%w: want a value at offset %d", errSyntax, i)
-	}
-	switch c := b[i]; {
-	case c == '"':
-		return skipString(b, i, e)
-	case c == '{' || c == '[':
-		closer := byte('}')
-		if c == '[' {
-			closer = ']'
-		}
-		j := skipWS(b, i+1)
-		if j < len(b) && b[j] == closer {
-			return j + 1, nil
-		}
-		for {
-			if c == '{' {
-				if j >= len(b) || b[j] != '"' {
-					return 0, fmt.Errorf("%w: want a member name at offset %d", errSyntax, j)
-				}
-				ke, err := skipString(b, j, e)
-				if err != nil {
-					return 0, err
-				}
-				j = skipWS(b, ke)
-				if j >= len(b) || b[j] != ':' {
-					return 0, fmt.Errorf("%w: want ':' at offset %d", errSyntax, j)
-				}
-				j = skipWS(b, j+1)
-			}
-			ve, err := skipValue(b, j, depth+1, e)
-			if err != nil {
-				return 0, err
-			}
-			j = skipWS(b, ve)
-			if j < len(b) && b[j] == ',' {
-				j = skipWS(b, j+1)
-				continue
-			}
-			if j < len(b) && b[j] == closer {
-				return j + 1, nil
-			}
-			return 0, fmt.Errorf("%w: want ',' or '%c' at offset %d", errSyntax, closer, j)
-		}
-	case c == '-' || (c >= '0' && c <= '9'):
-		j := i + 1
-		for j < len(b) && (b[j] >= '0' && b[j] <= '9' || b[j] == '.' || b[j] == 'e' || b[j] == 'E' || b[j] == '+' || b[j] == '-') {
-			j++
-		}
-		return j, nil
-	default:
-		for _, lit := range [...]string{"true", "false", "null"} {
-			if len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
-				return i + len(lit), nil
-			}
-		}
-		return 0, fmt.Errorf("%w: unexpected %q at offset %d", errSyntax, c, i)
-	}
-}
-
-// unquote decodes the JSON string raw (with its quotes).
-func unquote(raw []byte) (string, error) {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return "", fmt.Errorf("%w: want a string", errSyntax)
-	}
-	s := raw[1 : len(raw)-1]
-	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
-		return string(s), nil
-	}
-	b, _, err := appendUnquoted(make([]byte, 0, len(s)), s, -1)
-	return string(b), err
-}
-
-// appendUnquoted decodes body, the inside of a JSON string, appending it to
-// dst. With limit >= 0 it stops, at a character boundary, once at least
-// limit bytes have been appended. It returns dst and how many bytes of body
-// it decoded.
-func appendUnquoted(dst, body []byte, limit int) ([]byte, int, error) {
-	start := len(dst)
-	// Checking UTF-8 once for the whole body is much cheaper than once per
-	// run between escapes; a prefix is checked run by run.
-	valid := limit < 0 && utf8.Valid(body)
-	i := 0
-	for i < len(body) {
-		if limit >= 0 && len(dst)-start >= limit {
-			break
-		}
-		end := len(body)
-		if j := bytes.IndexByte(body[i:], '\\'); j >= 0 {
-			end = i + j
-		}
-		if limit >= 0 {
-			if want := limit - (len(dst) - start); end-i > want {
-				e := i + want
-				for e < end && !utf8.RuneStart(body[e]) {
-					e++
-				}
-				end = e
-			}
-		}
-		if valid {
-			dst = append(dst, body[i:end]...)
-		} else {
-			dst = appendValidUTF8(dst, body[i:end])
-		}
-		i = end
-		if i >= len(body) || body[i] != '\\' {
-			continue
-		}
-		if len(body)-i < 2 {
-			return dst, i, fmt.Errorf("%w: bad escape at the end of a string", errSyntax)
-		}
-		switch e := body[i+1]; e {
-		case '"', '\\', '/':
-			dst = append(dst, e)
-			i += 2
-		case 'b':
-			dst, i = append(dst, '\b'), i+2
-		case 'f':
-			dst, i = append(dst, '\f'), i+2
-		case 'n':
-			dst, i = append(dst, '\n'), i+2
-		case 'r':
-			dst, i = append(dst, '\r'), i+2
-		case 't':
-			dst, i = append(dst, '\t'), i+2
-		case 'u':
-			r, ok := hex4Bytes(body[i+2:])
-			if !ok {
-				return dst, i, fmt.Errorf("%w: bad \\u escape", errSyntax)
-			}
-			i += 6
-			if r >= 0xD800 && r < 0xE000 {
-				r2 := rune(-1)
-				if len(body)-i >= 6 && body[i] == '\\' && body[i+1] == 'u' {
-					r2, _ = hex4Bytes(body[i+2:])
-				}
-				if r < 0xDC00 && r2 >= 0xDC00 && r2 < 0xE000 {
-					r = (r-0xD800)<<10 | (r2 - 0xDC00) + 0x10000
-					i += 6
-				} else {
-					r = utf8.RuneError
-				}
-			}
-			dst = utf8.AppendRune(dst, r)
-		default:
-			return dst, i, fmt.Errorf("%w: bad escape \\%c", errSyntax, e)
-		}
-	}
-	return dst, i, nil
-}
-
-// hex4 decodes four hex digits.
-func hex4Bytes(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
-}
-
-// appendValidUTF8 appends s, each invalid byte replaced by U+FFFD as
-// encoding/json does.
-func appendValidUTF8(dst, s []byte) []byte {
-	if utf8.Valid(s) {
-		return append(dst, s...)
-	}
-	for len(s) > 0 {
-		r, n := utf8.DecodeRune(s)
-		if r == utf8.RuneError && n == 1 {
-			dst = utf8.AppendRune(dst, utf8.RuneError)
-		} else {
-			dst = append(dst, s[:n]...)
-		}
-		s = s[n:]
-	}
-	return dst
-}
-
-// appendQuoted appends s as a JSON string. HTML characters are not escaped,
-// so that text reads as the agent expects; s is valid UTF-8 (it comes from a
-// decoded string or from foldproxy itself), and any invalid byte becomes
-// U+FFFD.
-func appendQuoted(dst []byte, s string) []byte {
-	const hexd = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= utf8.RuneSelf {
-			r, n := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && n == 1 {
-				dst = append(dst, s[start:i]...)
-				dst = append(dst, `\ufffd`...)
-				i++
-				start = i
-				continue
-			}
-			i += n
-			continue
-		}
-		if c >= 0x20 && c != '"' && c != '\\' {
-			i++
-			continue
-		}
-		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			dst = append(dst, '\\', c)
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&0xf])
-		}
-		i++
-		start = i
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}

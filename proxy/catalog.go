@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/yosida95/uritemplate/v3"
+
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // branchIDArg is the optional argument foldproxy adds to every forwarded
@@ -110,7 +112,7 @@ func (s *Server) buildCatalog() *catalog {
 	}
 	for _, t := range s.opts.Fold.Tools() {
 		c.tools = append(c.tools, t)
-		c.foldTools[stringField(t, "name")] = true
+		c.foldTools[jsonscan.StringField(t, "name")] = true
 	}
 	inject := s.opts.Settings.BranchIDEnabled()
 	for _, up := range s.names {
@@ -120,7 +122,7 @@ func (s *Server) buildCatalog() *catalog {
 		cat.Resources = s.cleanItems(up, "resources/list", cat.Resources)
 		cat.ResourceTemplates = s.cleanItems(up, "resources/templates/list", cat.ResourceTemplates)
 		for _, t := range cat.Tools {
-			name := stringField(t, "name")
+			name := jsonscan.StringField(t, "name")
 			if name == "" || !s.opts.Settings.ToolAllowed(up, name) {
 				continue
 			}
@@ -138,12 +140,12 @@ func (s *Server) buildCatalog() *catalog {
 			c.tools = append(c.tools, out)
 		}
 		for _, p := range cat.Prompts {
-			name := stringField(p, "name")
+			name := jsonscan.StringField(p, "name")
 			if name == "" {
 				continue
 			}
 			full := s.opts.Settings.NamePrefix(up) + name
-			out, err := setField(p, "name", quote(full))
+			out, err := jsonscan.SetField(p, "name", jsonscan.Quote(full))
 			if err != nil {
 				s.log.Warn("skipping a malformed prompt", "upstream", up, "prompt", name, "err", err)
 				continue
@@ -152,7 +154,7 @@ func (s *Server) buildCatalog() *catalog {
 			c.prompts = append(c.prompts, out)
 		}
 		for _, r := range cat.Resources {
-			if uri := stringField(r, "uri"); uri != "" {
+			if uri := jsonscan.StringField(r, "uri"); uri != "" {
 				if _, dup := c.resourceRoutes[uri]; !dup {
 					c.resourceRoutes[uri] = up
 				}
@@ -160,7 +162,7 @@ func (s *Server) buildCatalog() *catalog {
 			c.resources = append(c.resources, r)
 		}
 		for _, t := range cat.ResourceTemplates {
-			if tmpl, err := uritemplate.New(stringField(t, "uriTemplate")); err == nil {
+			if tmpl, err := uritemplate.New(jsonscan.StringField(t, "uriTemplate")); err == nil {
 				c.templateRoutes = append(c.templateRoutes, templateRoute{upstream: up, tmpl: tmpl})
 			}
 			c.templates = append(c.templates, t)
@@ -176,34 +178,34 @@ func (s *Server) buildCatalog() *catalog {
 // the tool has no branch_id property of its own, the branch_id property
 // added to its input schema. Every other byte is kept.
 func renameTool(tool json.RawMessage, name string, inject bool) (json.RawMessage, bool, error) {
-	out, err := setField(tool, "name", quote(name))
+	out, err := jsonscan.SetField(tool, "name", jsonscan.Quote(name))
 	if err != nil {
 		return nil, false, err
 	}
 	if !inject {
 		return out, false, nil
 	}
-	schema, ok := getField(out, "inputSchema")
+	schema, ok := jsonscan.Field(out, "inputSchema")
 	if !ok || len(schema) == 0 || schema[0] != '{' {
 		return out, false, nil
 	}
-	props, ok := getField(schema, "properties")
+	props, ok := jsonscan.Field(schema, "properties")
 	if !ok || string(props) == "null" {
 		props = json.RawMessage("{}")
 	}
 	if props[0] != '{' {
 		return out, false, nil
 	}
-	if _, taken := getField(props, branchIDArg); taken {
+	if _, taken := jsonscan.Field(props, branchIDArg); taken {
 		return out, false, nil // the upstream uses the name itself: leave it alone
 	}
-	if props, err = setField(props, branchIDArg, branchIDSchema); err != nil {
+	if props, err = jsonscan.SetField(props, branchIDArg, branchIDSchema); err != nil {
 		return nil, false, err
 	}
-	if schema, err = setField(schema, "properties", props); err != nil {
+	if schema, err = jsonscan.SetField(schema, "properties", props); err != nil {
 		return nil, false, err
 	}
-	if out, err = setField(out, "inputSchema", schema); err != nil {
+	if out, err = jsonscan.SetField(out, "inputSchema", schema); err != nil {
 		return nil, false, err
 	}
 	return out, true, nil
@@ -215,7 +217,7 @@ func renameTool(tool json.RawMessage, name string, inject bool) (json.RawMessage
 func (s *Server) WarnLongNames(entry string) int {
 	n := 0
 	for _, t := range s.catalog().tools {
-		name := stringField(t, "name")
+		name := jsonscan.StringField(t, "name")
 		full := "mcp__" + entry + "__" + name
 		if len(full) > 64 {
 			n++

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
@@ -51,20 +52,20 @@ func callFromContext(ctx context.Context, upstream string) *activeCall {
 // routeProgress swaps the request's progress token for a unique one and
 // registers the route back. restore unregisters it.
 func (s *Server) routeProgress(sess *Session, params json.RawMessage, out Outbound) (json.RawMessage, func(), error) {
-	meta, ok := getField(params, "_meta")
+	meta, ok := jsonscan.Field(params, "_meta")
 	if !ok || len(meta) == 0 || meta[0] != '{' {
 		return params, func() {}, nil
 	}
-	tok, ok := getField(meta, "progressToken")
+	tok, ok := jsonscan.Field(meta, "progressToken")
 	if !ok || string(tok) == "null" {
 		return params, func() {}, nil
 	}
 	ours := newID("pt")
-	meta2, err := setField(meta, "progressToken", quote(ours))
+	meta2, err := jsonscan.SetField(meta, "progressToken", jsonscan.Quote(ours))
 	if err != nil {
 		return nil, nil, err
 	}
-	params2, err := setField(params, "_meta", meta2)
+	params2, err := jsonscan.SetField(params, "_meta", meta2)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -151,7 +152,7 @@ func (s *Server) UpstreamNotification(upstream, method string, params json.RawMe
 	case "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed":
 		s.UpstreamChanged(upstream)
 	case "notifications/progress":
-		tok, _ := getField(params, "progressToken")
+		tok, _ := jsonscan.Field(params, "progressToken")
 		var key string
 		if json.Unmarshal(tok, &key) != nil {
 			return
@@ -170,7 +171,7 @@ func (s *Server) UpstreamNotification(upstream, method string, params json.RawMe
 		if !ok {
 			return
 		}
-		p, err := setField(p, "progressToken", r.token)
+		p, err := jsonscan.SetField(p, "progressToken", r.token)
 		if err != nil {
 			return
 		}
@@ -185,7 +186,7 @@ func (s *Server) UpstreamNotification(upstream, method string, params json.RawMe
 		if !ok {
 			return
 		}
-		level := stringField(p, "level")
+		level := jsonscan.StringField(p, "level")
 		msg := Notification(method, p)
 		if c != nil {
 			if c.sess.wantsLog(level) {
@@ -203,7 +204,7 @@ func (s *Server) UpstreamNotification(upstream, method string, params json.RawMe
 		if !ok {
 			return
 		}
-		uri := stringField(p, "uri")
+		uri := jsonscan.StringField(p, "uri")
 		s.mu.Lock()
 		var targets []*Session
 		for sess := range s.subs[uri] {

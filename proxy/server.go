@@ -20,6 +20,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
@@ -478,7 +479,7 @@ func (s *Server) instructions() string {
 	b.WriteString("\nUse branch_create before a sub-task whose tool output you will not need verbatim (exploring code, reading many files, test logs), do the work, then branch_return with a short summary: only the summary stays in your context. Every tool result is counted against the current branch's token budget.")
 	for _, name := range s.names {
 		if in := s.upstreams[name].Catalog().Instructions; in != "" {
-			clean, ok := s.scrub(context.Background(), name, "instructions", quote(in))
+			clean, ok := s.scrub(context.Background(), name, "instructions", jsonscan.Quote(in))
 			if !ok {
 				continue
 			}
@@ -495,7 +496,7 @@ func (s *Server) instructions() string {
 func (s *Server) list(params json.RawMessage, key string, items func(*catalog) []json.RawMessage) (json.RawMessage, *Error) {
 	all := items(s.catalog())
 	start := 0
-	if cur := stringField(params, "cursor"); cur != "" {
+	if cur := jsonscan.StringField(params, "cursor"); cur != "" {
 		n, err := strconv.Atoi(strings.TrimPrefix(cur, "fp:"))
 		if err != nil || !strings.HasPrefix(cur, "fp:") || n < 0 || n > len(all) {
 			return nil, Errorf(CodeInvalidParams, "invalid cursor %q", cur)
@@ -516,7 +517,7 @@ func (s *Server) list(params json.RawMessage, key string, items func(*catalog) [
 	b = append(b, ']')
 	if end < len(all) {
 		b = append(b, `,"nextCursor":`...)
-		b = append(b, quote("fp:"+strconv.Itoa(end))...)
+		b = append(b, jsonscan.Quote("fp:"+strconv.Itoa(end))...)
 	}
 	b = append(b, '}')
 	return b, nil
@@ -596,7 +597,7 @@ func (s *Server) unavailableText(ctx context.Context) string {
 	if len(down) == 0 {
 		return ""
 	}
-	clean, ok := s.scrub(ctx, "", "upstream status", quote(strings.Join(down, "; ")))
+	clean, ok := s.scrub(ctx, "", "upstream status", jsonscan.Quote(strings.Join(down, "; ")))
 	var text string
 	if !ok || json.Unmarshal(clean, &text) != nil {
 		return ""
@@ -652,11 +653,11 @@ func (s *Server) noteUnavailable(ctx context.Context, res json.RawMessage) json.
 
 // callTool serves tools/call: a fold tool or a forwarded upstream tool.
 func (s *Server) callTool(ctx context.Context, sess *Session, params json.RawMessage, out Outbound) (json.RawMessage, *Error) {
-	name := stringField(params, "name")
+	name := jsonscan.StringField(params, "name")
 	if name == "" {
 		return nil, Errorf(CodeInvalidParams, "tools/call: params.name is required")
 	}
-	args, ok := getField(params, "arguments")
+	args, ok := jsonscan.Field(params, "arguments")
 	if !ok || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
@@ -696,25 +697,25 @@ func (s *Server) callTool(ctx context.Context, sess *Session, params json.RawMes
 	}
 	ex.Upstream, ex.Name = r.upstream, r.name
 	if r.injected {
-		if v, ok := getField(args, branchIDArg); ok {
+		if v, ok := jsonscan.Field(args, branchIDArg); ok {
 			if len(v) > 0 && v[0] == '"' {
 				_ = json.Unmarshal(v, &ex.ExplicitBranch)
 			} else if string(v) != "null" {
 				return toolError(fmt.Sprintf("argument %s must be a string (a branch id from branch_create)", branchIDArg)), nil
 			}
-			stripped, err := deleteField(args, branchIDArg)
+			stripped, err := jsonscan.DeleteField(args, branchIDArg)
 			if err != nil {
 				return nil, Errorf(CodeInvalidParams, "tools/call %s: %v", name, err)
 			}
 			args = stripped
-			if params, err = setField(params, "arguments", args); err != nil {
+			if params, err = jsonscan.SetField(params, "arguments", args); err != nil {
 				return nil, Errorf(CodeInvalidParams, "tools/call %s: %v", name, err)
 			}
 		}
 	}
 	ex.Args = args
 	var err error
-	if params, err = setField(params, "name", quote(r.name)); err != nil {
+	if params, err = jsonscan.SetField(params, "name", jsonscan.Quote(r.name)); err != nil {
 		return nil, Errorf(CodeInvalidParams, "tools/call %s: %v", name, err)
 	}
 	ex.Params = params
@@ -722,7 +723,7 @@ func (s *Server) callTool(ctx context.Context, sess *Session, params json.RawMes
 }
 
 func (s *Server) getPrompt(ctx context.Context, sess *Session, params json.RawMessage, out Outbound) (json.RawMessage, *Error) {
-	name := stringField(params, "name")
+	name := jsonscan.StringField(params, "name")
 	r, ok := s.catalog().promptRoutes[name]
 	if !ok {
 		up, rest, found := s.routeByPrefix(name)
@@ -731,17 +732,17 @@ func (s *Server) getPrompt(ctx context.Context, sess *Session, params json.RawMe
 		}
 		r = route{upstream: up, name: rest}
 	}
-	params, err := setField(params, "name", quote(r.name))
+	params, err := jsonscan.SetField(params, "name", jsonscan.Quote(r.name))
 	if err != nil {
 		return nil, Errorf(CodeInvalidParams, "prompts/get: %v", err)
 	}
 	ex := &intercept.Exchange{Session: sess.id, Upstream: r.upstream, Method: "prompts/get", Name: r.name, Params: params, Start: time.Now()}
-	ex.Args, _ = getField(params, "arguments")
+	ex.Args, _ = jsonscan.Field(params, "arguments")
 	return s.finish(ctx, sess, ex, s.forward, out)
 }
 
 func (s *Server) readResource(ctx context.Context, sess *Session, params json.RawMessage, out Outbound) (json.RawMessage, *Error) {
-	uri := stringField(params, "uri")
+	uri := jsonscan.StringField(params, "uri")
 	if uri == "" {
 		return nil, Errorf(CodeInvalidParams, "resources/read: params.uri is required")
 	}
@@ -754,24 +755,24 @@ func (s *Server) readResource(ctx context.Context, sess *Session, params json.Ra
 }
 
 func (s *Server) complete(ctx context.Context, sess *Session, params json.RawMessage, out Outbound) (json.RawMessage, *Error) {
-	ref, _ := getField(params, "ref")
+	ref, _ := jsonscan.Field(params, "ref")
 	var up string
-	switch stringField(ref, "type") {
+	switch jsonscan.StringField(ref, "type") {
 	case "ref/prompt":
-		r, ok := s.catalog().promptRoutes[stringField(ref, "name")]
+		r, ok := s.catalog().promptRoutes[jsonscan.StringField(ref, "name")]
 		if !ok {
-			return nil, Errorf(CodeInvalidParams, "completion/complete: unknown prompt %q", stringField(ref, "name"))
+			return nil, Errorf(CodeInvalidParams, "completion/complete: unknown prompt %q", jsonscan.StringField(ref, "name"))
 		}
-		ref2, err := setField(ref, "name", quote(r.name))
+		ref2, err := jsonscan.SetField(ref, "name", jsonscan.Quote(r.name))
 		if err == nil {
-			params, err = setField(params, "ref", ref2)
+			params, err = jsonscan.SetField(params, "ref", ref2)
 		}
 		if err != nil {
 			return nil, Errorf(CodeInvalidParams, "completion/complete: %v", err)
 		}
 		up = r.upstream
 	case "ref/resource":
-		uri := stringField(ref, "uri")
+		uri := jsonscan.StringField(ref, "uri")
 		u, ok := s.catalog().resourceUpstream(uri)
 		if !ok {
 			return nil, Errorf(CodeInvalidParams, "completion/complete: unknown resource %q", uri)
@@ -918,7 +919,7 @@ func (s *Server) callFold(ctx context.Context, ex *intercept.Exchange) error {
 }
 
 func (s *Server) setLevel(ctx context.Context, sess *Session, params json.RawMessage) (json.RawMessage, *Error) {
-	level := stringField(params, "level")
+	level := jsonscan.StringField(params, "level")
 	idx := levelIndex(level)
 	if idx < 0 {
 		return nil, Errorf(CodeInvalidParams, "logging/setLevel: level %q is not one of %s", level, strings.Join(logLevels[:], ", "))
@@ -952,7 +953,7 @@ func (s *Server) setLevel(ctx context.Context, sess *Session, params json.RawMes
 }
 
 func (s *Server) subscribe(ctx context.Context, sess *Session, method string, params json.RawMessage) (json.RawMessage, *Error) {
-	uri := stringField(params, "uri")
+	uri := jsonscan.StringField(params, "uri")
 	up, ok := s.catalog().resourceUpstream(uri)
 	if !ok {
 		return nil, &Error{Code: CodeResourceNotFound, Message: fmt.Sprintf("resource not found: %s", uri)}
@@ -1053,7 +1054,7 @@ func (s *Server) request(ctx context.Context, sess *Session, out Outbound, metho
 		delete(sess.pending, id)
 		sess.mu.Unlock()
 	}()
-	if !sess.send(out, requestMessage(quote(id), method, params)) {
+	if !sess.send(out, requestMessage(jsonscan.Quote(id), method, params)) {
 		return nil, fmt.Errorf("cannot reach the agent to ask %s: no open stream", method)
 	}
 	select {
@@ -1086,7 +1087,7 @@ func hasCap(caps json.RawMessage, name string) bool {
 	if len(caps) == 0 {
 		return false
 	}
-	_, ok := getField(caps, name)
+	_, ok := jsonscan.Field(caps, name)
 	return ok
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
@@ -340,8 +341,8 @@ func TestProgressIsRoutedBackWithOriginalToken(t *testing.T) {
 	release := make(chan struct{})
 	up := &fakeUpstream{name: "ev", cat: upstreams.Catalog{Tools: []json.RawMessage{json.RawMessage(echoTool)}}}
 	up.answer = func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
-		meta, _ := getField(params, "_meta")
-		tok, _ := getField(meta, "progressToken")
+		meta, _ := jsonscan.Field(params, "_meta")
+		tok, _ := jsonscan.Field(meta, "progressToken")
 		s.UpstreamNotification("ev", "notifications/progress", json.RawMessage(`{"progressToken":`+string(tok)+`,"progress":1,"total":2}`))
 		s.UpstreamNotification("ev", "notifications/message", json.RawMessage(`{"level":"info","data":"working"}`))
 		<-release
@@ -536,11 +537,11 @@ func TestLateAnswerAfterCloseDoesNotPanic(t *testing.T) {
 type tokenRedactor struct{}
 
 func (tokenRedactor) ScrubJSON(_ context.Context, raw json.RawMessage) (json.RawMessage, map[string]int, error) {
-	tok, ok := getField(raw, "progressToken")
+	tok, ok := jsonscan.Field(raw, "progressToken")
 	if !ok || len(tok) == 0 || tok[0] != '"' {
 		return raw, nil, nil
 	}
-	clean, err := setField(raw, "progressToken", json.RawMessage(`"[REDACTED:generic-api-key]"`))
+	clean, err := jsonscan.SetField(raw, "progressToken", json.RawMessage(`"[REDACTED:generic-api-key]"`))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -554,8 +555,8 @@ func TestProgressTokenIsNotScrubbed(t *testing.T) {
 	var s *Server
 	up := &fakeUpstream{name: "ev", cat: upstreams.Catalog{Tools: []json.RawMessage{json.RawMessage(echoTool)}}}
 	up.answer = func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
-		meta, _ := getField(params, "_meta")
-		tok, _ := getField(meta, "progressToken")
+		meta, _ := jsonscan.Field(params, "_meta")
+		tok, _ := jsonscan.Field(meta, "progressToken")
 		s.UpstreamNotification("ev", "notifications/progress", json.RawMessage(`{"progressToken":`+string(tok)+`,"progress":1}`))
 		return json.RawMessage(`{"content":[]}`), nil
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
@@ -21,8 +22,8 @@ func TestInvalidUTF8FromTheAgentIsSanitized(t *testing.T) {
 	up := &fakeUpstream{name: "ev", cat: upstreams.Catalog{Tools: []json.RawMessage{json.RawMessage(echoTool)}}}
 	up.answer = func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 		upParams = string(params)
-		meta, _ := getField(params, "_meta")
-		tok, _ := getField(meta, "progressToken")
+		meta, _ := jsonscan.Field(params, "_meta")
+		tok, _ := jsonscan.Field(meta, "progressToken")
 		s.UpstreamNotification("ev", "notifications/progress", json.RawMessage(`{"progressToken":`+string(tok)+`,"progress":1}`))
 		return json.RawMessage(`{"content":[{"type":"text","text":"ok"}]}`), nil
 	}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // ErrConfig is wrapped by every error ParseServers returns; the message names
@@ -58,7 +60,7 @@ func ParseServers(raw json.RawMessage, lookup func(string) (string, bool)) ([]En
 		return nil, nil
 	}
 	if trimmed[0] != '{' {
-		return nil, fmt.Errorf("%w: mcpServers: want an object mapping names to servers, got %s", ErrConfig, jsonKind(trimmed))
+		return nil, fmt.Errorf("%w: mcpServers: want an object mapping names to servers, got %s", ErrConfig, jsonscan.Kind(trimmed))
 	}
 	var servers map[string]json.RawMessage
 	if err := json.Unmarshal(trimmed, &servers); err != nil {
@@ -119,7 +121,7 @@ func parseEntry(name string, raw json.RawMessage, lookup func(string) (string, b
 	}
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '{' {
-		return Entry{}, fmt.Errorf("%w: mcpServers.%s: want an object, got %s", ErrConfig, name, jsonKind(raw))
+		return Entry{}, fmt.Errorf("%w: mcpServers.%s: want an object, got %s", ErrConfig, name, jsonscan.Kind(raw))
 	}
 	p := &entryParser{name: name, lookup: lookup}
 	if err := json.Unmarshal(raw, &p.fields); err != nil {
@@ -204,7 +206,7 @@ func (p *entryParser) str(field string, expand bool) (s string, ok bool, err err
 		return "", false, nil
 	}
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false, p.errorf(field, "want a string, got %s", jsonKind(raw))
+		return "", false, p.errorf(field, "want a string, got %s", jsonscan.Kind(raw))
 	}
 	if expand {
 		if s, err = p.expand(field, s); err != nil {
@@ -222,14 +224,14 @@ func (p *entryParser) strList(field string) ([]string, error) {
 	}
 	var items []json.RawMessage
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '[' || json.Unmarshal(t, &items) != nil {
-		return nil, p.errorf(field, "want an array of strings, got %s", jsonKind(raw))
+		return nil, p.errorf(field, "want an array of strings, got %s", jsonscan.Kind(raw))
 	}
 	out := make([]string, 0, len(items))
 	for i, item := range items {
 		f := field + "[" + strconv.Itoa(i) + "]"
 		var s string
 		if err := json.Unmarshal(item, &s); err != nil {
-			return nil, p.errorf(f, "want a string, got %s", jsonKind(item))
+			return nil, p.errorf(f, "want a string, got %s", jsonscan.Kind(item))
 		}
 		s, err := p.expand(f, s)
 		if err != nil {
@@ -249,7 +251,7 @@ func (p *entryParser) strMap(field string, badKey func(string) string) (map[stri
 	}
 	var items map[string]json.RawMessage
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &items) != nil {
-		return nil, p.errorf(field, "want an object of strings, got %s", jsonKind(raw))
+		return nil, p.errorf(field, "want an object of strings, got %s", jsonscan.Kind(raw))
 	}
 	keys := make([]string, 0, len(items))
 	for k := range items {
@@ -267,7 +269,7 @@ func (p *entryParser) strMap(field string, badKey func(string) string) (map[stri
 		}
 		var s string
 		if err := json.Unmarshal(items[k], &s); err != nil {
-			return nil, p.errorf(f, "want a string, got %s", jsonKind(items[k]))
+			return nil, p.errorf(f, "want a string, got %s", jsonscan.Kind(items[k]))
 		}
 		s, err := p.expand(f, s)
 		if err != nil {
@@ -336,28 +338,6 @@ func Expand(s string, lookup func(string) (string, bool)) (out, missing string) 
 
 func isNull(raw json.RawMessage) bool {
 	return string(bytes.TrimSpace(raw)) == "null"
-}
-
-// jsonKind names the JSON type of raw for error messages.
-func jsonKind(raw json.RawMessage) string {
-	t := bytes.TrimSpace(raw)
-	if len(t) == 0 {
-		return "nothing"
-	}
-	switch t[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	default:
-		return "a number"
-	}
 }
 
 // validHeaderName reports whether k is an RFC 9110 token.

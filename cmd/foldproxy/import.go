@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // importCommand moves a project's Claude Code MCP servers behind foldproxy.
@@ -290,7 +291,7 @@ func impParseSource(path string, data []byte, projectKeys []string) (impSource, 
 	}
 	if hasProjects {
 		if data[projects.valStart] != '{' {
-			return src, fmt.Errorf("%s: projects: want an object, got %s", path, impKind(data[projects.valStart]))
+			return src, fmt.Errorf("%s: projects: want an object, got %s", path, jsonscan.Kind(data[projects.valStart:]))
 		}
 		pm, err := impObjectMembers(data, projects.valStart)
 		if err != nil {
@@ -303,7 +304,7 @@ func impParseSource(path string, data []byte, projectKeys []string) (impSource, 
 			}
 			src.projectKey = k
 			if data[p.valStart] != '{' {
-				return src, fmt.Errorf("%s: %s: want an object, got %s", path, impJSONPath("projects", k), impKind(data[p.valStart]))
+				return src, fmt.Errorf("%s: %s: want an object, got %s", path, impJSONPath("projects", k), jsonscan.Kind(data[p.valStart:]))
 			}
 			pobj, err := impObjectMembers(data, p.valStart)
 			if err != nil {
@@ -347,7 +348,7 @@ func impParseSource(path string, data []byte, projectKeys []string) (impSource, 
 // be an object.
 func impServers(path string, data []byte, m impMember, at []string, scope string) ([]impServer, error) {
 	if data[m.valStart] != '{' {
-		return nil, fmt.Errorf("%s: %s: want an object of servers, got %s", path, impJSONPath(at...), impKind(data[m.valStart]))
+		return nil, fmt.Errorf("%s: %s: want an object of servers, got %s", path, impJSONPath(at...), jsonscan.Kind(data[m.valStart:]))
 	}
 	members, err := impObjectMembers(data, m.valStart)
 	if err != nil {
@@ -357,7 +358,7 @@ func impServers(path string, data []byte, m impMember, at []string, scope string
 	for _, e := range members.members {
 		if data[e.valStart] != '{' {
 			return nil, fmt.Errorf("%s: %s: server %q is %s, want an object such as {\"command\": ...} or {\"type\": \"http\", \"url\": ...}",
-				path, impJSONPath(append(at[:len(at):len(at)], e.key)...), e.key, impKind(data[e.valStart]))
+				path, impJSONPath(append(at[:len(at):len(at)], e.key)...), e.key, jsonscan.Kind(data[e.valStart:]))
 		}
 		if e.key == "" {
 			return nil, fmt.Errorf("%s: %s: a server has an empty name", path, impJSONPath(at...))
@@ -801,7 +802,7 @@ func impBuildOut(path string, f *impFile, servers []impServer) (data []byte, pro
 			b.WriteByte(',')
 		}
 		b.WriteString("\n    ")
-		b.Write(impJSONString(s.name))
+		b.Write(jsonscan.Quote(s.name))
 		b.WriteString(": ")
 		b.Write(s.raw)
 	}
@@ -818,7 +819,7 @@ func impBuildOut(path string, f *impFile, servers []impServer) (data []byte, pro
 			hasSettings = true
 		}
 		b.WriteString(",\n  ")
-		b.Write(impJSONString(m.key))
+		b.Write(jsonscan.Quote(m.key))
 		b.WriteString(": ")
 		b.Write(f.data[m.valStart:m.valEnd])
 	}
@@ -834,11 +835,11 @@ func impBuildOut(path string, f *impFile, servers []impServer) (data []byte, pro
 func impBuildMCPJSON(o importOptions, f *impFile) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("{\n  \"mcpServers\": {\n    ")
-	b.Write(impJSONString(o.name))
+	b.Write(jsonscan.Quote(o.name))
 	b.WriteString(": {\n      \"command\": ")
-	b.Write(impJSONString(o.binary))
+	b.Write(jsonscan.Quote(o.binary))
 	b.WriteString(",\n      \"args\": [\"serve\", \"--config\", ")
-	b.Write(impJSONString(o.out))
+	b.Write(jsonscan.Quote(o.out))
 	b.WriteString("]\n    }\n  }")
 	if f.exists {
 		top, err := impTopObject(f.path, f.data)
@@ -850,7 +851,7 @@ func impBuildMCPJSON(o importOptions, f *impFile) ([]byte, error) {
 				continue
 			}
 			b.WriteString(",\n  ")
-			b.Write(impJSONString(m.key))
+			b.Write(jsonscan.Quote(m.key))
 			b.WriteString(": ")
 			b.Write(f.data[m.valStart:m.valEnd])
 		}
@@ -911,7 +912,7 @@ func impRewriteSettings(data []byte, m impRuleMapping) (impSettingsResult, error
 		return res, nil
 	}
 	if data[perm.valStart] != '{' {
-		return res, fmt.Errorf("permissions: want an object, got %s", impKind(data[perm.valStart]))
+		return res, fmt.Errorf("permissions: want an object, got %s", jsonscan.Kind(data[perm.valStart:]))
 	}
 	pobj, err := impObjectMembers(data, perm.valStart)
 	if err != nil {
@@ -945,7 +946,7 @@ func impRewriteSettings(data []byte, m impRuleMapping) (impSettingsResult, error
 		}
 		at := "permissions." + list
 		if data[arr.valStart] != '[' {
-			return res, fmt.Errorf("%s: want an array of rules, got %s", at, impKind(data[arr.valStart]))
+			return res, fmt.Errorf("%s: want an array of rules, got %s", at, jsonscan.Kind(data[arr.valStart:]))
 		}
 		elems, err := impArrayElems(data, arr.valStart)
 		if err != nil {
@@ -954,7 +955,7 @@ func impRewriteSettings(data []byte, m impRuleMapping) (impSettingsResult, error
 		rules := make([]string, len(elems))
 		isRule := make([]bool, len(elems))
 		for i, e := range elems {
-			if data[e.start] == '"' && json.Unmarshal(data[e.start:e.end], &rules[i]) == nil {
+			if data[e.Start] == '"' && json.Unmarshal(data[e.Start:e.End], &rules[i]) == nil {
 				isRule[i] = true
 			}
 		}
@@ -1009,7 +1010,7 @@ func impRewriteSettings(data []byte, m impRuleMapping) (impSettingsResult, error
 				continue
 			}
 			res.changes = append(res.changes, impRuleChange{at: elemAt, old: rules[i], new: repl})
-			edits = append(edits, edit{e.start, e.end, impJSONString(repl)})
+			edits = append(edits, edit{e.Start, e.End, jsonscan.Quote(repl)})
 		}
 		// Remove elements with one separating comma each: after a kept
 		// element, from its end; before any kept element, up to the next
@@ -1020,11 +1021,11 @@ func impRewriteSettings(data []byte, m impRuleMapping) (impSettingsResult, error
 			case !removed[i]:
 				keptBefore = true
 			case keptBefore:
-				edits = append(edits, edit{elems[i-1].end, e.end, nil})
+				edits = append(edits, edit{elems[i-1].End, e.End, nil})
 			case i+1 < len(elems):
-				edits = append(edits, edit{e.start, elems[i+1].start, nil})
+				edits = append(edits, edit{e.Start, elems[i+1].Start, nil})
 			default:
-				edits = append(edits, edit{e.start, e.end, nil})
+				edits = append(edits, edit{e.Start, e.End, nil})
 			}
 		}
 	}
@@ -1335,9 +1336,6 @@ func (o impObject) get(key string) (impMember, bool) {
 	return impMember{}, false
 }
 
-// impSpan is the location of one array element.
-type impSpan struct{ start, end int }
-
 // impTopObject checks that data is valid JSON whose top level is an object
 // and returns its members. Syntax errors name path, line and column.
 func impTopObject(path string, data []byte) (impObject, error) {
@@ -1356,9 +1354,9 @@ func impTopObject(path string, data []byte) (impObject, error) {
 		}
 		return impObject{}, fmt.Errorf("%smalformed JSON: %v", prefix, err)
 	}
-	i := impSkipWS(data, 0)
+	i := jsonscan.SkipSpace(data, 0)
 	if data[i] != '{' {
-		return impObject{}, fmt.Errorf("%stop level is %s, want an object", prefix, impKind(data[i]))
+		return impObject{}, fmt.Errorf("%stop level is %s, want an object", prefix, jsonscan.Kind(data[i:]))
 	}
 	o, err := impObjectMembers(data, i)
 	if err != nil {
@@ -1375,166 +1373,30 @@ func impLineCol(data []byte, off int) (line, col int) {
 	return line, col
 }
 
-var errImpTruncated = errors.New("unexpected end of JSON")
-
 // impObjectMembers scans the object starting at data[i]. data must be valid
 // JSON (see impTopObject); the scanner still refuses to run off the end.
 func impObjectMembers(data []byte, i int) (impObject, error) {
+	ms, _, err := jsonscan.ObjectAt(data, i)
+	if err != nil {
+		return impObject{}, err
+	}
 	var o impObject
-	at := map[string]int{}
-	if i >= len(data) || data[i] != '{' {
-		return o, fmt.Errorf("want an object at byte %d", i)
+	at := make(map[string]int, len(ms))
+	for _, m := range ms {
+		if j, dup := at[m.Key]; dup {
+			o.members[j].valStart, o.members[j].valEnd = m.Value.Start, m.Value.End
+			continue
+		}
+		at[m.Key] = len(o.members)
+		o.members = append(o.members, impMember{key: m.Key, valStart: m.Value.Start, valEnd: m.Value.End})
 	}
-	i = impSkipWS(data, i+1)
-	if i < len(data) && data[i] == '}' {
-		return o, nil
-	}
-	for {
-		if i >= len(data) || data[i] != '"' {
-			return o, fmt.Errorf("want a key at byte %d", i)
-		}
-		ke, err := impValueEnd(data, i)
-		if err != nil {
-			return o, err
-		}
-		var key string
-		if err := json.Unmarshal(data[i:ke], &key); err != nil {
-			return o, fmt.Errorf("key at byte %d: %v", i, err)
-		}
-		i = impSkipWS(data, ke)
-		if i >= len(data) || data[i] != ':' {
-			return o, fmt.Errorf("want ':' at byte %d", i)
-		}
-		vs := impSkipWS(data, i+1)
-		ve, err := impValueEnd(data, vs)
-		if err != nil {
-			return o, err
-		}
-		m := impMember{key: key, valStart: vs, valEnd: ve}
-		if j, dup := at[key]; dup {
-			o.members[j].valStart, o.members[j].valEnd = vs, ve
-		} else {
-			at[key] = len(o.members)
-			o.members = append(o.members, m)
-		}
-		i = impSkipWS(data, ve)
-		if i >= len(data) {
-			return o, errImpTruncated
-		}
-		switch data[i] {
-		case ',':
-			i = impSkipWS(data, i+1)
-		case '}':
-			return o, nil
-		default:
-			return o, fmt.Errorf("want ',' or '}' at byte %d", i)
-		}
-	}
+	return o, nil
 }
 
 // impArrayElems scans the array starting at data[i], which must be valid.
-func impArrayElems(data []byte, i int) ([]impSpan, error) {
-	if i >= len(data) || data[i] != '[' {
-		return nil, fmt.Errorf("want an array at byte %d", i)
-	}
-	var out []impSpan
-	i = impSkipWS(data, i+1)
-	if i < len(data) && data[i] == ']' {
-		return out, nil
-	}
-	for {
-		e, err := impValueEnd(data, i)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, impSpan{i, e})
-		i = impSkipWS(data, e)
-		if i >= len(data) {
-			return nil, errImpTruncated
-		}
-		switch data[i] {
-		case ',':
-			i = impSkipWS(data, i+1)
-		case ']':
-			return out, nil
-		default:
-			return nil, fmt.Errorf("want ',' or ']' at byte %d", i)
-		}
-	}
-}
-
-// impSkipWS returns the index of the first non-blank byte at or after i.
-func impSkipWS(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// impValueEnd returns the index just past the JSON value starting at i.
-func impValueEnd(data []byte, i int) (int, error) {
-	if i >= len(data) {
-		return 0, errImpTruncated
-	}
-	switch data[i] {
-	case '"':
-		for j := i + 1; j < len(data); j++ {
-			switch data[j] {
-			case '\\':
-				j++
-			case '"':
-				return j + 1, nil
-			}
-		}
-		return 0, errImpTruncated
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(data); j++ {
-			switch data[j] {
-			case '"':
-				e, err := impValueEnd(data, j)
-				if err != nil {
-					return 0, err
-				}
-				j = e - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1, nil
-				}
-			}
-		}
-		return 0, errImpTruncated
-	default:
-		j := i
-		for j < len(data) && !bytes.ContainsRune([]byte(" \t\r\n,]}"), rune(data[j])) {
-			j++
-		}
-		if j == i {
-			return 0, fmt.Errorf("want a value at byte %d", i)
-		}
-		return j, nil
-	}
-}
-
-// impKind names the JSON type of the value that starts with c.
-func impKind(c byte) string {
-	switch c {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	default:
-		return "a number"
-	}
+func impArrayElems(data []byte, i int) ([]jsonscan.Span, error) {
+	es, _, err := jsonscan.ArrayAt(data, i)
+	return es, err
 }
 
 // impSameJSON reports whether a and b are the same JSON apart from
@@ -1547,15 +1409,6 @@ func impSameJSON(a, b []byte) bool {
 	return bytes.Equal(ca.Bytes(), cb.Bytes())
 }
 
-// impJSONString encodes s as a JSON string without HTML escaping.
-func impJSONString(s string) []byte {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s) // encoding a string cannot fail
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
-}
-
 // impCount renders n things, in the plural unless n is 1.
 func impCount(n int, thing string) string {
 	if n == 1 {
@@ -1565,7 +1418,7 @@ func impCount(n int, thing string) string {
 }
 
 // impQuote quotes a rule for display.
-func impQuote(s string) string { return string(impJSONString(s)) }
+func impQuote(s string) string { return string(jsonscan.Quote(s)) }
 
 var impIdentRE = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$-]*$`)
 

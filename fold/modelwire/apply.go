@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // Names of the fold tools, matched as suffixes of the names a client gives
@@ -510,7 +512,7 @@ func joinNotice(text, notice string) string {
 // replaceValue replaces a result's content with one string.
 func (a *applier) replaceValue(r *result, text string) {
 	if r.val.ok() {
-		a.edits = append(a.edits, edit{r.val.s, r.val.e, quote(text)})
+		a.edits = append(a.edits, edit{r.val.s, r.val.e, jsonscan.Quote(text)})
 		return
 	}
 	// No content at all: add it before the object's closing brace.
@@ -518,17 +520,17 @@ func (a *applier) replaceValue(r *result, text string) {
 	if isEmptyObject(a.c.body, r.obj) {
 		b = b[1:]
 	}
-	a.edits = append(a.edits, edit{r.obj.e - 1, r.obj.e - 1, append(b, quote(text)...)})
+	a.edits = append(a.edits, edit{r.obj.e - 1, r.obj.e - 1, append(b, jsonscan.Quote(text)...)})
 }
 
 func isEmptyObject(b []byte, o span) bool {
-	return skipWS(b, o.s+1) == o.e-1
+	return jsonscan.SkipSpace(b, o.s+1) == o.e-1
 }
 
 func (a *applier) replaceParts(r *result, parts []string) {
 	for x, v := range r.texts {
 		if s, _ := unquote(a.c.body[v.s:v.e]); s != parts[x] {
-			a.edits = append(a.edits, edit{v.s, v.e, quote(parts[x])})
+			a.edits = append(a.edits, edit{v.s, v.e, jsonscan.Quote(parts[x])})
 		}
 	}
 }
@@ -540,7 +542,7 @@ func (a *applier) appendPart(r *result, text string) {
 		typ = "input_text"
 	}
 	b := []byte(`,{"type":"` + typ + `","text":`)
-	b = append(append(b, quote(text)...), '}')
+	b = append(append(b, jsonscan.Quote(text)...), '}')
 	a.edits = append(a.edits, edit{r.val.e - 1, r.val.e - 1, b})
 }
 
@@ -585,7 +587,7 @@ func (a *applier) mergeTail(sp spanInfo) {
 		}
 	} else if last.content.ok() && c.body[last.content.s] == '"' {
 		if s, _ := unquote(c.body[last.content.s:last.content.e]); s != "" {
-			tail = append(tail, append(append([]byte(`{"type":"text","text":`), quote(s)...), '}'))
+			tail = append(tail, append(append([]byte(`{"type":"text","text":`), jsonscan.Quote(s)...), '}'))
 		}
 	}
 	// A cache breakpoint that goes with the removed blocks.
@@ -634,7 +636,7 @@ func addMember(raw []byte, key string, val []byte) []byte {
 	if !isEmptyObject(raw, span{0, len(raw)}) {
 		out = append(out, ',')
 	}
-	out = append(out, quote(key)...)
+	out = append(out, jsonscan.Quote(key)...)
 	out = append(out, ':')
 	out = append(out, val...)
 	return append(out, raw[end:]...)

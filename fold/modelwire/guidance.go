@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"regexp"
+
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // Guidance, the process-reward heuristics of the folding method on the wire:
@@ -135,7 +137,7 @@ func (a *applier) remind(i int, text string) bool {
 		if !m.array || m.role != "user" {
 			return false
 		}
-		b := append(append([]byte(`,{"type":"text","text":`), quote(text)...), '}')
+		b := append(append([]byte(`,{"type":"text","text":`), jsonscan.Quote(text)...), '}')
 		a.edits = append(a.edits, edit{m.content.e - 1, m.content.e - 1, b})
 		return true
 	}
@@ -161,7 +163,7 @@ func (a *applier) remind(i int, text string) bool {
 			e := &a.edits[x]
 			if e.s == r.val.s && e.e == r.val.e && r.val.ok() {
 				s, _ := unquote(e.b)
-				e.b = quote(joinNotice(s, text))
+				e.b = jsonscan.Quote(joinNotice(s, text))
 				return true
 			}
 		}

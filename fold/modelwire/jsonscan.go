@@ -1,15 +1,16 @@
 package modelwire
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
-// The request is edited in place: these helpers find the byte spans of
-// values, so that everything Apply does not change keeps its original bytes
-// (key order, number spelling, escapes). The body is checked with
-// json.Valid first, so they only need to skip, not to validate.
+// The request is edited in place: these views, built on the one JSON
+// scanner (policy/jsonscan), find the byte spans of values, so that
+// everything Apply does not change keeps its original bytes (key order,
+// number spelling, escapes). The body is checked with json.Valid first.
 
 // span is a half-open byte range [s, e) of the body.
 type span struct{ s, e int }
@@ -24,137 +25,36 @@ type member struct {
 
 var errShape = errors.New("unexpected JSON shape")
 
-func isWS(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && isWS(b[i]) {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string starting at b[i] == '"'.
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return len(b)
-}
-
-// skipValue returns the index after the value starting at b[i].
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return i
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case '"':
-				i = skipString(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return len(b)
-	default:
-		for i < len(b) && !isWS(b[i]) && b[i] != ',' && b[i] != '}' && b[i] != ']' {
-			i++
-		}
-		return i
-	}
-}
-
 // members lists the members of the object at v.
 func members(b []byte, v span) ([]member, error) {
-	i := skipWS(b, v.s)
-	if i >= v.e || b[i] != '{' {
-		return nil, errShape
+	ms, _, err := jsonscan.ObjectAt(b[:v.e], jsonscan.SkipSpace(b[:v.e], v.s))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errShape, err)
 	}
-	var out []member
-	i = skipWS(b, i+1)
-	if i < v.e && b[i] == '}' {
-		return out, nil
-	}
-	for i < v.e {
-		if b[i] != '"' {
-			return nil, errShape
-		}
-		ke := skipString(b, i)
-		key, err := unquote(b[i:ke])
-		if err != nil {
-			return nil, err
-		}
-		i = skipWS(b, ke)
-		if i >= v.e || b[i] != ':' {
-			return nil, errShape
-		}
-		i = skipWS(b, i+1)
-		ve := skipValue(b, i)
-		out = append(out, member{key, span{i, ve}})
-		i = skipWS(b, ve)
-		if i < v.e && b[i] == ',' {
-			i = skipWS(b, i+1)
-			continue
-		}
-		break
+	out := make([]member, len(ms))
+	for i, m := range ms {
+		out[i] = member{m.Key, span{m.Value.Start, m.Value.End}}
 	}
 	return out, nil
 }
 
 // elements lists the spans of the elements of the array at v.
 func elements(b []byte, v span) ([]span, error) {
-	i := skipWS(b, v.s)
-	if i >= v.e || b[i] != '[' {
-		return nil, errShape
+	es, _, err := jsonscan.ArrayAt(b[:v.e], jsonscan.SkipSpace(b[:v.e], v.s))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errShape, err)
 	}
-	var out []span
-	i = skipWS(b, i+1)
-	if i < v.e && b[i] == ']' {
-		return out, nil
-	}
-	for i < v.e {
-		ve := skipValue(b, i)
-		out = append(out, span{i, ve})
-		i = skipWS(b, ve)
-		if i < v.e && b[i] == ',' {
-			i = skipWS(b, i+1)
-			continue
-		}
-		break
+	out := make([]span, len(es))
+	for i, e := range es {
+		out[i] = span{e.Start, e.End}
 	}
 	return out, nil
 }
 
+// unquote decodes the JSON string raw (with its quotes).
 func unquote(raw []byte) (string, error) {
-	if len(raw) > 0 && raw[0] == '"' {
-		// Fast path: no escapes.
-		plain := true
-		for _, c := range raw[1 : len(raw)-1] {
-			if c == '\\' || c < 0x20 {
-				plain = false
-				break
-			}
-		}
-		if plain && len(raw) >= 2 {
-			return string(raw[1 : len(raw)-1]), nil
-		}
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	s, err := jsonscan.Unquote(raw)
+	if err != nil {
 		return "", fmt.Errorf("%w: %v", errShape, err)
 	}
 	return s, nil
@@ -196,43 +96,4 @@ func (o obj) str(key string) string {
 func (o obj) isTrue(key string) bool {
 	v, ok := o.get(key)
 	return ok && string(o.b[v.s:v.e]) == "true"
-}
-
-// quote returns s as a JSON string, escaping as encoding/json does but
-// without HTML escaping.
-func quote(s string) []byte {
-	var buf []byte
-	buf = append(buf, '"')
-	const hex = "0123456789abcdef"
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < 0x80 {
-			switch {
-			case c == '"' || c == '\\':
-				buf = append(buf, '\\', c)
-			case c == '\n':
-				buf = append(buf, '\\', 'n')
-			case c == '\r':
-				buf = append(buf, '\\', 'r')
-			case c == '\t':
-				buf = append(buf, '\\', 't')
-			case c < 0x20:
-				buf = append(buf, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			default:
-				buf = append(buf, c)
-			}
-			i++
-			continue
-		}
-		r, size := decodeRune(s[i:])
-		if r == 0xFFFD && size == 1 {
-			buf = append(buf, `\ufffd`...)
-		} else if r == 0x2028 || r == 0x2029 {
-			buf = append(buf, '\\', 'u', '2', '0', '2', hex[r&0xf])
-		} else {
-			buf = append(buf, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(buf, '"')
 }

@@ -5,8 +5,6 @@ import (
 	"unicode/utf8"
 )
 
-func decodeRune(s string) (rune, int) { return utf8.DecodeRuneInString(s) }
-
 // alignRune moves n down to the start of a UTF-8 sequence of s.
 func alignRune(s string, n int) int {
 	if n >= len(s) {

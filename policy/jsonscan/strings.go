@@ -1,0 +1,200 @@
+package jsonscan
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"unicode/utf8"
+)
+
+// Unquote decodes the JSON string raw (with its quotes) as encoding/json
+// decodes it: invalid UTF-8 and lone surrogates become U+FFFD.
+func Unquote(raw []byte) (string, error) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", fmt.Errorf("%w: want a string", ErrSyntax)
+	}
+	s := raw[1 : len(raw)-1]
+	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
+		return string(s), nil
+	}
+	b, _, err := AppendUnquoted(make([]byte, 0, len(s)), s, -1)
+	return string(b), err
+}
+
+// AppendUnquoted decodes body, the inside of a JSON string, appending it
+// to dst. With limit >= 0 it stops, at a character boundary, once at least
+// limit bytes have been appended. It returns dst and how many bytes of body
+// it decoded.
+func AppendUnquoted(dst, body []byte, limit int) ([]byte, int, error) {
+	start := len(dst)
+	// Checking UTF-8 once for the whole body is much cheaper than once per
+	// run between escapes; a prefix is checked run by run.
+	valid := limit < 0 && utf8.Valid(body)
+	i := 0
+	for i < len(body) {
+		if limit >= 0 && len(dst)-start >= limit {
+			break
+		}
+		end := len(body)
+		if j := bytes.IndexByte(body[i:], '\\'); j >= 0 {
+			end = i + j
+		}
+		if limit >= 0 {
+			if want := limit - (len(dst) - start); end-i > want {
+				e := i + want
+				for e < end && !utf8.RuneStart(body[e]) {
+					e++
+				}
+				end = e
+			}
+		}
+		if valid {
+			dst = append(dst, body[i:end]...)
+		} else {
+			dst = appendValidUTF8(dst, body[i:end])
+		}
+		i = end
+		if i >= len(body) || body[i] != '\\' {
+			continue
+		}
+		if len(body)-i < 2 {
+			return dst, i, fmt.Errorf("%w: bad escape at the end of a string", ErrSyntax)
+		}
+		switch e := body[i+1]; e {
+		case '"', '\\', '/':
+			dst = append(dst, e)
+			i += 2
+		case 'b':
+			dst, i = append(dst, '\b'), i+2
+		case 'f':
+			dst, i = append(dst, '\f'), i+2
+		case 'n':
+			dst, i = append(dst, '\n'), i+2
+		case 'r':
+			dst, i = append(dst, '\r'), i+2
+		case 't':
+			dst, i = append(dst, '\t'), i+2
+		case 'u':
+			r, ok := hex4(body[i+2:])
+			if !ok {
+				return dst, i, fmt.Errorf("%w: bad \\u escape", ErrSyntax)
+			}
+			i += 6
+			if r >= 0xD800 && r < 0xE000 {
+				r2 := rune(-1)
+				if len(body)-i >= 6 && body[i] == '\\' && body[i+1] == 'u' {
+					r2, _ = hex4(body[i+2:])
+				}
+				if r < 0xDC00 && r2 >= 0xDC00 && r2 < 0xE000 {
+					r = (r-0xD800)<<10 | (r2 - 0xDC00) + 0x10000
+					i += 6
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			dst = utf8.AppendRune(dst, r)
+		default:
+			return dst, i, fmt.Errorf("%w: bad escape \\%c", ErrSyntax, e)
+		}
+	}
+	return dst, i, nil
+}
+
+// hex4 decodes four hex digits.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// appendValidUTF8 appends s, each invalid byte replaced by U+FFFD as
+// encoding/json does.
+func appendValidUTF8(dst, s []byte) []byte {
+	if utf8.Valid(s) {
+		return append(dst, s...)
+	}
+	for len(s) > 0 {
+		r, n := utf8.DecodeRune(s)
+		if r == utf8.RuneError && n == 1 {
+			dst = utf8.AppendRune(dst, utf8.RuneError)
+		} else {
+			dst = append(dst, s[:n]...)
+		}
+		s = s[n:]
+	}
+	return dst
+}
+
+// Quote returns s as a JSON string, as AppendQuote writes it.
+func Quote(s string) []byte { return AppendQuote(make([]byte, 0, len(s)+2), s) }
+
+// AppendQuote appends s as a JSON string, exactly as encoding/json's
+// Encoder with SetEscapeHTML(false) writes it: '<', '>' and '&' are kept
+// so that text reads as the agent expects, U+2028 and U+2029 are escaped,
+// and each invalid UTF-8 byte becomes \ufffd.
+func AppendQuote(dst []byte, s string) []byte {
+	const hexd = "0123456789abcdef"
+	dst = slices.Grow(dst, len(s)+2)
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			switch {
+			case r == utf8.RuneError && n == 1:
+				dst = append(dst, s[start:i]...)
+				dst = append(dst, `\ufffd`...)
+			case r == '\u2028' || r == '\u2029':
+				dst = append(dst, s[start:i]...)
+				dst = append(dst, '\\', 'u', '2', '0', '2', hexd[r&0xf])
+			default:
+				i += n
+				continue
+			}
+			i += n
+			start = i
+			continue
+		}
+		if c >= 0x20 && c != '"' && c != '\\' {
+			i++
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&0xf])
+		}
+		i++
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
