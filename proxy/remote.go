@@ -22,6 +22,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
@@ -306,7 +307,7 @@ func (f *RemoteFront) open(ctx context.Context, sess *remoteSession) error {
 	now := f.now()
 	if err := f.opts.Fold.OpenSession(ctx, fold.SessionRecord{
 		ID: sess.id, Transport: TransportTransparent, Created: now, LastSeen: now,
-		ClientInfo: json.RawMessage(`{"name":` + string(quote(sess.srv.name)) + `}`),
+		ClientInfo: json.RawMessage(`{"name":` + string(jsonscan.Quote(sess.srv.name)) + `}`),
 	}); err != nil {
 		return err
 	}
@@ -462,13 +463,13 @@ func exchangeOf(sess *remoteSession, msg *Message) *intercept.Exchange {
 	ex := &intercept.Exchange{Session: sess.id, Upstream: sess.srv.name, Method: msg.Method, Params: params, Start: time.Now()}
 	switch msg.Method {
 	case "tools/call", "prompts/get":
-		ex.Name = stringField(params, "name")
-		ex.Args, _ = getField(params, "arguments")
+		ex.Name = jsonscan.StringField(params, "name")
+		ex.Args, _ = jsonscan.Field(params, "arguments")
 		if msg.Method == "tools/call" && (len(ex.Args) == 0 || string(ex.Args) == "null") {
 			ex.Args = json.RawMessage("{}")
 		}
 	case "resources/read":
-		ex.Name = stringField(params, "uri")
+		ex.Name = jsonscan.StringField(params, "uri")
 	}
 	return ex
 }
@@ -560,9 +561,9 @@ func (f *RemoteFront) isFoldCall(sess *remoteSession, msg *Message) bool {
 	if !sess.srv.foldTools || msg.Method != "tools/call" {
 		return false
 	}
-	name := stringField(msg.Params, "name")
+	name := jsonscan.StringField(msg.Params, "name")
 	for _, t := range f.opts.Fold.Tools() {
-		if stringField(t, "name") == name {
+		if jsonscan.StringField(t, "name") == name {
 			return true
 		}
 	}
@@ -651,7 +652,7 @@ func (f *RemoteFront) notePosted(sess *remoteSession, msgs []*Message) {
 			sess.lists[string(m.ID)] = true
 			sess.mu.Unlock()
 		case m.Method == "notifications/cancelled":
-			id, _ := getField(m.Params, "requestId")
+			id, _ := jsonscan.Field(m.Params, "requestId")
 			sess.mu.Lock()
 			pc := sess.pending[string(id)]
 			sess.mu.Unlock()
@@ -861,31 +862,31 @@ func (f *RemoteFront) scrub(ctx context.Context, sess *remoteSession, method str
 
 // addFoldTools appends the fold tools to a tools/list answer's last page.
 func (f *RemoteFront) addFoldTools(raw []byte) []byte {
-	res, ok := getField(raw, "result")
+	res, ok := jsonscan.Field(raw, "result")
 	if !ok {
 		return raw
 	}
-	if _, more := getField(res, "nextCursor"); more && stringField(res, "nextCursor") != "" {
+	if _, more := jsonscan.Field(res, "nextCursor"); more && jsonscan.StringField(res, "nextCursor") != "" {
 		return raw
 	}
 	var tools []json.RawMessage
-	if t, ok := getField(res, "tools"); !ok || json.Unmarshal(t, &tools) != nil {
+	if t, ok := jsonscan.Field(res, "tools"); !ok || json.Unmarshal(t, &tools) != nil {
 		return raw
 	}
 	have := map[string]bool{}
 	for _, t := range tools {
-		have[stringField(t, "name")] = true
+		have[jsonscan.StringField(t, "name")] = true
 	}
 	for _, t := range f.opts.Fold.Tools() {
-		if !have[stringField(t, "name")] {
+		if !have[jsonscan.StringField(t, "name")] {
 			tools = append(tools, t)
 		}
 	}
-	res2, err := setField(res, "tools", marshalNoEscape(tools))
+	res2, err := jsonscan.SetField(res, "tools", marshalNoEscape(tools))
 	if err != nil {
 		return raw
 	}
-	out, err := setField(raw, "result", res2)
+	out, err := jsonscan.SetField(raw, "result", res2)
 	if err != nil {
 		return raw
 	}

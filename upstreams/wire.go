@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // This file holds what the three transports (stdio.go, http.go, sse.go)
@@ -90,15 +92,6 @@ func idKey(id json.RawMessage) string {
 	return "n" + string(id)
 }
 
-// appendString appends s as a JSON string, without HTML escaping.
-func appendString(b []byte, s string) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s) // a string always encodes
-	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
-}
-
 // requestBody builds a request; params, raw, are left out when empty or
 // null.
 func requestBody(id int64, method string, params json.RawMessage) []byte {
@@ -106,7 +99,7 @@ func requestBody(id int64, method string, params json.RawMessage) []byte {
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = strconv.AppendInt(b, id, 10)
 	b = append(b, `,"method":`...)
-	b = appendString(b, method)
+	b = jsonscan.AppendQuote(b, method)
 	if len(params) > 0 && !isNull(params) {
 		b = append(b, `,"params":`...)
 		b = append(b, params...)
@@ -118,7 +111,7 @@ func requestBody(id int64, method string, params json.RawMessage) []byte {
 func notificationBody(method string, params json.RawMessage) []byte {
 	b := make([]byte, 0, 48+len(method)+len(params))
 	b = append(b, `{"jsonrpc":"2.0","method":`...)
-	b = appendString(b, method)
+	b = jsonscan.AppendQuote(b, method)
 	if len(params) > 0 && !isNull(params) {
 		b = append(b, `,"params":`...)
 		b = append(b, params...)
@@ -156,7 +149,7 @@ func (e *RPCError) appendObject(b []byte) []byte {
 	b = append(b, `{"code":`...)
 	b = strconv.AppendInt(b, int64(e.Code), 10)
 	b = append(b, `,"message":`...)
-	b = appendString(b, e.Message)
+	b = jsonscan.AppendQuote(b, e.Message)
 	if len(e.Data) > 0 {
 		b = append(b, `,"data":`...)
 		b = append(b, e.Data...)
