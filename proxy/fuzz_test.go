@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // frontFuzzSeeds are messages of every shape the fronts meet, good and bad.
@@ -192,13 +194,13 @@ func FuzzFrontClassify(f *testing.F) {
 	f.Fuzz(func(t *testing.T, sid string, nid int64, stringID, isErr bool) {
 		id := json.RawMessage(strconv.FormatInt(nid, 10))
 		if stringID {
-			id = quote(sid)
+			id = jsonscan.Quote(sid)
 		}
 		var msgs [][]byte
 		if isErr {
 			msgs = append(msgs, Response(id, nil, Errorf(CodeInternalError, "%s", sid)))
 		} else {
-			msgs = append(msgs, Response(id, json.RawMessage(`{"s":`+string(quote(sid))+`}`), nil))
+			msgs = append(msgs, Response(id, json.RawMessage(`{"s":`+string(jsonscan.Quote(sid))+`}`), nil))
 		}
 		if sid != "" { // the core never asks the agent an empty method
 			msgs = append(msgs, requestMessage(id, sid, nil))

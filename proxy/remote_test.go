@@ -21,6 +21,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // wordScrubber is a JSONScrubber double that redacts the word SECRET.
@@ -75,7 +76,7 @@ func (f *fakeRemote) serve(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"echo","description":"says SECRET","inputSchema":{"type":"object"}}]}}`, m.ID)
 		case "tools/call":
-			if stringField(m.Params, "name") == "json" {
+			if jsonscan.StringField(m.Params, "name") == "json" {
 				w.Header().Set("Content-Type", "application/json")
 				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"json SECRET"}]}}`, m.ID)
 				return
