@@ -64,7 +64,8 @@ func startTLSFront(t testing.TB, pki testPKI, origin string) *tlsFront {
 	}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
-		f.seen = append(f.seen, http.Header{"Authorization": r.Header.Values("Authorization"), "Path": {r.Method + " " + r.URL.Path}})
+		f.seen = append(f.seen, http.Header{"Authorization": r.Header.Values("Authorization"), "Mcp-Session-Id": r.Header.Values("Mcp-Session-Id"),
+			"Path": {r.Method + " " + r.URL.Path + "?" + r.URL.RawQuery}})
 		f.mu.Unlock()
 		rp.ServeHTTP(w, r)
 	}))
@@ -127,16 +128,25 @@ func setupRemote(t *testing.T, mode string) remoteSetup {
 
 // check verifies what the server, the audit log and foldproxy's files show
 // after a client echoed the secret inside branch.
-func (s remoteSetup) check(t *testing.T, branch string, echoed string) {
+// sid is the client's MCP session id, when it has one.
+func (s remoteSetup) check(t *testing.T, branch, echoed, sid string) {
 	t.Helper()
 	if strings.Contains(echoed, s.secret) || !strings.Contains(echoed, "[REDACTED:"+s.rule+"]") {
 		t.Errorf("the echo the client got = %q: want the secret replaced by [REDACTED:%s]", echoed, s.rule)
 	}
 	// The client's own credentials reached the server on every MCP request.
 	var mcpReqs int
+	var sids []string // the client's session ids, as the server saw them
 	for _, h := range s.front.headers() {
 		p := h.Get("Path")
 		_, path, _ := strings.Cut(p, " ")
+		path, query, _ := strings.Cut(path, "?")
+		if sid := h.Get("Mcp-Session-Id"); sid != "" {
+			sids = append(sids, sid)
+		}
+		if _, legacy, ok := strings.Cut(query, "sessionId="); ok {
+			sids = append(sids, legacy)
+		}
 		if path == "/mcp" || path == "/sse" || strings.HasPrefix(path, "/message") {
 			mcpReqs++
 			if got := h.Get("Authorization"); got != "Bearer "+s.token {
@@ -171,7 +181,28 @@ func (s remoteSetup) check(t *testing.T, branch string, echoed string) {
 	if !found {
 		t.Fatal("no audit record of the echo call: it did not go through the intercept chain")
 	}
-	// Nothing foldproxy wrote holds the secret or the client's token.
+	// Nothing foldproxy wrote holds the secret or the client's token or
+	// session id: not its files, not its log (at debug level).
+	if sid != "" && !slices.Contains(sids, sid) {
+		t.Errorf("the server never saw the client's session id %s", sid)
+	}
+	if len(sids) == 0 {
+		t.Fatal("the server saw no session id: the test checks none")
+	}
+	holds := func(data string) bool {
+		if strings.Contains(data, s.secret) || strings.Contains(data, s.token) {
+			return true
+		}
+		for _, id := range sids {
+			if strings.Contains(data, id) {
+				return true
+			}
+		}
+		return false
+	}
+	if holds(s.fp.proc.out.String()) {
+		t.Error("foldproxy's log holds the secret, the client's token or its session id")
+	}
 	err := filepath.Walk(s.fp.state, func(path string, info os.FileInfo, err error) error {
 		if err != nil || info.IsDir() || info.Mode()&os.ModeSocket != 0 {
 			return err
@@ -180,8 +211,8 @@ func (s remoteSetup) check(t *testing.T, branch string, echoed string) {
 		if err != nil {
 			return err
 		}
-		if strings.Contains(string(data), s.secret) || strings.Contains(string(data), s.token) {
-			t.Errorf("%s holds the secret or the client's token", path)
+		if holds(string(data)) {
+			t.Errorf("%s holds the secret, the client's token or its session id", path)
 		}
 		return nil
 	})
@@ -219,11 +250,12 @@ func TestTransparentRemoteMCPTypeScriptSDK(t *testing.T) {
 				t.Fatalf("the TypeScript client failed: %v", err)
 			}
 			var out struct {
-				Tools    []string `json:"tools"`
-				Branch   string   `json:"branch"`
-				Echo     []string `json:"echo"`
-				Status   string   `json:"status"`
-				Returned string   `json:"returned"`
+				Tools     []string `json:"tools"`
+				Branch    string   `json:"branch"`
+				Echo      []string `json:"echo"`
+				Status    string   `json:"status"`
+				Returned  string   `json:"returned"`
+				SessionID string   `json:"sessionId"`
 			}
 			if err := json.Unmarshal(outb, &out); err != nil {
 				t.Fatalf("the client's report %q: %v", outb, err)
@@ -237,7 +269,7 @@ func TestTransparentRemoteMCPTypeScriptSDK(t *testing.T) {
 			if out.Branch == "" || !strings.Contains(out.Status, out.Branch) || !strings.Contains(out.Returned, "tokens_used") {
 				t.Errorf("fold tools over the proxy: branch %q, status %q, return %q", out.Branch, out.Status, out.Returned)
 			}
-			s.check(t, out.Branch, strings.Join(out.Echo, "\n"))
+			s.check(t, out.Branch, strings.Join(out.Echo, "\n"), out.SessionID)
 		})
 	}
 }
@@ -276,7 +308,7 @@ func TestTransparentRemoteMCPRemoteBridge(t *testing.T) {
 			if !strings.Contains(status, c.BranchID) {
 				t.Errorf("branch_status through mcp-remote: %s", status)
 			}
-			s.check(t, c.BranchID, echoed)
+			s.check(t, c.BranchID, echoed, "")
 		})
 	}
 }

@@ -94,6 +94,7 @@ type transparentProxy struct {
 	proxyURL string // http://127.0.0.1:PORT, for HTTPS_PROXY
 	listen   string // its HTTP front (/metrics)
 	state    string
+	proc     *process
 }
 
 // caFile is foldproxy's local CA certificate.
@@ -107,11 +108,13 @@ func startTransparent(t testing.TB, settings map[string]any) transparentProxy {
 	state := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	paddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := startProcess(t, "foldproxy --proxy-listen "+paddr, exec.Command(proxyBin(t), "serve", "--config", cfg, "--listen", listen, "--proxy-listen", paddr, "--state", state))
+	// At debug level, so that tests can check that nothing of a
+	// client's credentials reaches even the most verbose log.
+	p := startProcess(t, "foldproxy --proxy-listen "+paddr, exec.Command(proxyBin(t), "serve", "--config", cfg, "--listen", listen, "--proxy-listen", paddr, "--state", state, "--log-level", "debug"))
 	ctx := testContext(t, 60*time.Second)
 	waitListening(ctx, t, p, paddr)
 	waitListening(ctx, t, p, listen)
-	return transparentProxy{proxyURL: "http://" + paddr, listen: listen, state: state}
+	return transparentProxy{proxyURL: "http://" + paddr, listen: listen, state: state, proc: p}
 }
 
 func portOf(t testing.TB, rawURL string) int {
