@@ -540,9 +540,7 @@ func (c *conn) notify(ctx context.Context, method string, params json.RawMessage
 // on the wire's reading goroutine, so it never waits.
 func (c *conn) onMessage(ctx context.Context, m *inMsg) {
 	if m.hasID() {
-		if !c.u.goTracked(func() { c.answer(ctx, m) }) {
-			return
-		}
+		c.u.goTracked(func() { c.answer(ctx, m) }) // not once the upstream is closing
 		return
 	}
 	if m.Method == methodCancelled && c.cancelIncoming(m.Params) {
