@@ -85,8 +85,11 @@ type returnAnswer struct {
 	ReturnValue           json.RawMessage `json:"return_value,omitempty"`
 	ChildrenForceReturned []string        `json:"children_force_returned,omitempty"`
 	ParentRemaining       *int            `json:"parent_remaining,omitempty"` // absent: unlimited
-	MemoryQueued          bool            `json:"memory_queued,omitempty"`
-	Memory                string          `json:"memory,omitempty"` // "unavailable": no memories in this proxy
+	// ParentForceReturned is set when this answer spent the parent's last
+	// tokens, so that the parent, a branch, was force-returned with it.
+	ParentForceReturned bool   `json:"parent_force_returned,omitempty"`
+	MemoryQueued        bool   `json:"memory_queued,omitempty"`
+	Memory              string `json:"memory,omitempty"` // "unavailable": no memories in this proxy
 }
 
 // memoryUnavailable is the answer's memory field when memories were asked
@@ -507,6 +510,13 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 	if err != nil {
 		return nil, err
 	}
+	if rem := remaining(pb); rem >= 0 && tokens >= rem && parent.depth > 0 {
+		// The answer spends the parent's last tokens: it says so.
+		ans.ParentForceReturned = true
+		if tokens, err = m.chargeAnswer(ans, rem, func(p *int) { ans.ParentRemaining = p }); err != nil {
+			return nil, err
+		}
+	}
 	if rem := remaining(pb); rem >= 0 && tokens > rem {
 		return nil, fmt.Errorf("%w: the return answer is %d tokens but parent %s has %d left; shorten the message to the essentials and return again", ErrBudgetExceeded, tokens, pb.ID, rem)
 	}
@@ -546,7 +556,7 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 		Time: m.now(), Upstream: "foldproxy", Method: "tools/call", Name: ToolReturn,
 		Args: string(args), Result: result, Tokens: tokens,
 	}}}}
-	forceParent := parent.depth > 0 && npb.Budget > 0 && npb.Used >= npb.Budget
+	forceParent := parent.depth > 0 && (ans.ParentForceReturned || npb.Budget > 0 && npb.Used >= npb.Budget)
 	if !forceParent {
 		batch.Branches = []*Branch{npb}
 	}
