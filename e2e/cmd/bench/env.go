@@ -39,6 +39,7 @@ type env struct {
 	proxy    string // foldproxy built with -tags gore2regex
 	replay   string // the replay helper server
 	model    string // the scripted model server (e2e/servers/model)
+	relay    string // the bare byte-copying stdio relay (e2e/servers/relay)
 	node     string // e2e/node_modules/node/bin/node, "" when absent
 	fsScript string // server-filesystem's entry point, "" when absent
 	log      *slog.Logger
@@ -86,13 +87,15 @@ func (e *env) buildBinaries(ctx context.Context) error {
 	e.proxy = filepath.Join(e.tmp, "foldproxy")
 	e.replay = filepath.Join(e.tmp, "replay")
 	e.model = filepath.Join(e.tmp, "model")
+	e.relay = filepath.Join(e.tmp, "relay")
 	var wg sync.WaitGroup
-	var perr, rerr, merr error
+	var perr, rerr, merr, lerr error
 	wg.Go(func() { perr = goBuild(ctx, e.repo, e.proxy, "-tags", "gore2regex", "./cmd/foldproxy") })
 	wg.Go(func() { rerr = goBuild(ctx, e.repo, e.replay, "./e2e/servers/replay") })
 	wg.Go(func() { merr = goBuild(ctx, e.repo, e.model, "./e2e/servers/model") })
+	wg.Go(func() { lerr = goBuild(ctx, e.repo, e.relay, "./e2e/servers/relay") })
 	wg.Wait()
-	return errors.Join(perr, rerr, merr)
+	return errors.Join(perr, rerr, merr, lerr)
 }
 
 // loadOutputs returns the output of every step of the trajectories.

@@ -12,6 +12,12 @@ import (
 // upstreams and bench settings, initializes it and waits until tools/list
 // shows every tool named in want.
 func (e *env) startProxy(ctx context.Context, name string, servers map[string]any, want ...string) (*mcpPeer, error) {
+	return e.startProxyArgs(ctx, name, servers, nil, want...)
+}
+
+// startProxyArgs is startProxy with extra arguments to serve (such as
+// --standalone).
+func (e *env) startProxyArgs(ctx context.Context, name string, servers map[string]any, extra []string, want ...string) (*mcpPeer, error) {
 	cfg, err := e.writeConfig(name+".json", servers, benchSettings())
 	if err != nil {
 		return nil, err
@@ -20,7 +26,8 @@ func (e *env) startProxy(ctx context.Context, name string, servers map[string]an
 	if err != nil {
 		return nil, err
 	}
-	p, err := connectStdio(ctx, "foldproxy "+name, e.proxy, "serve", "--config", cfg, "--state", state, "--log-level", "warn")
+	args := append([]string{"serve", "--config", cfg, "--state", state, "--log-level", "warn"}, extra...)
+	p, err := connectStdio(ctx, "foldproxy "+name, e.proxy, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,11 @@ type row struct {
 	Value    string  `json:"value"`
 	Baseline string  `json:"baseline,omitempty"`
 	Ratio    string  `json:"ratio,omitempty"`
+	// Floor is what the cheapest possible stand-in costs against the same
+	// baseline (the bare byte-copying relay in the overhead section), as a
+	// ratio; FloorNum is its value in Unit.
+	Floor    string  `json:"floor,omitempty"`
+	FloorNum float64 `json:"floorNum,omitempty"`
 	Target   string  `json:"target,omitempty"`
 	Met      string  `json:"met,omitempty"` // "yes", "NO" or "" (no target)
 	Note     string  `json:"note,omitempty"`
@@ -57,18 +62,18 @@ func met(ok bool) string {
 func (r *results) print(w io.Writer, header string) {
 	fmt.Fprintln(w, header)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "section\tmetric\tfoldproxy\tbaseline\tratio\ttarget\tmet\tnote")
-	fmt.Fprintln(tw, "-------\t------\t---------\t--------\t-----\t------\t---\t----")
+	fmt.Fprintln(tw, "section\tmetric\tfoldproxy\tbaseline\tratio\tbare relay\ttarget\tmet\tnote")
+	fmt.Fprintln(tw, "-------\t------\t---------\t--------\t-----\t----------\t------\t---\t----")
 	last := ""
 	for _, x := range r.rows {
 		sec := x.Section
 		if sec == last {
 			sec = ""
 		} else if last != "" {
-			fmt.Fprintln(tw, "\t\t\t\t\t\t\t")
+			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t")
 		}
 		last = x.Section
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sec, x.Metric, x.Value, dash(x.Baseline), dash(x.Ratio), dash(x.Target), dash(x.Met), x.Note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sec, x.Metric, x.Value, dash(x.Baseline), dash(x.Ratio), dash(x.Floor), dash(x.Target), dash(x.Met), x.Note)
 	}
 	tw.Flush()
 }
