@@ -33,13 +33,26 @@ import (
 //
 //	b/<id>                      branch record (JSON)
 //	s/<session>/<id>            index of a session's branches (empty value)
-//	c/<branch>/<seq, 20 digits> archived call (JSON)
+//	c/<branch>/<seq, 20 digits> archived call (JSON; a result over 4 KiB
+//	                            is in the archive files, and the record
+//	                            holds its reference under "ref")
 //	x/<handle>                  remainder of a cut result (raw bytes)
+//	xr/<handle>                 reference to a remainder over 4 KiB in the
+//	                            archive files (JSON)
 //	sess/<id>                   session record (JSON)
 //	t/<unix ns, 20 digits>/<key> archive index by time; the value is the
-//	                            archived value's size, for pruning
+//	                            archived value's size, for pruning, then
+//	                            "@<segment>" when its bytes are in an
+//	                            archive file
+//
+// Large results and remainders are kept as raw bytes in append-only files
+// beside Badger (see archiveFiles), written before the reference to them is
+// committed: they stay out of Badger's LSM tree and value log, so neither
+// the store's compactions nor the process's resident memory grow with the
+// archive.
 type BadgerStore struct {
 	db       *badger.DB
+	arch     *archiveFiles
 	readOnly bool
 	dir      string
 	minFree  int64 // writes are refused while less is free under dir
@@ -185,7 +198,7 @@ func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOpti
 		}
 		return nil, fmt.Errorf("fold: open store %s: %w (is another foldproxy using this state directory?)", dir, err)
 	}
-	return &BadgerStore{db: db, readOnly: readOnly, dir: dir, minFree: minFree, seq: make(map[string]int)}, nil
+	return &BadgerStore{db: db, arch: openArchiveFiles(dir, fsync), readOnly: readOnly, dir: dir, minFree: minFree, seq: make(map[string]int)}, nil
 }
 
 // checkFree returns an error wrapping ErrStoreFull when writing size more
@@ -234,6 +247,7 @@ func sessionIndexKey(session, id string) []byte {
 func callPrefix(branch string) []byte       { return []byte("c/" + esc(branch) + "/") }
 func callKey(branch string, seq int) []byte { return fmt.Appendf(callPrefix(branch), "%020d", seq) }
 func cutKey(handle string) []byte           { return []byte("x/" + esc(handle)) }
+func cutRefKey(handle string) []byte        { return []byte("xr/" + esc(handle)) }
 func sessionKey(id string) []byte           { return []byte("sess/" + esc(id)) }
 func timeKey(t time.Time, key []byte) []byte {
 	return append(fmt.Appendf(nil, "t/%020d/", max(t.UnixNano(), 0)), key...)
@@ -446,21 +460,126 @@ func (s *BadgerStore) AppendCall(ctx context.Context, branch string, rec *CallRe
 	if c.Time.IsZero() {
 		c.Time = time.Now()
 	}
-	data, err := json.Marshal(&c)
+	var refs archiveRefs
+	defer refs.done(s.arch)
+	what := fmt.Sprintf("archive call %d of %s", seq, branch)
+	data, size, err := s.encodeCall(ctx, what, &c, &refs)
 	if err != nil {
-		return 0, fmt.Errorf("fold: encode call %d of %s: %w", seq, branch, err)
+		return 0, err
 	}
 	key := callKey(branch, seq)
-	err = s.update(ctx, fmt.Sprintf("archive call %d of %s", seq, branch), len(data), func(txn *badger.Txn) error {
+	err = s.update(ctx, what, len(data), func(txn *badger.Txn) error {
 		if err := txn.Set(key, data); err != nil {
 			return err
 		}
-		return txn.Set(timeKey(c.Time, key), strconv.AppendInt(nil, int64(len(data)), 10))
+		return txn.Set(timeKey(c.Time, key), size)
 	})
 	if err != nil {
 		return 0, err
 	}
 	return seq, nil
+}
+
+// storedCall is an archived call as Badger holds it: the record, with its
+// result in the archive files when Ref is set.
+type storedCall struct {
+	CallRecord
+	Ref *archiveRef `json:"ref,omitempty"`
+}
+
+// archiveRefs collects the archive appends of one write, to be marked done
+// once it is committed or abandoned.
+type archiveRefs []uint32
+
+func (r *archiveRefs) add(ref archiveRef) { *r = append(*r, ref.Seg) }
+
+// done has a pointer receiver so that "defer refs.done(a)" sees the
+// appends made after the defer statement.
+func (r *archiveRefs) done(a *archiveFiles) {
+	for _, seg := range *r {
+		a.done(seg)
+	}
+}
+
+// toArchive appends data to the archive files, after checking the free
+// space, and returns its reference.
+func (s *BadgerStore) toArchive(ctx context.Context, what string, data []byte, refs *archiveRefs) (*archiveRef, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if s.readOnly {
+		return nil, fmt.Errorf("fold: %s: the store was opened read-only", what)
+	}
+	if s.minFree > 0 {
+		if err := checkFree(s.dir, s.minFree, int64(len(data))+4096); err != nil {
+			return nil, fmt.Errorf("fold: %s: %w", what, err)
+		}
+	}
+	ref, err := s.arch.append(data)
+	if err != nil {
+		return nil, fmt.Errorf("fold: %s: %w", what, err)
+	}
+	refs.add(ref)
+	return &ref, nil
+}
+
+// encodeCall returns the value of c's record and of its time-index entry,
+// moving a result over archiveInlineMax to the archive files.
+func (s *BadgerStore) encodeCall(ctx context.Context, what string, c *CallRecord, refs *archiveRefs) ([]byte, []byte, error) {
+	sc := storedCall{CallRecord: *c}
+	if len(c.Result) > archiveInlineMax {
+		ref, err := s.toArchive(ctx, what, []byte(c.Result), refs)
+		if err != nil {
+			return nil, nil, err
+		}
+		sc.Result, sc.Ref = "", ref
+	}
+	data, err := json.Marshal(&sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fold: %s: encode: %w", what, err)
+	}
+	size := strconv.AppendInt(nil, int64(len(data)), 10)
+	if sc.Ref != nil {
+		size = strconv.AppendInt(nil, int64(len(data))+sc.Ref.Len, 10)
+		size = strconv.AppendUint(append(size, '@'), uint64(sc.Ref.Seg), 10)
+	}
+	return data, size, nil
+}
+
+// encodeCut returns the key and value of a cut remainder and of its
+// time-index entry, moving one over archiveInlineMax to the archive files.
+func (s *BadgerStore) encodeCut(ctx context.Context, handle string, rest []byte, refs *archiveRefs) ([]byte, []byte, []byte, error) {
+	if len(rest) <= archiveInlineMax {
+		return cutKey(handle), bytes.Clone(rest), strconv.AppendInt(nil, int64(len(rest)), 10), nil
+	}
+	ref, err := s.toArchive(ctx, "store cut "+handle, rest, refs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	data, err := json.Marshal(ref)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("fold: store cut %s: %w", handle, err)
+	}
+	size := strconv.AppendInt(nil, ref.Len, 10)
+	size = strconv.AppendUint(append(size, '@'), uint64(ref.Seg), 10)
+	return cutRefKey(handle), data, size, nil
+}
+
+// decodeCall reads a stored call, with its result from the archive files
+// when it is there.
+func (s *BadgerStore) decodeCall(v []byte) (*CallRecord, error) {
+	var sc storedCall
+	if err := json.Unmarshal(v, &sc); err != nil {
+		return nil, err
+	}
+	if sc.Ref != nil {
+		data, err := s.arch.read(*sc.Ref)
+		if err != nil {
+			return nil, err
+		}
+		sc.Result = string(data)
+	}
+	return &sc.CallRecord, nil
 }
 
 // Batch applies the writes of one operation in one transaction: one
@@ -471,10 +590,15 @@ func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
 	}
 	type kv struct{ k, v []byte }
 	var sets []kv
+	var refs archiveRefs
+	defer refs.done(s.arch)
 	now := time.Now()
 	for _, c := range b.Cuts {
-		key := cutKey(c.Handle)
-		sets = append(sets, kv{key, bytes.Clone(c.Rest)}, kv{timeKey(now, key), strconv.AppendInt(nil, int64(len(c.Rest)), 10)})
+		key, val, size, err := s.encodeCut(ctx, c.Handle, c.Rest, &refs)
+		if err != nil {
+			return err
+		}
+		sets = append(sets, kv{key, val}, kv{timeKey(now, key), size})
 	}
 	seqs := make([]int, len(b.Calls))
 	for i, c := range b.Calls {
@@ -488,12 +612,12 @@ func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
 		if rec.Time.IsZero() {
 			rec.Time = now
 		}
-		data, err := json.Marshal(&rec)
+		data, size, err := s.encodeCall(ctx, fmt.Sprintf("archive call %d of %s", seq, c.Branch), &rec, &refs)
 		if err != nil {
-			return fmt.Errorf("fold: encode call %d of %s: %w", seq, c.Branch, err)
+			return err
 		}
 		key := callKey(c.Branch, seq)
-		sets = append(sets, kv{key, data}, kv{timeKey(rec.Time, key), strconv.AppendInt(nil, int64(len(data)), 10)})
+		sets = append(sets, kv{key, data}, kv{timeKey(rec.Time, key), size})
 	}
 	for _, br := range b.Branches {
 		data, err := json.Marshal(br)
@@ -538,11 +662,15 @@ func (s *BadgerStore) Calls(ctx context.Context, branch string, fromSeq, limit i
 			if limit > 0 && len(out) >= limit {
 				break
 			}
-			var c CallRecord
-			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &c) }); err != nil {
+			var c *CallRecord
+			if err := it.Item().Value(func(v []byte) error {
+				var err error
+				c, err = s.decodeCall(v)
+				return err
+			}); err != nil {
 				return fmt.Errorf("fold: decode call %q: %w", it.Item().Key(), err)
 			}
-			out = append(out, &c)
+			out = append(out, c)
 		}
 		return nil
 	})
@@ -554,12 +682,17 @@ func (s *BadgerStore) PutCut(ctx context.Context, handle string, rest []byte) er
 	if handle == "" {
 		return fmt.Errorf("%w: fold: PutCut needs a handle", ErrInvalidArgument)
 	}
-	key := cutKey(handle)
-	return s.update(ctx, "store cut "+handle, len(rest), func(txn *badger.Txn) error {
-		if err := txn.Set(key, bytes.Clone(rest)); err != nil {
+	var refs archiveRefs
+	defer refs.done(s.arch)
+	key, val, size, err := s.encodeCut(ctx, handle, rest, &refs)
+	if err != nil {
+		return err
+	}
+	return s.update(ctx, "store cut "+handle, len(val), func(txn *badger.Txn) error {
+		if err := txn.Set(key, val); err != nil {
 			return err
 		}
-		return txn.Set(timeKey(time.Now(), key), strconv.AppendInt(nil, int64(len(rest)), 10))
+		return txn.Set(timeKey(time.Now(), key), size)
 	})
 }
 
@@ -570,7 +703,19 @@ func (s *BadgerStore) GetCut(ctx context.Context, handle string) ([]byte, error)
 	err := s.view(ctx, func(txn *badger.Txn) error {
 		item, err := txn.Get(cutKey(handle))
 		if errors.Is(err, badger.ErrKeyNotFound) {
-			return fmt.Errorf("%w: handle %q is unknown or was pruned", ErrCutNotFound, handle)
+			item, err = txn.Get(cutRefKey(handle))
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				return fmt.Errorf("%w: handle %q is unknown or was pruned", ErrCutNotFound, handle)
+			}
+			if err != nil {
+				return err
+			}
+			var ref archiveRef
+			if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &ref) }); err != nil {
+				return fmt.Errorf("fold: decode the reference of cut %s: %w", handle, err)
+			}
+			out, err = s.arch.read(ref)
+			return err
 		}
 		if err != nil {
 			return err
@@ -665,11 +810,15 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 		tkey, key []byte
 		t         int64
 		size      int64
+		seg       uint32 // archive segment of its bytes, 0 when inline
 	}
 	var all []entry
 	var total int64
 	var oldBranches []*Branch
 	cutoff := time.Now().Add(-maxAge)
+	// Taken before the index is read: every reference into a segment below
+	// it is committed, so the index read next sees it.
+	floor := s.arch.floor()
 	err := s.view(ctx, func(txn *badger.Txn) error {
 		err := scan(txn, []byte("t/"), true, func(k, v []byte) error {
 			// t/<20 digits>/<key>
@@ -680,11 +829,18 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 			if err != nil {
 				return fmt.Errorf("fold: bad archive index key %q: %w", k, err)
 			}
-			size, err := strconv.ParseInt(string(v), 10, 64)
+			sz, segText, inFile := strings.Cut(string(v), "@")
+			size, err := strconv.ParseInt(sz, 10, 64)
 			if err != nil {
 				return fmt.Errorf("fold: bad archive index value for %q: %w", k, err)
 			}
-			all = append(all, entry{tkey: k, key: k[23:], t: ns, size: size})
+			var seg uint64
+			if inFile {
+				if seg, err = strconv.ParseUint(segText, 10, 32); err != nil || seg == 0 {
+					return fmt.Errorf("fold: bad archive segment in the index value for %q: %q", k, v)
+				}
+			}
+			all = append(all, entry{tkey: k, key: k[23:], t: ns, size: size, seg: uint32(seg)})
 			total += size
 			return nil
 		})
@@ -719,8 +875,14 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 			total -= all[i].size
 		}
 	}
+	live := map[uint32]bool{}
+	for _, e := range all[i:] {
+		if e.seg != 0 {
+			live[e.seg] = true
+		}
+	}
 	if len(drop) == 0 && len(oldBranches) == 0 {
-		return nil
+		return s.arch.removeUnreferenced(floor, live)
 	}
 	if s.minFree > 0 {
 		if err := checkFree(s.dir, s.minFree, int64(64*(len(drop)+len(oldBranches)))); err != nil {
@@ -753,6 +915,9 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 	if err := wb.Flush(); err != nil {
 		return fmt.Errorf("fold: prune: %w", err)
 	}
+	if err := s.arch.removeUnreferenced(floor, live); err != nil {
+		return fmt.Errorf("fold: prune: remove archive segments: %w", err)
+	}
 	for ctx.Err() == nil {
 		// Garbage collection rewrites the live part of a value log file.
 		if s.minFree > 0 && checkFree(s.dir, s.minFree, valueLogFileSize) != nil {
@@ -767,7 +932,7 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 
 // Close closes the database. Writes acknowledged before are already on disk.
 func (s *BadgerStore) Close() error {
-	if err := s.db.Close(); err != nil {
+	if err := errors.Join(s.db.Close(), s.arch.close()); err != nil {
 		return fmt.Errorf("fold: close store: %w", err)
 	}
 	return nil

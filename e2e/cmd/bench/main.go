@@ -1,14 +1,16 @@
 // Command bench is foldproxy's benchmark harness: it builds the binary, the
-// replay server and the scripted model server, runs eight sections against
-// them and in process, and
-// prints one table on stdout (logs go to stderr).
+// replay server, the scripted model server and a bare stdio relay, runs ten
+// sections against them and in process, and prints one table on stdout (logs
+// go to stderr), ending with a summary of issue 13's targets.
 //
 //	go run -tags gore2regex ./e2e/cmd/bench [-rounds N] [-quick] [-json FILE] [-only SECTION,...]
 //
 // Sections: overhead (per-call latency through the proxy against the same
-// server directly), pipeline (scrub/count/full-chain throughput on real tool
-// output), branch (branch_create/branch_return latency), cut (a 10 MB result
-// cut into an 8K budget), memory (RSS with 1,000 HTTP sessions holding
+// server directly, with a bare byte-copying relay as the floor), pipeline
+// (scrub/count/full-chain throughput on real tool output), branch
+// (branch_create/branch_return latency), cut (a 10 MB result cut into an 8K
+// budget), archive (RSS of the process holding the store, idle and after
+// 3,000 results of 100 KB), memory (RSS with 1,000 HTTP sessions holding
 // 10,000 branches), startup (exec to a served tools/list with three
 // upstreams; exec to the first tools/list with one dead and one slow
 // upstream, cold and warm; the relay's memory; three sessions on one
@@ -50,6 +52,7 @@ var sections = []struct {
 	{"pipeline", runPipeline},
 	{"branch", runBranchOps},
 	{"cut", runCut},
+	{"archive", runArchive},
 	{"memory", runMemory},
 	{"startup", runStartup},
 	{"model", runModel},
@@ -65,7 +68,7 @@ func run() int {
 	rounds := flag.Int("rounds", 5, "rounds per measurement; each figure is the median over rounds")
 	quick := flag.Bool("quick", false, "fewer calls, sessions and rounds: a smoke run of every section")
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file (- for stdout)")
-	only := flag.String("only", "", "comma-separated sections to run: overhead, pipeline, branch, cut, memory, startup, model, transparent, cost")
+	only := flag.String("only", "", "comma-separated sections to run: overhead, pipeline, branch, cut, archive, memory, startup, model, transparent, cost")
 	data := flag.String("data", "", "trajectory file (default e2e/testdata/trajectories/swe-dev.jsonl.gz from the repository root)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process sections: pipeline, cut) to this file")
 	worker := flag.Bool("scrub-worker", false, "internal: run as the stdlib-regexp scrub child of the pipeline section")
@@ -150,6 +153,7 @@ func run() int {
 		log.Info("section done", "name", s.name, "seconds", time.Since(t0).Seconds())
 	}
 
+	addTargets(res)
 	loadEnd := loadAvg()
 	header := fmt.Sprintf("foldproxy bench — %s, %s/%s, %d CPUs, GOMAXPROCS %d, gitleaks regexp: %s, rounds %d%s, %.0fs, load average %s at start, %s at end",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), regexEngine, e.rounds,

@@ -142,6 +142,7 @@ func runStartup(ctx context.Context, e *env, res *results) error {
 	p50, d50 := median(px), median(dx)
 	res.add(row{Section: sec, Metric: "exec to tools/list with 3 upstreams, median", Value: ms(p50), Baseline: ms(d50) + " direct",
 		Ratio: ratio(float64(p50), float64(d50)), Num: msf(p50), Base: msf(d50), Unit: "ms",
+		Target: "<= 2.00x direct", Met: met(float64(p50) <= 2*float64(d50)),
 		Note: fmt.Sprintf("%s; %d rounds; tools: %s", which, e.rounds, strings.Join(want, ", "))})
 	i50 := median(inits)
 	res.add(row{Section: sec, Metric: "exec to initialize answered, median", Value: ms(i50), Num: msf(i50), Unit: "ms",

@@ -12,11 +12,11 @@ import (
 // row is one line of the results table. Value and Baseline are printed as
 // they are; the numeric fields feed the JSON output.
 type row struct {
-	Section  string  `json:"section"`
-	Metric   string  `json:"metric"`
-	Value    string  `json:"value"`
-	Baseline string  `json:"baseline,omitempty"`
-	Ratio    string  `json:"ratio,omitempty"`
+	Section  string `json:"section"`
+	Metric   string `json:"metric"`
+	Value    string `json:"value"`
+	Baseline string `json:"baseline,omitempty"`
+	Ratio    string `json:"ratio,omitempty"`
 	// Floor is what the cheapest possible stand-in costs against the same
 	// baseline (the bare byte-copying relay in the overhead section), as a
 	// ratio; FloorNum is its value in Unit.
