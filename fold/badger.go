@@ -70,10 +70,15 @@ var (
 // writing. Only one process may hold it open this way. Badger's own
 // warnings and errors go to logger; nil discards them.
 //
-// The options keep Badger's memory small (two 8 MiB memtables, small block
-// and index caches, 64 MiB value log files, no compression) because the
-// store holds little besides archived tool results, which are read rarely.
-// A single value (one archived result) must stay under 64 MiB.
+// The options keep Badger's memory small because the store holds small
+// records (branches, sessions, archive references and results up to 4 KiB;
+// larger results live in the archive files) that are read rarely: two
+// 4 MiB memtables (each an arena of about 5 MiB on the heap, and a write
+// transaction of up to about 600 KiB), values over 8 KiB in the value log
+// (where they count by their pointer in that limit), 16 MiB value log files
+// (a file being written is mapped, so its written pages count as resident
+// until it is full), 2 MiB block and index caches, no compression. A single
+// value must stay under 16 MiB.
 func OpenBadger(dir string, logger *slog.Logger) (*BadgerStore, error) {
 	return OpenBadgerWith(dir, logger, BadgerOptions{Fsync: true})
 }
@@ -86,7 +91,7 @@ func OpenBadger(dir string, logger *slog.Logger) (*BadgerStore, error) {
 // memtable flush, a compaction) plus the write itself.
 const DefaultMinFreeBytes = 64 << 20
 
-const valueLogFileSize = 64 << 20
+const valueLogFileSize = 16 << 20
 
 // BadgerOptions tune OpenBadgerWith.
 type BadgerOptions struct {
@@ -170,14 +175,14 @@ func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOpti
 		WithLogger(badgerLogger{logger.With("component", "badger")}).
 		WithReadOnly(readOnly).
 		WithSyncWrites(fsync).
-		WithMemTableSize(8 << 20).
+		WithMemTableSize(4 << 20).
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(2).
 		WithNumLevelZeroTablesStall(8).
-		WithBlockCacheSize(4 << 20).
-		WithIndexCacheSize(4 << 20).
+		WithBlockCacheSize(2 << 20).
+		WithIndexCacheSize(2 << 20).
 		WithValueLogFileSize(valueLogFileSize).
-		WithValueThreshold(64 << 10).
+		WithValueThreshold(8 << 10).
 		WithCompression(options.None).
 		WithNumCompactors(2).
 		WithNumGoroutines(2).
