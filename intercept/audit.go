@@ -102,6 +102,7 @@ type Auditor struct {
 	fsync    string
 
 	mu     sync.Mutex
+	buf    []byte   // the line being written, reused
 	f      *os.File // nil for the no-op auditor
 	size   int64
 	dirty  bool // written since the last sync
@@ -260,14 +261,30 @@ func (a *Auditor) Write(rec Record) error {
 	rec.Time = rec.Time.UTC()
 	rec.Error = shorten(rec.Error, maxErrorLen)
 	rec.Tool = shorten(rec.Tool, maxToolLen)
-	line, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("audit record %s: %w", rec.Kind, err)
+	var marshaled []byte
+	if !encodable(&rec) {
+		// json.Marshal says what is wrong (or encodes what appendRecord
+		// leaves to it).
+		var err error
+		if marshaled, err = json.Marshal(rec); err != nil {
+			return fmt.Errorf("audit record %s: %w", rec.Kind, err)
+		}
 	}
-	line = append(line, '\n')
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// Encoded by hand into the auditor's buffer: the same bytes as
+	// json.Marshal, without its reflection and allocations.
+	if marshaled != nil {
+		a.buf = append(a.buf[:0], marshaled...)
+	} else {
+		a.buf = appendRecord(a.buf[:0], &rec)
+	}
+	a.buf = append(a.buf, '\n')
+	line := a.buf
+	if cap(a.buf) > 64<<10 {
+		a.buf = nil // a rare huge record: do not keep its buffer
+	}
 	if a.closed {
 		return fmt.Errorf("audit log %s: closed", a.path)
 	}

@@ -1,0 +1,173 @@
+package intercept
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// appendRecord appends rec as encoding/json would marshal it, byte for
+// byte (field order, omitempty, HTML-safe string escapes, sorted map keys,
+// float format), without reflection and into a reused buffer: the audit
+// record is written on every call's reply path. TestAppendRecordMatchesJSON
+// and FuzzAppendRecord pin it to json.Marshal.
+func appendRecord(b []byte, rec *Record) []byte {
+	b = append(b, `{"time":"`...)
+	b = rec.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","kind":`...)
+	b = appendJSONString(b, rec.Kind)
+	b = appendStringField(b, "session", rec.Session)
+	b = appendStringField(b, "branch", rec.Branch)
+	b = appendStringField(b, "parent", rec.Parent)
+	b = append(b, `,"depth":`...)
+	b = strconv.AppendInt(b, int64(rec.Depth), 10)
+	b = appendStringField(b, "upstream", rec.Upstream)
+	b = appendStringField(b, "method", rec.Method)
+	b = appendStringField(b, "tool", rec.Tool)
+	b = appendIntField(b, "arg_tokens", rec.ArgTokens)
+	b = appendIntField(b, "result_tokens", rec.ResultTokens)
+	b = appendIntField(b, "delivered_tokens", rec.DeliveredTokens)
+	if len(rec.Redactions) > 0 {
+		b = append(b, `,"redactions":{`...)
+		keys := make([]string, 0, len(rec.Redactions))
+		for k := range rec.Redactions {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = strconv.AppendInt(b, int64(rec.Redactions[k]), 10)
+		}
+		b = append(b, '}')
+	}
+	b = appendIntField(b, "budget_used", rec.BudgetUsed)
+	b = appendIntField(b, "budget_total", rec.BudgetTotal)
+	b = appendStringField(b, "outcome", rec.Outcome)
+	b = appendStringField(b, "error", rec.Error)
+	b = appendStringField(b, "cut_handle", rec.CutHandle)
+	b = appendFloatField(b, "latency_ms", rec.LatencyMS)
+	b = appendFloatField(b, "upstream_latency_ms", rec.UpstreamLatencyMS)
+	b = appendStringField(b, "event", rec.Event)
+	b = appendStringField(b, "status", rec.Status)
+	b = appendStringField(b, "reason", rec.Reason)
+	b = appendStringField(b, "level", rec.Level)
+	b = appendIntField(b, "tokens", rec.Tokens)
+	return append(b, '}')
+}
+
+// encodable reports whether appendRecord can encode rec as json.Marshal
+// would: a time json.Marshal refuses (a year outside 0..9999) or a float
+// that is not finite makes Write fall back to json.Marshal for its error.
+func encodable(rec *Record) bool {
+	y := rec.Time.Year()
+	return y >= 0 && y <= 9999 && finite(rec.LatencyMS) && finite(rec.UpstreamLatencyMS)
+}
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+func appendStringField(b []byte, name, v string) []byte {
+	if v == "" {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return appendJSONString(b, v)
+}
+
+func appendIntField(b []byte, name string, v int) []byte {
+	if v == 0 {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return strconv.AppendInt(b, int64(v), 10)
+}
+
+// appendFloatField formats v as encoding/json does: 'f' format, or 'e'
+// for very small and very large magnitudes, with a one-digit negative
+// exponent written without its leading zero.
+func appendFloatField(b []byte, name string, v float64) []byte {
+	if v == 0 {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	format := byte('f')
+	if abs := math.Abs(v); abs < 1e-6 || abs >= 1e21 {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, v, format, -1, 64)
+	if format == 'e' {
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString quotes s as encoding/json does with HTML escaping on:
+// <, > and & as \u003c, \u003e, \u0026, U+2028 and U+2029 escaped, control
+// characters as \n, \r, \t, \b, \f or \u00XX, and
+// invalid UTF-8 as \ufffd.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
