@@ -309,6 +309,16 @@ func TestTransparentRemoteMCPRemoteBridge(t *testing.T) {
 				t.Errorf("branch_status through mcp-remote: %s", status)
 			}
 			s.check(t, c.BranchID, echoed, "")
+			if mode == "streamableHttp" {
+				// A server-to-client request inside a call: the server's
+				// sampling request reaches the client's agent through the
+				// proxy and mcp-remote, its answer goes back, and the
+				// call's result carries it.
+				sampled, res := p.callText(ctx, t, "trigger-sampling-request", map[string]any{"prompt": "say the reply", "maxTokens": 20})
+				if res.IsError || !strings.Contains(sampled, samplingReply) {
+					t.Errorf("sampling through the proxy: %q (isError %v), want the agent's reply %q", sampled, res.IsError, samplingReply)
+				}
+			}
 		})
 	}
 }
