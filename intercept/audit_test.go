@@ -339,7 +339,7 @@ func TestAuditInterceptorOrder(t *testing.T) {
 			return err
 		}
 	}
-	h := Chain(inner, Audit(au), released)
+	h := Chain(inner, released, Audit(au))
 	ex := &Exchange{
 		Session: "s", Upstream: "fs", Method: "tools/call", Name: "read_file",
 		Args: json.RawMessage(`{"path":"` + secret + `"}`), Params: json.RawMessage(`{"x":"` + secret + `"}`),

@@ -123,7 +123,7 @@ func serve(result string) Handler {
 // run runs one exchange through tokens and budget.
 func run(t testing.TB, f Brancher, c *Counter, method, branch string, up Handler) *Exchange {
 	t.Helper()
-	h := Chain(up, Tokens(c), Budget(f, c, nil))
+	h := Chain(up, Budget(f, c, nil), Tokens(c))
 	ex := &Exchange{Session: "s1", Method: method, Name: "x", Args: json.RawMessage(`{"q":1}`), ExplicitBranch: branch}
 	_ = h(context.Background(), ex)
 	return ex
@@ -539,7 +539,7 @@ func BenchmarkCut10MB(b *testing.B) {
 	res := string(textResult(b, bigText(b, 10<<20)))
 	for b.Loop() {
 		f := newFake(fold.Branch{ID: "b-1", Parent: "root-s1", Depth: 1, Budget: 8192})
-		h := Chain(serve(res), Tokens(c), Budget(f, c, nil))
+		h := Chain(serve(res), Budget(f, c, nil), Tokens(c))
 		ex := &Exchange{Session: "s1", Method: "tools/call"}
 		if err := h(context.Background(), ex); err != nil || ex.Outcome != OutcomeCut {
 			b.Fatalf("err %v, outcome %q", err, ex.Outcome)

@@ -22,12 +22,12 @@ func recorder(name string, log *[]string) Interceptor {
 	}
 }
 
-// TestChainOrder pins foldproxy's chain order: a result meets scrub, tokens,
-// budget, audit and metrics in that order on its way back, so the request
-// passes them in reverse on its way in.
+// TestChainOrder pins Chain's convention: the first listed runs outermost,
+// so the request meets the interceptors in the order listed on its way in
+// and the result meets them in reverse on its way back.
 func TestChainOrder(t *testing.T) {
 	var log []string
-	names := []string{"scrub", "tokens", "budget", "audit", "metrics"}
+	names := []string{"metrics", "audit", "budget", "tokens", "scrub"}
 	var ics []Interceptor
 	for _, n := range names {
 		ics = append(ics, recorder(n, &log))
@@ -83,7 +83,7 @@ func TestChainTokensInsideBudget(t *testing.T) {
 		ex.Result = textResult(t, "SECRET\n"+long)
 		return nil
 	}
-	h := Chain(up, scrub, Tokens(c), Budget(f, c, nil), audit, metrics)
+	h := Chain(up, metrics, audit, Budget(f, c, nil), Tokens(c), scrub)
 	if err := h(context.Background(), &Exchange{Session: "s1", Method: "tools/call"}); err != nil {
 		t.Fatal(err)
 	}

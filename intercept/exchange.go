@@ -74,13 +74,14 @@ type Handler func(ctx context.Context, ex *Exchange) error
 // Interceptor wraps a Handler.
 type Interceptor func(next Handler) Handler
 
-// Chain builds the handler that runs the interceptors around h. The
-// interceptors are listed in the order a result meets them on its way back
-// to the agent: the first is innermost (closest to the upstream), the last
-// outermost. foldproxy's fixed order is scrub, tokens, budget, audit, metrics.
+// Chain builds the handler that runs the interceptors around h, the first
+// listed outermost, as go-sdk's middleware and chi's do: Chain(h, a, b)
+// runs a, then b, then h on the way in, and a result comes back through b,
+// then a. A nil interceptor is skipped. foldproxy's standard list is
+// NewChain's: metrics, audit, budget, tokens, scrub.
 func Chain(h Handler, interceptors ...Interceptor) Handler {
-	for _, ic := range interceptors {
-		if ic != nil {
+	for i := len(interceptors) - 1; i >= 0; i-- {
+		if ic := interceptors[i]; ic != nil {
 			h = ic(h)
 		}
 	}

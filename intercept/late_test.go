@@ -26,7 +26,7 @@ func TestLateResultIsArchivedAndTold(t *testing.T) {
 		}
 		ex.Result = res
 		return nil
-	}, Tokens(s.counter), Budget(s.mgr, s.counter, nil))
+	}, Budget(s.mgr, s.counter, nil), Tokens(s.counter))
 	ex := &Exchange{Session: "s", Upstream: "up", Method: "tools/call", Name: "slow", Args: json.RawMessage(`{}`)}
 	err := h(t.Context(), ex)
 	if err == nil || !errors.Is(err, fold.ErrBranchClosed) || ex.Result != nil {

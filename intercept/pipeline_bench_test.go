@@ -206,7 +206,7 @@ func BenchmarkPipelineChainFull(b *testing.B) {
 	s.session(b, "s")
 	var cur json.RawMessage
 	h := Chain(func(_ context.Context, ex *Exchange) error { ex.Result = cur; return nil },
-		Scrub(s.scrub), Tokens(s.counter), Budget(s.mgr, s.counter, nil), Audit(s.audit), Observe(s.metrics))
+		Observe(s.metrics), Audit(s.audit), Budget(s.mgr, s.counter, nil), Tokens(s.counter), Scrub(s.scrub))
 	ctx := context.Background()
 	b.SetBytes(pipeBytes(res))
 	for b.Loop() {
@@ -245,7 +245,7 @@ func BenchmarkPipelineCutBadger10MB(b *testing.B) {
 	s := newPipeStack(b)
 	s.session(b, "s")
 	h := Chain(func(_ context.Context, ex *Exchange) error { ex.Result = res; return nil },
-		Tokens(s.counter), Budget(s.mgr, s.counter, nil))
+		Budget(s.mgr, s.counter, nil), Tokens(s.counter))
 	ctx := context.Background()
 	for b.Loop() {
 		b.StopTimer()
@@ -281,7 +281,7 @@ func BenchmarkPipelineChainTiny(b *testing.B) {
 			}
 			s.session(b, "s")
 			h := Chain(func(_ context.Context, ex *Exchange) error { ex.Result = res; return nil },
-				Scrub(s.scrub), Tokens(s.counter), Budget(s.mgr, s.counter, nil), Audit(s.audit), Observe(s.metrics))
+				Observe(s.metrics), Audit(s.audit), Budget(s.mgr, s.counter, nil), Tokens(s.counter), Scrub(s.scrub))
 			ctx := context.Background()
 			for b.Loop() {
 				ex := &Exchange{Session: "s", Upstream: "replay", Method: "tools/call", Name: "emit", Args: json.RawMessage(`{"bytes":10}`)}
@@ -320,7 +320,7 @@ func BenchmarkPipelineScrubOnOff(b *testing.B) {
 			}
 			s.session(b, "s")
 			h := Chain(func(_ context.Context, ex *Exchange) error { ex.Result = res; return nil },
-				Scrub(sc), Tokens(s.counter), Budget(s.mgr, s.counter, nil), Audit(s.audit), Observe(s.metrics))
+				Observe(s.metrics), Audit(s.audit), Budget(s.mgr, s.counter, nil), Tokens(s.counter), Scrub(sc))
 			ctx := context.Background()
 			b.SetBytes(int64(len(res)))
 			for b.Loop() {

@@ -800,7 +800,7 @@ func TestScrubArgsArchived(t *testing.T) {
 			sent = ex.Params
 			ex.Result = json.RawMessage(`{"content":[{"type":"text","text":"ok"}]}`)
 			return nil
-		}, Scrub(s), Tokens(c), Budget(fb, c, nil))
+		}, Budget(fb, c, nil), Tokens(c), Scrub(s))
 		ex := &Exchange{Method: "tools/call", Name: "sh", Params: params, Args: args}
 		err := h(context.Background(), ex)
 		return ex, fb, sent, err

@@ -75,7 +75,7 @@ func TestWorkTimeoutCoversCounting(t *testing.T) {
 				h := Chain(func(ctx context.Context, ex *Exchange) error {
 					ex.Result = res
 					return nil
-				}, Scrub(&s), Tokens(c))
+				}, Tokens(c), Scrub(&s))
 				ex := &Exchange{Method: "tools/call", Remaining: -1, Outcome: OutcomeOK}
 				start := time.Now()
 				err := h(t.Context(), ex)

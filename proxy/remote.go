@@ -81,7 +81,8 @@ type RemoteOptions struct {
 	Fold Folder
 	// Interceptors run around every intercepted call and around
 	// branch_recall, ControlInterceptors around the other fold tools, as
-	// on the MCP front (Options).
+	// on the MCP front (Options): the first listed outermost, the lists
+	// intercept.NewChain and NewControlChain build.
 	Interceptors        []intercept.Interceptor
 	ControlInterceptors []intercept.Interceptor
 	// Scrubber cleans every other message from the servers. Required:

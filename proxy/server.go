@@ -57,8 +57,8 @@ type Options struct {
 	Settings  policy.Settings
 	Upstreams []Upstream
 	Fold      Folder
-	// Interceptors run around every forwarded request, in the order a result
-	// meets them (see intercept.Chain): scrub, tokens, budget, audit, metrics.
+	// Interceptors run around every forwarded request, the first listed
+	// outermost (see intercept.Chain); serve passes intercept.NewChain's.
 	Interceptors []intercept.Interceptor
 	// ControlInterceptors run around foldproxy's own control tools
 	// (branch_create, branch_return, branch_status): audit and metrics.

@@ -462,14 +462,13 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	}
 	// The chains of the MCP front, which the remote MCP servers of
 	// transparent mode share.
-	chain := []intercept.Interceptor{
-		intercept.Scrub(scrubber),
-		intercept.Tokens(counter),
-		intercept.Budget(mgr, counter, st.Fold.Thresholds),
-		intercept.Audit(auditor),
-		intercept.Observe(metrics),
+	chain, control, err := buildChains(intercept.Parts{
+		Scrubber: scrubber, Counter: counter, Brancher: mgr, Thresholds: st.Fold.Thresholds,
+		Auditor: auditor, Metrics: metrics,
+	})
+	if err != nil {
+		return err
 	}
-	control := []intercept.Interceptor{intercept.Audit(auditor), intercept.Observe(metrics)}
 	srv, err := proxy.New(proxy.Options{
 		Settings:            st,
 		Upstreams:           ups,
@@ -663,6 +662,19 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return nil
+}
+
+// buildChains returns the interceptors of forwarded calls and of
+// foldproxy's own control tools, as intercept.NewChain and NewControlChain
+// build them: a part that is missing fails here, at start-up, not per call.
+func buildChains(p intercept.Parts) (forward, control []intercept.Interceptor, err error) {
+	if forward, err = intercept.NewChain(p); err != nil {
+		return nil, nil, err
+	}
+	if control, err = intercept.NewControlChain(p); err != nil {
+		return nil, nil, err
+	}
+	return forward, control, nil
 }
 
 // observer feeds what the proxy core sees outside the intercept chain to

@@ -24,6 +24,7 @@ type stack struct {
 	scrub   *intercept.Scrubber
 	audit   *intercept.Auditor
 	metrics *intercept.Metrics
+	chain   []intercept.Interceptor // intercept.NewChain's, as serve builds it
 }
 
 // newStack builds the stack with the bench settings. scrub may be shared
@@ -66,25 +67,27 @@ func newStack(ctx context.Context, dir string, scrub *intercept.Scrubber) (*stac
 		s.close()
 		return nil, err
 	}
+	s.chain, err = intercept.NewChain(intercept.Parts{
+		Scrubber: s.scrub, Counter: s.counter, Brancher: s.mgr, Thresholds: set.Fold.Thresholds,
+		Auditor: s.audit, Metrics: s.metrics,
+	})
+	if err != nil {
+		s.close()
+		return nil, err
+	}
 	return s, nil
 }
 
-// full is the handler h wrapped in the whole chain, in serve.go's order.
+// full is the handler h wrapped in the whole chain, as serve builds it.
 func (s *stack) full(h intercept.Handler) intercept.Handler {
-	return intercept.Chain(h,
-		intercept.Scrub(s.scrub),
-		intercept.Tokens(s.counter),
-		intercept.Budget(s.mgr, s.counter, s.set.Fold.Thresholds),
-		intercept.Audit(s.audit),
-		intercept.Observe(s.metrics),
-	)
+	return intercept.Chain(h, s.chain...)
 }
 
 // budgetOnly is h wrapped in the tokens and budget interceptors alone.
 func (s *stack) budgetOnly(h intercept.Handler) intercept.Handler {
 	return intercept.Chain(h,
-		intercept.Tokens(s.counter),
 		intercept.Budget(s.mgr, s.counter, s.set.Fold.Thresholds),
+		intercept.Tokens(s.counter),
 	)
 }
 
