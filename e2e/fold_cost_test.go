@@ -320,3 +320,28 @@ func TestFoldRootBudgetSaysSo(t *testing.T) {
 		t.Errorf("the main thread used %d of %d; the client counted at least %d", st.BudgetUsed, rootBudget, used)
 	}
 }
+
+// TestFoldTinyBranchSaysWhy: a branch created with less than even the
+// short cut notice gets its result refused with an error that says why and
+// names the handle keeping all of it (through the real binary); the branch
+// ends, and the handle reads back the whole result.
+func TestFoldTinyBranchSaysWhy(t *testing.T) {
+	ctx := testContext(t, 90*time.Second)
+	cfg := foldProxyConfig(t, map[string]any{"replay": replayEntry(t)}, map[string]any{}, true)
+	p := startFoldProxy(ctx, t, cfg, "replay__emit")
+	var cr foldCreated
+	foldMust(ctx, t, p, "branch_create", map[string]any{"description": "too small", "budget": 5}, &cr)
+	r := foldCall(ctx, t, p, "replay__emit", map[string]any{"bytes": 1200, "branch_id": cr.BranchID})
+	m := cutHandleRE.FindStringSubmatch(r.text())
+	if !r.isError || m == nil || !strings.Contains(r.text(), "fewer than a cut notice needs") || !strings.Contains(r.text(), "force-returned") {
+		t.Fatalf("isError %v, %q: want a refusal that says why and names the handle", r.isError, r.text())
+	}
+	rest, _ := recallAll(ctx, t, p, m[1])
+	direct := foldCall(ctx, t, p, "replay__emit", map[string]any{"bytes": 1200}) // the main thread, unlimited
+	if string(rest) != direct.text() {
+		t.Errorf("the handle holds %d bytes, the result is %d", len(rest), len(direct.text()))
+	}
+	if st := foldStatus(ctx, t, p, cr.BranchID); st.Status != "forced" || st.BudgetUsed != 0 {
+		t.Errorf("branch %s with %d used, want forced with 0", st.Status, st.BudgetUsed)
+	}
+}
