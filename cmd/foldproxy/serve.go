@@ -227,33 +227,18 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		}()
 		c.ready = ready
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)
+	level, err := logLevelOf(*logLevel)
+	if err != nil {
+		return err
 	}
 	logger := slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
 
-	cfg, err := loadConfig(*configPath)
+	cfg, dir, err := loadSetup(*configPath, *stateDir)
 	if err != nil {
 		return err
 	}
 	st := cfg.Settings
-	if *listen == "" {
-		*listen = st.Listen
-	}
-	if *metricsAddr == "" {
-		*metricsAddr = st.Metrics.Listen
-	}
-	if *proxyListen == "" {
-		*proxyListen = st.ProxyListen
-	}
-	dir := stateDirOf(cfg, *stateDir)
-	if err := prepareStateDir(dir); err != nil {
-		return err
-	}
-	if dir, err = filepath.Abs(dir); err != nil {
-		return err
-	}
+	listenDefaults(st, listen, metricsAddr, proxyListen)
 	ident, err := configIdentity(*configPath)
 	if err != nil {
 		return err
@@ -303,29 +288,11 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	defer release()
-	token := st.AuthToken
-	if token == "" {
-		token = os.Getenv("FOLDPROXY_TOKEN")
+	token := authToken(st, os.Getenv)
+	if err := checkExposure(*listen, *proxyListen, token); err != nil {
+		return err
 	}
-	if *listen != "" && !proxy.IsLoopback(*listen) && token == "" {
-		return fmt.Errorf("--listen %s is not a loopback address: set foldproxy.authToken in the config or FOLDPROXY_TOKEN", *listen)
-	}
-	if *proxyListen != "" && !proxy.IsLoopback(*proxyListen) && token == "" {
-		return fmt.Errorf("--proxy-listen %s is not a loopback address: set foldproxy.authToken in the config or FOLDPROXY_TOKEN (clients send it as Proxy-Authorization)", *proxyListen)
-	}
-	if st.Proxy.ExtraRootsFile != "" && !filepath.IsAbs(st.Proxy.ExtraRootsFile) {
-		st.Proxy.ExtraRootsFile = filepath.Join(cfg.Dir, st.Proxy.ExtraRootsFile)
-	}
-	if st.Scrub.GitleaksConfig != "" && !filepath.IsAbs(st.Scrub.GitleaksConfig) {
-		st.Scrub.GitleaksConfig = filepath.Join(cfg.Dir, st.Scrub.GitleaksConfig)
-	}
-	auditPath := st.Audit.Path
-	switch {
-	case auditPath == "":
-		auditPath = filepath.Join(dir, "audit.jsonl")
-	case auditPath != "-" && !filepath.IsAbs(auditPath):
-		auditPath = filepath.Join(cfg.Dir, auditPath)
-	}
+	auditPath := resolvePaths(&st, cfg.Dir, dir)
 
 	// Compiling gitleaks' rules is the slowest step of start-up (about half
 	// a second): it runs while the state store opens, the tokenizer loads
@@ -343,16 +310,9 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	}()
 
 	// The parts, in dependency order; each is closed in reverse on exit.
-	var store fold.Store
-	store, err = fold.OpenBadgerFsync(filepath.Join(dir, "badger"), logger, st.Fold.Fsync)
-	switch {
-	case errors.Is(err, fold.ErrStoreFull):
-		// Start anyway: the agent keeps its catalogue, and every call that
-		// needs the store answers with this reason.
-		logger.Error("foldproxy cannot write its state store: serving without it until restarted; calls that need the store will fail with this reason", "state", dir, "err", err)
-		store = fold.NewUnwritableStore(err)
-	case err != nil:
-		return fmt.Errorf("opening the state store in %s: %w", dir, err)
+	store, err := openStore(dir, st.Fold.Fsync, logger)
+	if err != nil {
+		return err
 	}
 	defer store.Close()
 	metrics := intercept.NewMetrics()
@@ -502,21 +462,11 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	}()
 
 	if *metricsAddr != "" {
-		// This listener checks no token: it may only listen on loopback.
-		if !proxy.IsLoopback(*metricsAddr) {
-			return fmt.Errorf("--metrics %s is not a loopback address: the separate metrics listener has no token check; "+
-				"scrape /metrics on --listen (same token and Host rules as /mcp), or bind --metrics to 127.0.0.1", *metricsAddr)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", metrics.Handler())
-		ms := &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		ln, err := net.Listen("tcp", *metricsAddr)
+		stop, err := serveMetrics(*metricsAddr, metrics, logger)
 		if err != nil {
-			return fmt.Errorf("--metrics %s: %w", *metricsAddr, err)
+			return err
 		}
-		logger.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
-		go func() { _ = ms.Serve(ln) }()
-		defer ms.Close()
+		defer stop()
 	}
 
 	// newModelFront makes a model front with the shared fold core: the
@@ -662,6 +612,124 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return nil
+}
+
+// The steps of serve's setup, in the order Run takes them; each is tested
+// on its own (serve_test.go).
+
+// logLevelOf parses --log-level.
+func logLevelOf(s string) (slog.Level, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(s)); err != nil {
+		return level, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return level, nil
+}
+
+// loadSetup loads the configuration file and prepares the state folder
+// (--state, else the config's stateDir, else .foldproxy beside the
+// config), returning its absolute path.
+func loadSetup(configPath, stateFlag string) (*fileConfig, string, error) {
+	cfg, err := loadConfig(configPath)
+	if err != nil {
+		return nil, "", err
+	}
+	dir := stateDirOf(cfg, stateFlag)
+	if err := prepareStateDir(dir); err != nil {
+		return nil, "", err
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, "", err
+	}
+	return cfg, dir, nil
+}
+
+// listenDefaults fills the listen addresses not given as flags from the
+// configuration.
+func listenDefaults(st policy.Settings, listen, metricsAddr, proxyListen *string) {
+	if *listen == "" {
+		*listen = st.Listen
+	}
+	if *metricsAddr == "" {
+		*metricsAddr = st.Metrics.Listen
+	}
+	if *proxyListen == "" {
+		*proxyListen = st.ProxyListen
+	}
+}
+
+// authToken is the token HTTP clients must present: foldproxy.authToken,
+// else FOLDPROXY_TOKEN.
+func authToken(st policy.Settings, getenv func(string) string) string {
+	if st.AuthToken != "" {
+		return st.AuthToken
+	}
+	return getenv("FOLDPROXY_TOKEN")
+}
+
+// checkExposure refuses to listen beyond loopback without a token.
+func checkExposure(listen, proxyListen, token string) error {
+	if listen != "" && !proxy.IsLoopback(listen) && token == "" {
+		return fmt.Errorf("--listen %s is not a loopback address: set foldproxy.authToken in the config or FOLDPROXY_TOKEN", listen)
+	}
+	if proxyListen != "" && !proxy.IsLoopback(proxyListen) && token == "" {
+		return fmt.Errorf("--proxy-listen %s is not a loopback address: set foldproxy.authToken in the config or FOLDPROXY_TOKEN (clients send it as Proxy-Authorization)", proxyListen)
+	}
+	return nil
+}
+
+// resolvePaths makes the settings' relative paths relative to the config's
+// folder, and returns the audit log's path (audit.jsonl in the state
+// folder by default, "-" for none).
+func resolvePaths(st *policy.Settings, configDir, stateDir string) (auditPath string) {
+	if st.Proxy.ExtraRootsFile != "" && !filepath.IsAbs(st.Proxy.ExtraRootsFile) {
+		st.Proxy.ExtraRootsFile = filepath.Join(configDir, st.Proxy.ExtraRootsFile)
+	}
+	if st.Scrub.GitleaksConfig != "" && !filepath.IsAbs(st.Scrub.GitleaksConfig) {
+		st.Scrub.GitleaksConfig = filepath.Join(configDir, st.Scrub.GitleaksConfig)
+	}
+	auditPath = st.Audit.Path
+	switch {
+	case auditPath == "":
+		auditPath = filepath.Join(stateDir, "audit.jsonl")
+	case auditPath != "-" && !filepath.IsAbs(auditPath):
+		auditPath = filepath.Join(configDir, auditPath)
+	}
+	return auditPath
+}
+
+// openStore opens the Badger store in the state folder. A full disk is not
+// fatal: foldproxy starts with a store that answers every write with the
+// reason, so the agent keeps its catalogue.
+func openStore(dir string, fsync bool, logger *slog.Logger) (fold.Store, error) {
+	store, err := fold.OpenBadgerFsync(filepath.Join(dir, "badger"), logger, fsync)
+	switch {
+	case errors.Is(err, fold.ErrStoreFull):
+		logger.Error("foldproxy cannot write its state store: serving without it until restarted; calls that need the store will fail with this reason", "state", dir, "err", err)
+		return fold.NewUnwritableStore(err), nil
+	case err != nil:
+		return nil, fmt.Errorf("opening the state store in %s: %w", dir, err)
+	}
+	return store, nil
+}
+
+// serveMetrics serves /metrics on addr, which must be a loopback address:
+// this listener checks no token.
+func serveMetrics(addr string, m *intercept.Metrics, logger *slog.Logger) (stop func(), err error) {
+	if !proxy.IsLoopback(addr) {
+		return nil, fmt.Errorf("--metrics %s is not a loopback address: the separate metrics listener has no token check; "+
+			"scrape /metrics on --listen (same token and Host rules as /mcp), or bind --metrics to 127.0.0.1", addr)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	ms := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
+	}
+	logger.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	go func() { _ = ms.Serve(ln) }()
+	return func() { _ = ms.Close() }, nil
 }
 
 // buildChains returns the interceptors of forwarded calls and of
