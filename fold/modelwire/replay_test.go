@@ -169,31 +169,8 @@ func TestTrajectoryReplay(t *testing.T) {
 	for _, tr := range trs {
 		// A clock that moves two minutes per branch, so the creation rate
 		// limit (per minute) never refuses the scripted agent.
-		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-		m, err := fold.NewManager(ctx, fold.Options{Store: fold.NewMemStore(), Counter: counter, PruneInterval: -1,
-			Now: func() time.Time { return now }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sess := "s-" + tr.ID
-		if err := m.OpenSession(ctx, fold.SessionRecord{ID: sess, Transport: "http"}); err != nil {
-			t.Fatal(err)
-		}
+		m, tool, now := replayManager(t, counter, tr.ID)
 		st := m.ModelState()
-		tool := func(name string, args any) string {
-			raw, _ := json.Marshal(args)
-			out, err := m.CallTool(ctx, sess, name, raw)
-			if err != nil {
-				t.Fatalf("%s: %s: %v", tr.ID, name, err)
-			}
-			var r struct {
-				Content []struct{ Text string }
-			}
-			if err := json.Unmarshal(out, &r); err != nil || len(r.Content) == 0 {
-				t.Fatalf("%s: %s answered %s", tr.ID, name, out)
-			}
-			return r.Content[0].Text
-		}
 		apply := func(s *replayStats, c *convo) modelwire.Result {
 			res, err := modelwire.Apply(ctx, modelwire.Anthropic, c.request(), st, opt)
 			if err != nil {
@@ -232,7 +209,7 @@ func TestTrajectoryReplay(t *testing.T) {
 			// The folding agent.
 			groupStarts := exploring(step.Command) && i+1 < len(tr.Steps) && exploring(tr.Steps[i+1].Command)
 			if !inBranch && groupStarts {
-				now = now.Add(2 * time.Minute)
+				*now = now.Add(2 * time.Minute)
 				fc.call("mcp__foldproxy__branch_create", map[string]any{"description": "explore: " + step.Command}, tool(fold.ToolCreate,
 					map[string]any{"description": "explore: " + clip(step.Command, 200), "budget": 12000}), false)
 				apply(&folding, &fc)

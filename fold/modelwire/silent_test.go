@@ -32,28 +32,7 @@ func TestReplayNeverSilent(t *testing.T) {
 	budgets := []int{70, 150, 400, 2000}
 	cuts := 0
 	for ti, tr := range trs {
-		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-		m, err := fold.NewManager(ctx, fold.Options{Store: fold.NewMemStore(), Counter: counter, PruneInterval: -1,
-			Now: func() time.Time { return now }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sess := "s-" + tr.ID
-		if err := m.OpenSession(ctx, fold.SessionRecord{ID: sess, Transport: "http"}); err != nil {
-			t.Fatal(err)
-		}
-		tool := func(name string, args any) string {
-			raw, _ := json.Marshal(args)
-			out, err := m.CallTool(ctx, sess, name, raw)
-			if err != nil {
-				t.Fatalf("%s: %s: %v", tr.ID, name, err)
-			}
-			var r struct{ Content []struct{ Text string } }
-			if err := json.Unmarshal(out, &r); err != nil || len(r.Content) == 0 {
-				t.Fatalf("%s: %s answered %s", tr.ID, name, out)
-			}
-			return r.Content[0].Text
-		}
+		m, tool, now := replayManager(t, counter, tr.ID)
 		var c convo
 		c.add(map[string]any{"role": "user", "content": tr.Task})
 		inBranch, budget := false, 0
@@ -64,7 +43,7 @@ func TestReplayNeverSilent(t *testing.T) {
 			}
 			where := fmt.Sprintf("%s step %d", tr.ID, i)
 			if !inBranch && exploring(step.Command) {
-				now = now.Add(2 * time.Minute)
+				*now = now.Add(2 * time.Minute)
 				budget = budgets[(ti+i)%len(budgets)]
 				c.call("mcp__foldproxy__branch_create", map[string]any{"description": "explore"}, tool(fold.ToolCreate,
 					map[string]any{"description": "explore: " + clip(step.Command, 100), "budget": budget}), false)
@@ -105,6 +84,38 @@ func TestReplayNeverSilent(t *testing.T) {
 		t.Fatal("no result was cut: the replay proved nothing")
 	}
 	t.Logf("%d trajectories, %d cut results, each with its notice", len(trs), cuts)
+}
+
+// replayManager returns a fold Manager with one open session for a
+// replayed trajectory, a function that calls a fold tool in that session
+// and returns its answer's text, and the Manager's clock, which the caller
+// moves (two minutes per branch keeps the creation rate limit away).
+func replayManager(t testing.TB, counter fold.Counter, id string) (*fold.Manager, func(name string, args any) string, *time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m, err := fold.NewManager(ctx, fold.Options{Store: fold.NewMemStore(), Counter: counter, PruneInterval: -1,
+		Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := "s-" + id
+	if err := m.OpenSession(ctx, fold.SessionRecord{ID: sess, Transport: "http"}); err != nil {
+		t.Fatal(err)
+	}
+	tool := func(name string, args any) string {
+		raw, _ := json.Marshal(args)
+		out, err := m.CallTool(ctx, sess, name, raw)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", id, name, err)
+		}
+		var r struct{ Content []struct{ Text string } }
+		if err := json.Unmarshal(out, &r); err != nil || len(r.Content) == 0 {
+			t.Fatalf("%s: %s answered %s", id, name, out)
+		}
+		return r.Content[0].Text
+	}
+	return m, tool, &now
 }
 
 // toolResultText returns the text of the tool_result for id in a forwarded
