@@ -589,16 +589,27 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", *listen, err)
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	// Open event streams would hold Shutdown for its whole timeout: the
-	// handler's Close ends every session and stream first.
-	if c, ok := h.(interface{ Close() error }); ok {
-		hs.RegisterOnShutdown(func() { _ = c.Close() })
-	}
 	url := "http://" + ln.Addr().String() + "/mcp"
 	logger.Info("foldproxy serving MCP over streamable HTTP", "url", url, "upstreams", len(cfg.Servers), "state", dir)
 	logger.Info("foldproxy serving the model APIs", "ANTHROPIC_BASE_URL", "http://"+ln.Addr().String(),
 		"anthropic", st.Model.AnthropicURL, "openai", st.Model.OpenAIURL)
+	// Open event streams would hold Shutdown for its whole timeout: the
+	// handler's Close ends every session and stream first.
+	var closeStreams func()
+	if c, ok := h.(interface{ Close() error }); ok {
+		closeStreams = func() { _ = c.Close() }
+	}
+	return serveHTTP(ctx, ln, mux, closeStreams)
+}
+
+// serveHTTP serves handler on ln until ctx ends (nil) or the server fails
+// (its error), then shuts the server down, calling onShutdown (when not
+// nil) first so that open streams do not hold the shutdown.
+func serveHTTP(ctx context.Context, ln net.Listener, handler http.Handler, onShutdown func()) error {
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	if onShutdown != nil {
+		hs.RegisterOnShutdown(onShutdown)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

@@ -218,3 +218,45 @@ func TestBuildChains(t *testing.T) {
 		t.Errorf("buildChains without an auditor: %v", err)
 	}
 }
+
+// TestServeHTTP: the HTTP listener serves until its context ends, then
+// shuts down (calling onShutdown) and returns nil; a listener that fails
+// returns its error.
+func TestServeHTTP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	shut := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- serveHTTP(ctx, ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "served") }), func() { close(shut) })
+	}()
+	resp, err := http.Get("http://" + ln.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "served" {
+		t.Errorf("GET / = %q", body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("serveHTTP after its context ended: %v, want nil", err)
+	}
+	<-shut // onShutdown ran
+	if _, err := http.Get("http://" + ln.Addr().String() + "/"); err == nil {
+		t.Error("the listener still answers after shutdown")
+	}
+
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	if err := serveHTTP(context.Background(), closed, http.NotFoundHandler(), nil); err == nil || errors.Is(err, http.ErrServerClosed) {
+		t.Errorf("serveHTTP on a closed listener: %v, want its error", err)
+	}
+}
