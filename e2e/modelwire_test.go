@@ -136,6 +136,10 @@ func runClaudeToken(ctx context.Context, t testing.TB, dir, baseURL, mcpURL, tok
 		"ANTHROPIC_API_KEY=dummy",
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
 		"DISABLE_AUTOUPDATER=1",
+		// claude -p connects its MCP servers in the background and may
+		// send its first request before they are connected; the test
+		// waits for that event rather than racing it.
+		"MCP_CONNECTION_NONBLOCKING=false",
 	}
 	if token != "" {
 		cmd.Env = append(cmd.Env, "ANTHROPIC_CUSTOM_HEADERS=X-Foldproxy-Token: "+token)

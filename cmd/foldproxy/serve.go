@@ -812,9 +812,10 @@ var relayedCaps = map[string]json.RawMessage{
 // of roots, sampling and elicitation is added (to every upstream, which
 // sessions share) once an agent that declares it initializes. An upstream
 // must be initialized again to learn a capability, so one connected
-// without it reconnects; the agent's initialize waits for that: at most
-// wait for an upstream that was up, and for one still starting only as the
-// catalogue's readiness rule says (proxy.Options.ReadyWait), so that a slow
+// without it reconnects in the background (its catalogue stays served and
+// the agent's calls wait for the new connection), and the agent's
+// initialize does not wait for that; it waits for an upstream still on its
+// first attempt only as the catalogue's readiness rule says (proxy.Options.ReadyWait), so that a slow
 // upstream does not hold the agent's initialize (it joins later with
 // list_changed). It never waits for an upstream whose attempts fail. The
 // set only grows: a capability some agent declared stays advertised, and a
@@ -838,13 +839,18 @@ func advertiseClientCaps(ctx context.Context, ups []*upstreams.Upstream, declare
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, u := range ups {
-		// An upstream that is up reconnects for the new capabilities and
-		// is waited for; one on its first attempt is waited for as a
-		// catalogue request waits; one that is down gets them with its
+		// An upstream that is up reconnects for the new capabilities; one
+		// on its first attempt is waited for as a catalogue request waits; one that is down gets them with its
 		// next initialize and is never waited for (a dead upstream would
 		// hold the agent's initialize for the whole wait).
 		wasUp := u.State() == upstreams.StateUp
-		if !u.Advertise(add) {
+		if !u.Advertise(add) || wasUp {
+			// An upstream that was up reconnects in the background and is
+			// not waited for: its catalogue stays served meanwhile, and
+			// the agent's calls wait for the new connection (acquire), so
+			// holding initialize would only delay the agent (Claude Code
+			// gives its MCP servers a few seconds and then goes on
+			// without their tools).
 			continue
 		}
 		wg.Go(func() {
