@@ -839,40 +839,32 @@ func advertiseClientCaps(ctx context.Context, ups []*upstreams.Upstream, declare
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, u := range ups {
-		// An upstream that is up reconnects for the new capabilities; one
-		// on its first attempt is waited for as a catalogue request waits; one that is down gets them with its
-		// next initialize and is never waited for (a dead upstream would
-		// hold the agent's initialize for the whole wait).
+		// An upstream that was up reconnects for the new capabilities in
+		// the background and is not waited for: its catalogue stays
+		// served meanwhile and the agent's calls wait for the new
+		// connection, so holding initialize would only delay the agent
+		// (claude -p goes on without the tools of an MCP server that has
+		// not connected). One on its first attempt is waited for as a
+		// catalogue request waits; one that is down gets them with its
+		// next initialize and is never waited for.
 		wasUp := u.State() == upstreams.StateUp
 		if !u.Advertise(add) || wasUp {
-			// An upstream that was up reconnects in the background and is
-			// not waited for: its catalogue stays served meanwhile, and
-			// the agent's calls wait for the new connection (acquire), so
-			// holding initialize would only delay the agent (Claude Code
-			// gives its MCP servers a few seconds and then goes on
-			// without their tools).
 			continue
 		}
 		wg.Go(func() {
-			ctx := wctx
-			if !wasUp {
-				// On its first attempt: wait for that attempt as a
-				// catalogue request does, within readyWait of its start
-				// or of now, whichever came first; one whose attempts
-				// fail is never waited for.
-				from := time.Now()
-				if t := u.StartedAt(); !t.IsZero() && t.Before(from) {
-					from = t
-				}
-				sctx, cancel := context.WithDeadline(wctx, from.Add(readyWait))
-				defer cancel()
-				ctx = sctx
-				if u.WaitAttempted(ctx) != nil {
-					return
-				}
-				if st, _ := u.Status(); st != upstreams.StateUp {
-					return
-				}
+			// Within readyWait of its start or of now, whichever came
+			// first; one whose attempts fail is never waited for.
+			from := time.Now()
+			if t := u.StartedAt(); !t.IsZero() && t.Before(from) {
+				from = t
+			}
+			ctx, cancel := context.WithDeadline(wctx, from.Add(readyWait))
+			defer cancel()
+			if u.WaitAttempted(ctx) != nil {
+				return
+			}
+			if st, _ := u.Status(); st != upstreams.StateUp {
+				return
 			}
 			if err := u.WaitAdvertised(ctx); err != nil {
 				logger.Debug("upstream not yet reconnected with the agent's capabilities", "upstream", u.Name(), "err", err)
