@@ -5,7 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // appendRecord appends rec as encoding/json would marshal it, byte for
@@ -115,59 +116,5 @@ func appendFloatField(b []byte, name string, v float64) []byte {
 	return b
 }
 
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString quotes s as encoding/json does with HTML escaping on:
-// <, > and & as \u003c, \u003e, \u0026, U+2028 and U+2029 escaped, control
-// characters as \n, \r, \t, \b, \f or \u00XX, and
-// invalid UTF-8 as \ufffd.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
+// appendJSONString quotes s as json.Marshal does (HTML-safe escapes).
+func appendJSONString(b []byte, s string) []byte { return jsonscan.AppendQuoteHTML(b, s) }

@@ -148,7 +148,8 @@ func FuzzWalk(f *testing.F) {
 }
 
 // FuzzQuote compares Quote with encoding/json's Encoder (HTML escaping off)
-// and checks that Unquote reverses it.
+// and AppendQuoteHTML with json.Marshal, and checks that Unquote reverses
+// Quote.
 func FuzzQuote(f *testing.F) {
 	for _, s := range []string{"", "plain", "<&>", "\u2028\u2029", "\x00\x1f\b\f\n\r\t\"\\/", "é😀", "\xff\xfe", "a\xc3"} {
 		f.Add(s)
@@ -163,6 +164,13 @@ func FuzzQuote(f *testing.F) {
 		got := Quote(s)
 		if !bytes.Equal(got, bytes.TrimSuffix(want.Bytes(), []byte("\n"))) {
 			t.Fatalf("Quote(%q) = %s, encoding/json writes %s", s, got, want.Bytes())
+		}
+		wantHTML, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gotHTML := AppendQuoteHTML(nil, s); !bytes.Equal(gotHTML, wantHTML) {
+			t.Fatalf("AppendQuoteHTML(%q) = %s, json.Marshal writes %s", s, gotHTML, wantHTML)
 		}
 		back, err := Unquote(got)
 		if err != nil {

@@ -147,7 +147,14 @@ func Quote(s string) []byte { return AppendQuote(make([]byte, 0, len(s)+2), s) }
 // Encoder with SetEscapeHTML(false) writes it: '<', '>' and '&' are kept
 // so that text reads as the agent expects, U+2028 and U+2029 are escaped,
 // and each invalid UTF-8 byte becomes \ufffd.
-func AppendQuote(dst []byte, s string) []byte {
+func AppendQuote(dst []byte, s string) []byte { return appendQuote(dst, s, false) }
+
+// AppendQuoteHTML appends s as a JSON string exactly as json.Marshal
+// writes it: as AppendQuote, and '<', '>' and '&' as \u003c, \u003e and
+// \u0026.
+func AppendQuoteHTML(dst []byte, s string) []byte { return appendQuote(dst, s, true) }
+
+func appendQuote(dst []byte, s string, html bool) []byte {
 	const hexd = "0123456789abcdef"
 	dst = slices.Grow(dst, len(s)+2)
 	dst = append(dst, '"')
@@ -171,7 +178,7 @@ func AppendQuote(dst []byte, s string) []byte {
 			start = i
 			continue
 		}
-		if c >= 0x20 && c != '"' && c != '\\' {
+		if c >= 0x20 && c != '"' && c != '\\' && (!html || (c != '<' && c != '>' && c != '&')) {
 			i++
 			continue
 		}
