@@ -17,6 +17,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
@@ -653,10 +654,6 @@ type RPCError interface {
 	RPCMessage() string
 }
 
-// codeInternalError is JSON-RPC's internal error code, given to a scrubbed
-// upstream error whose code is unknown.
-const codeInternalError = -32603
-
 // redactedError replaces an error whose text held a secret. errors.Is
 // still matches what the original matched, but the original (and its text)
 // is not reachable through Unwrap.
@@ -761,7 +758,7 @@ func (s *Scrubber) scrubRPCError(ctx context.Context, e error) (error, map[strin
 		if err != nil || clean == msg {
 			return e, nil, err
 		}
-		return &ScrubbedRPCError{Code: codeInternalError, Message: clean}, counts, nil
+		return &ScrubbedRPCError{Code: jsonrpc.CodeInternalError, Message: clean}, counts, nil
 	}
 	msg := re.RPCMessage()
 	clean, counts, err := s.ScrubText(ctx, msg)

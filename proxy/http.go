@@ -22,6 +22,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 )
 
 // HTTPOptions configures the streamable HTTP front.
@@ -65,10 +67,6 @@ func IsLoopback(addr string) bool {
 // transport this front speaks; an MCP-Protocol-Version header naming any
 // other is refused.
 var httpProtocolVersions = []string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"}
-
-// httpCodeSessionNotFound is the JSON-RPC code the MCP SDKs use with a 404
-// for an unknown session.
-const httpCodeSessionNotFound = -32001
 
 const (
 	httpDefaultPath        = "/mcp"
@@ -664,7 +662,7 @@ func (h *HTTPHandler) acquire(w http.ResponseWriter, r *http.Request, id string)
 	if hs := h.resumeSession(r.Context(), id); hs != nil {
 		return hs
 	}
-	httpError(w, http.StatusNotFound, httpCodeSessionNotFound,
+	httpError(w, http.StatusNotFound, jsonrpc.CodeSessionNotFound,
 		"session not found: it ended or never existed; send initialize to start a new one")
 	return nil
 }

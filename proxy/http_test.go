@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 )
 
 const (
@@ -279,7 +281,7 @@ func TestHTTPStatus(t *testing.T) {
 		{"wrong path", "POST", "/other", echo, withSession(nil), 404, CodeInvalidRequest, "/mcp"},
 		{"wrong method", "PUT", "/mcp", echo, withSession(nil), 405, CodeInvalidRequest, "PUT"},
 		{"no session", "POST", "/mcp", echo, map[string]string{"Authorization": auth}, 400, CodeInvalidRequest, "Mcp-Session-Id"},
-		{"unknown session", "POST", "/mcp", echo, withSession(map[string]string{"Mcp-Session-Id": "nope"}), 404, httpCodeSessionNotFound, "session not found"},
+		{"unknown session", "POST", "/mcp", echo, withSession(map[string]string{"Mcp-Session-Id": "nope"}), 404, jsonrpc.CodeSessionNotFound, "session not found"},
 		{"malformed session id", "POST", "/mcp", echo, withSession(map[string]string{"Mcp-Session-Id": "a b"}), 400, CodeInvalidRequest, "visible ASCII"},
 		{"notification", "POST", "/mcp", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, withSession(nil), 202, 0, ""},
 		{"response", "POST", "/mcp", `{"jsonrpc":"2.0","id":"srv-9","result":{}}`, withSession(nil), 202, 0, ""},
@@ -295,7 +297,7 @@ func TestHTTPStatus(t *testing.T) {
 		{"batched initialize", "POST", "/mcp", "[" + httpTestInit + "]", map[string]string{"Authorization": auth}, 400, CodeInvalidRequest, "initialize"},
 		{"get without session", "GET", "/mcp", "", map[string]string{"Authorization": auth, "Accept": "text/event-stream"}, 400, CodeInvalidRequest, "Mcp-Session-Id"},
 		{"get not accepting sse", "GET", "/mcp", "", withSession(map[string]string{"Accept": "application/json"}), 406, CodeInvalidRequest, "text/event-stream"},
-		{"delete unknown", "DELETE", "/mcp", "", withSession(map[string]string{"Mcp-Session-Id": "nope"}), 404, httpCodeSessionNotFound, "session not found"},
+		{"delete unknown", "DELETE", "/mcp", "", withSession(map[string]string{"Mcp-Session-Id": "nope"}), 404, jsonrpc.CodeSessionNotFound, "session not found"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

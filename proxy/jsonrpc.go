@@ -7,22 +7,21 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 )
 
-// JSON-RPC and MCP error codes, coded in one place.
+// JSON-RPC and MCP error codes, under proxy's names; the numbers are coded
+// in one place, policy/jsonrpc.
 const (
-	CodeParseError     = -32700
-	CodeInvalidRequest = -32600
-	CodeMethodNotFound = -32601
-	CodeInvalidParams  = -32602
-	CodeInternalError  = -32603
-	// CodeResourceNotFound is MCP's code for an unknown resource URI.
-	CodeResourceNotFound = -32002
-	// CodeUpstreamUnavailable is foldproxy's code for an upstream that is
-	// down or restarting (implementation-defined server error range).
-	CodeUpstreamUnavailable = -32010
-	// CodeMessageTooLarge refuses a message above maxMessageBytes.
-	CodeMessageTooLarge = -32011
+	CodeParseError          = jsonrpc.CodeParseError
+	CodeInvalidRequest      = jsonrpc.CodeInvalidRequest
+	CodeMethodNotFound      = jsonrpc.CodeMethodNotFound
+	CodeInvalidParams       = jsonrpc.CodeInvalidParams
+	CodeInternalError       = jsonrpc.CodeInternalError
+	CodeResourceNotFound    = jsonrpc.CodeResourceNotFound
+	CodeUpstreamUnavailable = jsonrpc.CodeUpstreamUnavailable
+	CodeMessageTooLarge     = jsonrpc.CodeMessageTooLarge
 )
 
 // Message is one raw JSON-RPC message. Exactly one of the shapes holds:
