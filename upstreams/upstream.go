@@ -307,23 +307,10 @@ func (u *Upstream) Advertise(caps map[string]json.RawMessage) bool {
 // initialized with every capability Advertise has added, or until ctx ends
 // or the upstream is closed.
 func (u *Upstream) WaitAdvertised(ctx context.Context) error {
-	for {
-		u.mu.Lock()
-		c, closed, changed := u.liveLocked(), u.closed, u.changed
-		done := c != nil && c.capsGen == u.capsGen
-		u.mu.Unlock()
-		switch {
-		case done:
-			return nil
-		case closed:
-			return unavailable(nil, "upstream %q is closed", u.Name())
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return u.waitFor(ctx, func() bool {
+		c := u.liveLocked()
+		return c != nil && c.capsGen == u.capsGen
+	})
 }
 
 // advertised returns the client capabilities to send in initialize, and
@@ -473,12 +460,18 @@ func (u *Upstream) StartedAt() time.Time {
 // an upstream that is starting, and never for one whose attempts fail and
 // are retried with backoff.
 func (u *Upstream) WaitAttempted(ctx context.Context) error {
+	return u.waitFor(ctx, func() bool { return u.everUp || u.attempts > 0 })
+}
+
+// waitFor blocks until done (called with u.mu held) reports true, ctx ends
+// or the upstream is closed.
+func (u *Upstream) waitFor(ctx context.Context, done func() bool) error {
 	for {
 		u.mu.Lock()
-		done, closed, changed := u.everUp || u.attempts > 0, u.closed, u.changed
+		ok, closed, changed := done(), u.closed, u.changed
 		u.mu.Unlock()
 		switch {
-		case done:
+		case ok:
 			return nil
 		case closed:
 			return unavailable(nil, "upstream %q is closed", u.Name())
