@@ -317,57 +317,10 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	defer store.Close()
 	metrics := intercept.NewMetrics()
 	var srvp atomic.Pointer[proxy.Server]
-	// restartsSeen is each upstream's restart count already added to
-	// foldproxy_upstream_restarts_total: OnState reports states, not
-	// restarts, so the counter follows Upstream.Restarts.
-	var restartsMu sync.Mutex
-	restartsSeen := map[string]int{}
-	set := upstreams.NewSet(cfg.Servers, upstreams.Options{
-		Logger:     logger,
-		ClientInfo: json.RawMessage(fmt.Sprintf(`{"name":"foldproxy","version":%q}`, version)),
-		// None at first: each agent's own are added as it initializes
-		// (advertiseClientCaps).
-		Capabilities: json.RawMessage(`{}`),
-		OnNotification: func(u *upstreams.Upstream, method string, params json.RawMessage) {
-			if srv := srvp.Load(); srv != nil {
-				srv.UpstreamNotification(u.Name(), method, params)
-			}
-		},
-		OnRequest: func(ctx context.Context, u *upstreams.Upstream, method string, params json.RawMessage) (json.RawMessage, error) {
-			srv := srvp.Load()
-			if srv == nil {
-				return nil, &upstreams.RPCError{Code: proxy.CodeInternalError, Message: "foldproxy is starting"}
-			}
-			return srv.UpstreamRequest(ctx, u.Name(), method, params)
-		},
-		// A server's stderr may print secrets: it is scrubbed like
-		// everything else before it reaches foldproxy's log.
-		Stderr: func(u *upstreams.Upstream, line string) {
-			<-scrubReady
-			if scrubber == nil {
-				return
-			}
-			sctx, cancel := context.WithTimeout(ctx, st.Scrub.Timeout.D())
-			clean, _, err := scrubber.ScrubText(sctx, line)
-			cancel()
-			if err != nil {
-				logger.Info("upstream stderr withheld: it could not be scanned for secrets", "upstream", u.Name())
-				return
-			}
-			logger.Info("upstream stderr", "upstream", u.Name(), "line", clean)
-		},
-		OnState: func(u *upstreams.Upstream, s upstreams.State) {
-			metrics.UpstreamState(u.Name(), s == upstreams.StateUp)
-			restartsMu.Lock()
-			for n := u.Restarts(); restartsSeen[u.Name()] < n; restartsSeen[u.Name()]++ {
-				metrics.UpstreamRestart(u.Name())
-			}
-			restartsMu.Unlock()
-			if srv := srvp.Load(); srv != nil {
-				srv.UpstreamChanged(u.Name())
-			}
-		},
-	})
+	set := upstreams.NewSet(cfg.Servers, upstreamOptions(ctx, upstreamHooks{
+		srv: &srvp, metrics: metrics, logger: logger, scrubTimeout: st.Scrub.Timeout.D(),
+		scrubber: func() *intercept.Scrubber { <-scrubReady; return scrubber },
+	}))
 	defer set.Close()
 	set.Start(ctx)
 	// The tokenizer loads while the upstreams start.
@@ -741,6 +694,77 @@ func serveMetrics(addr string, m *intercept.Metrics, logger *slog.Logger) (stop 
 	logger.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	go func() { _ = ms.Serve(ln) }()
 	return func() { _ = ms.Close() }, nil
+}
+
+// upstreamHooks are what the upstreams' callbacks reach: the MCP front
+// (set once it exists), the metrics, the log, and the scrubber (which may
+// still be building: scrubber waits for it, and returns nil if it failed).
+type upstreamHooks struct {
+	srv          *atomic.Pointer[proxy.Server]
+	metrics      *intercept.Metrics
+	logger       *slog.Logger
+	scrubber     func() *intercept.Scrubber
+	scrubTimeout time.Duration
+}
+
+// upstreamOptions are the options of serve's upstream set: notifications
+// and server-to-client requests go to the MCP front (a request before it
+// exists is refused as "foldproxy is starting"), every stderr line is
+// scrubbed before it is logged (withheld when it cannot be scanned), and
+// states and restarts feed the metrics.
+func upstreamOptions(ctx context.Context, h upstreamHooks) upstreams.Options {
+	srvp, metrics, logger := h.srv, h.metrics, h.logger
+	// restartsSeen is each upstream's restart count already added to
+	// foldproxy_upstream_restarts_total: OnState reports states, not
+	// restarts, so the counter follows Upstream.Restarts.
+	var restartsMu sync.Mutex
+	restartsSeen := map[string]int{}
+	return upstreams.Options{
+		Logger:     logger,
+		ClientInfo: json.RawMessage(fmt.Sprintf(`{"name":"foldproxy","version":%q}`, version)),
+		// None at first: each agent's own are added as it initializes
+		// (advertiseClientCaps).
+		Capabilities: json.RawMessage(`{}`),
+		OnNotification: func(u *upstreams.Upstream, method string, params json.RawMessage) {
+			if srv := srvp.Load(); srv != nil {
+				srv.UpstreamNotification(u.Name(), method, params)
+			}
+		},
+		OnRequest: func(ctx context.Context, u *upstreams.Upstream, method string, params json.RawMessage) (json.RawMessage, error) {
+			srv := srvp.Load()
+			if srv == nil {
+				return nil, &upstreams.RPCError{Code: proxy.CodeInternalError, Message: "foldproxy is starting"}
+			}
+			return srv.UpstreamRequest(ctx, u.Name(), method, params)
+		},
+		// A server's stderr may print secrets: it is scrubbed like
+		// everything else before it reaches foldproxy's log.
+		Stderr: func(u *upstreams.Upstream, line string) {
+			scrubber := h.scrubber()
+			if scrubber == nil {
+				return
+			}
+			sctx, cancel := context.WithTimeout(ctx, h.scrubTimeout)
+			clean, _, err := scrubber.ScrubText(sctx, line)
+			cancel()
+			if err != nil {
+				logger.Info("upstream stderr withheld: it could not be scanned for secrets", "upstream", u.Name())
+				return
+			}
+			logger.Info("upstream stderr", "upstream", u.Name(), "line", clean)
+		},
+		OnState: func(u *upstreams.Upstream, s upstreams.State) {
+			metrics.UpstreamState(u.Name(), s == upstreams.StateUp)
+			restartsMu.Lock()
+			for n := u.Restarts(); restartsSeen[u.Name()] < n; restartsSeen[u.Name()]++ {
+				metrics.UpstreamRestart(u.Name())
+			}
+			restartsMu.Unlock()
+			if srv := srvp.Load(); srv != nil {
+				srv.UpstreamChanged(u.Name())
+			}
+		},
+	}
 }
 
 // buildChains returns the interceptors of forwarded calls and of

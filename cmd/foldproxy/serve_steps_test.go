@@ -2,19 +2,25 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/upstreams"
 )
 
 // The tests of serve's setup steps, one by one (see the steps in serve.go).
@@ -258,5 +264,50 @@ func TestServeHTTP(t *testing.T) {
 	closed.Close()
 	if err := serveHTTP(context.Background(), closed, http.NotFoundHandler(), nil); err == nil || errors.Is(err, http.ErrServerClosed) {
 		t.Errorf("serveHTTP on a closed listener: %v, want its error", err)
+	}
+}
+
+// TestUpstreamOptions: before the MCP front exists an upstream's request
+// is refused as "foldproxy is starting"; a stderr line is scrubbed before it
+// is logged, and dropped when no scrubber could be built; a state change
+// feeds the metrics.
+func TestUpstreamOptions(t *testing.T) {
+	var logged strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logged, nil))
+	m := intercept.NewMetrics()
+	scrubber, err := intercept.NewScrubber(policy.Default().Scrub, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var srvp atomic.Pointer[proxy.Server]
+	hooks := upstreamHooks{srv: &srvp, metrics: m, logger: logger, scrubTimeout: 10 * time.Second,
+		scrubber: func() *intercept.Scrubber { return scrubber }}
+	opts := upstreamOptions(context.Background(), hooks)
+	u := upstreams.New(upstreams.Entry{Name: "gh", Type: "stdio", Command: "true"}, opts)
+
+	_, err = opts.OnRequest(context.Background(), u, "sampling/createMessage", json.RawMessage(`{}`))
+	var rpcErr *upstreams.RPCError
+	if !errors.As(err, &rpcErr) || rpcErr.Code != proxy.CodeInternalError || rpcErr.Message != "foldproxy is starting" {
+		t.Errorf("request before the front exists: %v", err)
+	}
+	opts.OnNotification(u, "notifications/message", json.RawMessage(`{}`)) // no front yet: dropped, no panic
+
+	secret := "ghp_A1b2C3d4E5f6G7h8J9k0L1m2N3p4Q5r6S7t8"
+	opts.Stderr(u, "token "+secret)
+	if strings.Contains(logged.String(), secret) || !strings.Contains(logged.String(), "[REDACTED:github-pat]") || !strings.Contains(logged.String(), "upstream=gh") {
+		t.Errorf("stderr logged as %q: want it scrubbed and attributed", logged.String())
+	}
+	logged.Reset()
+	opts = upstreamOptions(context.Background(), upstreamHooks{srv: &srvp, metrics: m, logger: logger, scrubber: func() *intercept.Scrubber { return nil }})
+	opts.Stderr(u, "token "+secret)
+	if logged.Len() != 0 {
+		t.Errorf("stderr without a scrubber logged %q, want nothing", logged.String())
+	}
+
+	opts.OnState(u, upstreams.StateUp)
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), `foldproxy_upstream_up{upstream="gh"} 1`) {
+		t.Errorf("metrics after the upstream came up lack its state:\n%.2000s", rec.Body.String())
 	}
 }
