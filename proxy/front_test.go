@@ -139,6 +139,12 @@ func (f *frontFake) Deliver(ctx context.Context, s *Session, msg *Message, out O
 		}
 		select {
 		case m := <-ch:
+			// The agent may answer with an error (then there is no
+			// result to quote): pass it on as the fake's own error.
+			if m.Error != nil || len(m.Result) == 0 {
+				_ = out.WriteMessage(Response(msg.ID, nil, Errorf(CodeInternalError, "the agent refused the sampling request")))
+				return
+			}
 			answer(`{"sampled":` + string(m.Result) + `}`)
 		case <-ctx.Done():
 			_ = out.WriteMessage(Response(msg.ID, nil, Errorf(CodeInternalError, "cancelled")))
