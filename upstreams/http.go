@@ -377,7 +377,16 @@ func (w *httpWire) close() error {
 // readEvents reads a text/event-stream and calls fn with each event's data
 // (its data lines joined with "\n") until fn returns false or the stream
 // ends; it returns nil then, or the read error.
-func readEvents(r io.Reader, fn func(event string, data []byte) bool) error {
+func readEvents(r io.Reader, fn0 func(event string, data []byte) bool) error {
+	// An event with empty data carries no message: MCP servers send one
+	// first on a stream (an event id to resume from, "data:" empty), and
+	// it is not a malformed message.
+	fn := func(event string, data []byte) bool {
+		if len(bytes.TrimSpace(data)) == 0 {
+			return true
+		}
+		return fn0(event, data)
+	}
 	br := bufio.NewReaderSize(r, 64<<10)
 	var event string
 	var data []byte

@@ -8,7 +8,9 @@ import (
 )
 
 func TestReadEvents(t *testing.T) {
-	stream := "event: message\ndata: {\"a\":1}\n\n: comment\ndata:{\"b\":\ndata: 2}\r\n\r\nid: 7\ndata: last"
+	// It opens with a priming event (an id, empty data), as MCP servers
+	// send first on a stream: no message, so not handed over.
+	stream := "id: 1\ndata:\n\nid: 2\ndata: \n\nevent: message\ndata: {\"a\":1}\n\n: comment\ndata:{\"b\":\ndata: 2}\r\n\r\nid: 7\ndata: last"
 	var got []string
 	err := readEvents(strings.NewReader(stream), func(event string, data []byte) bool {
 		got = append(got, event+"|"+string(data))

@@ -836,10 +836,9 @@ var relayedCaps = map[string]json.RawMessage{
 // of roots, sampling and elicitation is added (to every upstream, which
 // sessions share) once an agent that declares it initializes. An upstream
 // must be initialized again to learn a capability, so one connected
-// without it reconnects in the background (its catalogue stays served and
-// the agent's calls wait for the new connection), and the agent's
-// initialize does not wait for that; it waits for an upstream still on its
-// first attempt only as the catalogue's readiness rule says (proxy.Options.ReadyWait), so that a slow
+// without it reconnects; the agent's initialize waits for that: at most
+// wait for an upstream that was up, and for one still starting only as the
+// catalogue's readiness rule says (proxy.Options.ReadyWait), so that a slow
 // upstream does not hold the agent's initialize (it joins later with
 // list_changed). It never waits for an upstream whose attempts fail. The
 // set only grows: a capability some agent declared stays advertised, and a
@@ -863,32 +862,37 @@ func advertiseClientCaps(ctx context.Context, ups []*upstreams.Upstream, declare
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, u := range ups {
-		// An upstream that was up reconnects for the new capabilities in
-		// the background and is not waited for: its catalogue stays
-		// served meanwhile and the agent's calls wait for the new
-		// connection, so holding initialize would only delay the agent
-		// (claude -p goes on without the tools of an MCP server that has
-		// not connected). One on its first attempt is waited for as a
-		// catalogue request waits; one that is down gets them with its
+		// An upstream that is up reconnects for the new capabilities and
+		// is waited for (at most wait): a tools/list right after
+		// initialize must list what the upstream offers an agent with
+		// those capabilities (server-everything adds tools for roots,
+		// sampling and elicitation), and the catalogue of the old
+		// connection would not. One on its first attempt is waited for as
+		// a catalogue request waits; one that is down gets them with its
 		// next initialize and is never waited for.
 		wasUp := u.State() == upstreams.StateUp
-		if !u.Advertise(add) || wasUp {
+		if !u.Advertise(add) {
 			continue
 		}
 		wg.Go(func() {
-			// Within readyWait of its start or of now, whichever came
-			// first; one whose attempts fail is never waited for.
-			from := time.Now()
-			if t := u.StartedAt(); !t.IsZero() && t.Before(from) {
-				from = t
-			}
-			ctx, cancel := context.WithDeadline(wctx, from.Add(readyWait))
-			defer cancel()
-			if u.WaitAttempted(ctx) != nil {
-				return
-			}
-			if st, _ := u.Status(); st != upstreams.StateUp {
-				return
+			ctx := wctx
+			if !wasUp {
+				// Within readyWait of its start or of now, whichever
+				// came first; one whose attempts fail is never waited
+				// for.
+				from := time.Now()
+				if t := u.StartedAt(); !t.IsZero() && t.Before(from) {
+					from = t
+				}
+				sctx, cancel := context.WithDeadline(wctx, from.Add(readyWait))
+				defer cancel()
+				ctx = sctx
+				if u.WaitAttempted(ctx) != nil {
+					return
+				}
+				if st, _ := u.Status(); st != upstreams.StateUp {
+					return
+				}
 			}
 			if err := u.WaitAdvertised(ctx); err != nil {
 				logger.Debug("upstream not yet reconnected with the agent's capabilities", "upstream", u.Name(), "err", err)
