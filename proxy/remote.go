@@ -442,17 +442,7 @@ func (f *RemoteFront) awaitResponse(ctx context.Context, ex *intercept.Exchange)
 
 // callFold is the innermost handler of the fold tools.
 func (f *RemoteFront) callFold(ctx context.Context, ex *intercept.Exchange) error {
-	res, err := f.opts.Fold.CallTool(ctx, ex.Session, ex.Name, ex.Args)
-	if err != nil {
-		ex.Err = err
-		ex.Outcome = intercept.OutcomeError
-		return err
-	}
-	ex.Result = res
-	if ex.Outcome == "" {
-		ex.Outcome = intercept.OutcomeOK
-	}
-	return nil
+	return callFoldTool(ctx, f.opts.Fold, ex)
 }
 
 // exchangeOf is the exchange of a chained request.
@@ -894,19 +884,29 @@ func (f *RemoteFront) addFoldTools(raw []byte) []byte {
 	return out
 }
 
-// serveGet serves a GET of a server's endpoint: the standalone stream of
-// streamable HTTP, or the legacy SSE transport's stream, whose first event
-// announces the endpoint its POSTs go to.
-func (f *RemoteFront) serveGet(w http.ResponseWriter, r *http.Request, s *remoteServer, conn net.Conn) {
+// send forwards r, bodiless, to the server it was meant for; when that
+// fails the client has been answered 502 and ok is false.
+func (f *RemoteFront) send(w http.ResponseWriter, r *http.Request) (resp *http.Response, ok bool) {
 	target, _ := r.Context().Value(mitmTargetKey{}).(string)
 	req, err := upstreamRequest(r.Context(), r, target, nil)
 	if err != nil {
 		proxyRefusal(w, http.StatusBadGateway, "foldproxy: "+err.Error())
-		return
+		return nil, false
 	}
-	resp, err := f.opts.Transport.RoundTrip(req)
+	resp, err = f.opts.Transport.RoundTrip(req)
 	if err != nil {
 		proxyRefusal(w, http.StatusBadGateway, "foldproxy could not reach "+r.Host+": "+err.Error())
+		return nil, false
+	}
+	return resp, true
+}
+
+// serveGet serves a GET of a server's endpoint: the standalone stream of
+// streamable HTTP, or the legacy SSE transport's stream, whose first event
+// announces the endpoint its POSTs go to.
+func (f *RemoteFront) serveGet(w http.ResponseWriter, r *http.Request, s *remoteServer, conn net.Conn) {
+	resp, ok := f.send(w, r)
+	if !ok {
 		return
 	}
 	defer resp.Body.Close()
@@ -924,15 +924,8 @@ func (f *RemoteFront) serveGet(w http.ResponseWriter, r *http.Request, s *remote
 // serveDelete forwards a client's DELETE of its session and ends the fold
 // session with it.
 func (f *RemoteFront) serveDelete(w http.ResponseWriter, r *http.Request, s *remoteServer, conn net.Conn) {
-	target, _ := r.Context().Value(mitmTargetKey{}).(string)
-	req, err := upstreamRequest(r.Context(), r, target, nil)
-	if err != nil {
-		proxyRefusal(w, http.StatusBadGateway, "foldproxy: "+err.Error())
-		return
-	}
-	resp, err := f.opts.Transport.RoundTrip(req)
-	if err != nil {
-		proxyRefusal(w, http.StatusBadGateway, "foldproxy could not reach "+r.Host+": "+err.Error())
+	resp, ok := f.send(w, r)
+	if !ok {
 		return
 	}
 	defer resp.Body.Close()

@@ -905,7 +905,13 @@ func (s *Server) callUpstream(ctx context.Context, ex *intercept.Exchange) error
 
 // callFold is the innermost handler for foldproxy's own tools.
 func (s *Server) callFold(ctx context.Context, ex *intercept.Exchange) error {
-	res, err := s.opts.Fold.CallTool(ctx, ex.Session, ex.Name, ex.Args)
+	return callFoldTool(ctx, s.opts.Fold, ex)
+}
+
+// callFoldTool answers a fold tool's exchange from fold: the innermost
+// handler of both the MCP front and the remote front.
+func callFoldTool(ctx context.Context, fold Folder, ex *intercept.Exchange) error {
+	res, err := fold.CallTool(ctx, ex.Session, ex.Name, ex.Args)
 	if err != nil {
 		ex.Err = err
 		ex.Outcome = intercept.OutcomeError
