@@ -219,24 +219,7 @@ func (t *sseWire) post(ctx context.Context, body []byte) error {
 
 // call posts a request and waits for its response on the stream.
 func (t *sseWire) call(ctx context.Context, id int64, _ string, body []byte) (*inMsg, error) {
-	select {
-	case <-t.done:
-		return nil, errTransportClosed
-	default:
-	}
-	ch, forget := t.calls.add(id)
-	defer forget()
-	if err := t.post(ctx, body); err != nil {
-		return nil, err
-	}
-	select {
-	case m := <-ch:
-		return m, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-t.done:
-		return nil, errTransportClosed
-	}
+	return t.calls.call(ctx, t.done, id, func() error { return t.post(ctx, body) })
 }
 
 // send posts a notification or a response.

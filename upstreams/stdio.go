@@ -225,29 +225,7 @@ func (w *stdioWire) write(body []byte) error {
 }
 
 func (w *stdioWire) call(ctx context.Context, id int64, _ string, body []byte) (*inMsg, error) {
-	select {
-	case <-w.done:
-		return nil, errTransportClosed
-	default:
-	}
-	ch, forget := w.calls.add(id)
-	defer forget()
-	if err := w.write(body); err != nil {
-		return nil, err
-	}
-	select {
-	case m := <-ch:
-		return m, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-w.done:
-		select {
-		case m := <-ch:
-			return m, nil
-		default:
-		}
-		return nil, errTransportClosed
-	}
+	return w.calls.call(ctx, w.done, id, func() error { return w.write(body) })
 }
 
 func (w *stdioWire) send(ctx context.Context, body []byte) error {

@@ -202,6 +202,35 @@ func (p *pending) add(id int64) (chan *inMsg, func()) {
 	}
 }
 
+// call registers id, sends the request with send and waits for its
+// response, ctx's end, or done (the wire closing; a response that arrived
+// just before still counts).
+func (p *pending) call(ctx context.Context, done <-chan struct{}, id int64, send func() error) (*inMsg, error) {
+	select {
+	case <-done:
+		return nil, errTransportClosed
+	default:
+	}
+	ch, forget := p.add(id)
+	defer forget()
+	if err := send(); err != nil {
+		return nil, err
+	}
+	select {
+	case m := <-ch:
+		return m, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-done:
+		select {
+		case m := <-ch:
+			return m, nil
+		default:
+		}
+		return nil, errTransportClosed
+	}
+}
+
 // deliver passes a response to the call waiting for it and reports
 // whether one was.
 func (p *pending) deliver(m *inMsg) bool {
