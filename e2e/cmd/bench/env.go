@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/foldproxy/foldproxy/e2e/cost"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -100,33 +99,15 @@ func (e *env) buildBinaries(ctx context.Context) error {
 
 // loadOutputs returns the output of every step of the trajectories.
 func loadOutputs(path string) ([]string, error) {
-	f, err := os.Open(path)
+	trajs, err := cost.LoadTrajectories(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(nil, 256<<20)
 	var outs []string
-	for sc.Scan() {
-		var rec struct {
-			Steps []struct {
-				Output string `json:"output"`
-			} `json:"steps"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		for _, s := range rec.Steps {
+	for _, steps := range trajs {
+		for _, s := range steps {
 			outs = append(outs, s.Output)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if len(outs) == 0 {
 		return nil, fmt.Errorf("%s: no steps", path)
