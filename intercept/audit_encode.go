@@ -72,13 +72,18 @@ func encodable(rec *Record) bool {
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
+// appendKey appends a member's separator and key: ,"name":
+func appendKey(b []byte, name string) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	return append(b, '"', ':')
+}
+
 func appendStringField(b []byte, name, v string) []byte {
 	if v == "" {
 		return b
 	}
-	b = append(b, ',', '"')
-	b = append(b, name...)
-	b = append(b, '"', ':')
+	b = appendKey(b, name)
 	return appendJSONString(b, v)
 }
 
@@ -86,9 +91,7 @@ func appendIntField(b []byte, name string, v int) []byte {
 	if v == 0 {
 		return b
 	}
-	b = append(b, ',', '"')
-	b = append(b, name...)
-	b = append(b, '"', ':')
+	b = appendKey(b, name)
 	return strconv.AppendInt(b, int64(v), 10)
 }
 
@@ -99,9 +102,7 @@ func appendFloatField(b []byte, name string, v float64) []byte {
 	if v == 0 {
 		return b
 	}
-	b = append(b, ',', '"')
-	b = append(b, name...)
-	b = append(b, '"', ':')
+	b = appendKey(b, name)
 	format := byte('f')
 	if abs := math.Abs(v); abs < 1e-6 || abs >= 1e21 {
 		format = 'e'
