@@ -108,6 +108,19 @@ func newPipeStack(tb testing.TB) *pipeStack {
 	return s
 }
 
+// memStore replaces the stack's manager by one on the in-memory store.
+func (s *pipeStack) memStore(tb testing.TB) {
+	tb.Helper()
+	mgr, err := fold.NewManager(context.Background(), fold.Options{
+		Settings: s.set.Fold, Store: fold.NewMemStore(), Scanner: s.scrub, Counter: s.counter, PruneInterval: -1,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { mgr.Close() })
+	s.mgr = mgr
+}
+
 func (s *pipeStack) session(tb testing.TB, id string) {
 	tb.Helper()
 	if err := s.mgr.OpenSession(context.Background(), fold.SessionRecord{ID: id, Transport: "stdio"}); err != nil {
@@ -199,24 +212,33 @@ func BenchmarkPipelineCountParallel(b *testing.B) {
 }
 
 // BenchmarkPipelineChainFull is the whole chain (scrub, tokens, budget, audit,
-// metrics) around an in-memory upstream, at the root of one session.
+// metrics) around an in-memory upstream, at the root of one session, with
+// the fold manager on Badger (durable, as served) and on the in-memory
+// store: the difference is what archiving every result in Badger costs.
 func BenchmarkPipelineChainFull(b *testing.B) {
 	res := pipeResults(b)
-	s := newPipeStack(b)
-	s.session(b, "s")
-	var cur json.RawMessage
-	h := Chain(func(_ context.Context, ex *Exchange) error { ex.Result = cur; return nil },
-		Observe(s.metrics), Audit(s.audit), Budget(s.mgr, s.counter, nil), Tokens(s.counter), Scrub(s.scrub))
-	ctx := context.Background()
-	b.SetBytes(pipeBytes(res))
-	for b.Loop() {
-		for _, r := range res {
-			cur = r
-			ex := &Exchange{Session: "s", Upstream: "replay", Method: "tools/call", Name: "run", Args: json.RawMessage(`{}`)}
-			if err := h(ctx, ex); err != nil {
-				b.Fatal(err)
+	for _, store := range []string{"badger", "mem"} {
+		b.Run(store, func(b *testing.B) {
+			s := newPipeStack(b)
+			if store == "mem" {
+				s.memStore(b)
 			}
-		}
+			s.session(b, "s")
+			var cur json.RawMessage
+			h := Chain(func(_ context.Context, ex *Exchange) error { ex.Result = cur; return nil },
+				Observe(s.metrics), Audit(s.audit), Budget(s.mgr, s.counter, nil), Tokens(s.counter), Scrub(s.scrub))
+			ctx := context.Background()
+			b.SetBytes(pipeBytes(res))
+			for b.Loop() {
+				for _, r := range res {
+					cur = r
+					ex := &Exchange{Session: "s", Upstream: "replay", Method: "tools/call", Name: "run", Args: json.RawMessage(`{}`)}
+					if err := h(ctx, ex); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
 	}
 }
 
@@ -270,14 +292,7 @@ func BenchmarkPipelineChainTiny(b *testing.B) {
 		b.Run(store, func(b *testing.B) {
 			s := newPipeStack(b)
 			if store == "mem" {
-				mgr, err := fold.NewManager(context.Background(), fold.Options{
-					Settings: s.set.Fold, Store: fold.NewMemStore(), Scanner: s.scrub, Counter: s.counter, PruneInterval: -1,
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { mgr.Close() })
-				s.mgr = mgr
+				s.memStore(b)
 			}
 			s.session(b, "s")
 			h := Chain(func(_ context.Context, ex *Exchange) error { ex.Result = res; return nil },
