@@ -10,6 +10,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -37,9 +40,44 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	stopProfile := startCPUProfile(os.Getenv(cpuProfileEnv), os.Stderr)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
+	stopProfile()
 	os.Exit(code)
+}
+
+// cpuProfileEnv names the environment variable that makes a foldproxy
+// process write a CPU profile (go tool pprof) of its whole life to the file
+// it names, once it exits normally (end of stdin, SIGTERM, SIGINT). "%p" in
+// the name becomes the process id, so that a relay and the daemon it starts
+// (which inherits the variable) write one file each.
+const cpuProfileEnv = "FOLDPROXY_CPUPROFILE"
+
+// startCPUProfile starts the CPU profile asked for by path ("" for none)
+// and returns what stops it; a profile that cannot start is reported on
+// stderr and skipped, since it must not keep foldproxy from serving.
+func startCPUProfile(path string, stderr io.Writer) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	path = strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid()))
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "foldproxy: %s: %v\n", cpuProfileEnv, err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintf(stderr, "foldproxy: %s: %v\n", cpuProfileEnv, err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(stderr, "foldproxy: %s: %v\n", cpuProfileEnv, err)
+		}
+	}
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
