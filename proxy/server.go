@@ -850,9 +850,7 @@ func (s *Server) callUpstream(ctx context.Context, ex *intercept.Exchange) error
 		return ex.Err
 	}
 	d := s.opts.Settings.CallTimeout(ex.Upstream)
-	cctx, cancel := context.WithTimeoutCause(ctx, d, fmt.Errorf(
-		"upstream %q did not answer %s within %s (foldproxy.upstreams.%s.callTimeout); foldproxy cancelled it upstream",
-		ex.Upstream, ex.Method, d, ex.Upstream))
+	cctx, cancel := context.WithTimeoutCause(ctx, d, &callTimeoutError{upstream: ex.Upstream, method: ex.Method, d: d})
 	defer cancel()
 	// A branch that closes meanwhile (its deadline, a parent returning)
 	// ends the calls still in flight in it: they are cancelled upstream.
@@ -901,6 +899,19 @@ func (s *Server) callUpstream(ctx context.Context, ex *intercept.Exchange) error
 	}
 	ex.Result = res
 	return nil
+}
+
+// callTimeoutError is the cause of a call's context when the upstream did
+// not answer within its callTimeout. Its text is composed only when read:
+// every call carries one, and few ever time out.
+type callTimeoutError struct {
+	upstream, method string
+	d                time.Duration
+}
+
+func (e *callTimeoutError) Error() string {
+	return fmt.Sprintf("upstream %q did not answer %s within %s (foldproxy.upstreams.%s.callTimeout); foldproxy cancelled it upstream",
+		e.upstream, e.method, e.d, e.upstream)
 }
 
 // callFold is the innermost handler for foldproxy's own tools.
