@@ -97,6 +97,17 @@ type stdioServer struct {
 	detach   bool            // leave the session in the store at shutdown
 	reqCtx   context.Context // parent of every request's context
 	inflight sync.WaitGroup
+
+	br    *bufio.Reader
+	pool  stdioPool
+	ended chan error // the error that ended reading (io.EOF at the end of input)
+
+	// gate orders the reader's deliveries against shutdown: a line is
+	// delivered, and its requests counted in inflight, under the read
+	// lock, and shutdown sets stopped under the write lock, so that
+	// nothing is delivered once the session is being closed.
+	gate    sync.RWMutex
+	stopped bool
 }
 
 // stdioLine is one line read from the agent, or the error that ended reading.
@@ -119,40 +130,126 @@ func (sv *stdioServer) serve(ctx context.Context, r io.Reader) error {
 		sv.opts.Opened(sv.s)
 	}
 
-	lines := make(chan stdioLine)
-	stop := make(chan struct{})
-	defer close(stop)
-	go stdioReadLines(r, sv.max, lines, stop)
+	sv.br = bufio.NewReaderSize(r, 64<<10)
+	sv.ended = make(chan error, 1)
+	defer sv.pool.close()
+	sv.pool.run(sv.read)
 
+	select {
+	case <-ctx.Done():
+		sv.detach = sv.opts.Detach
+		sv.shutdown(ctx, cancelReqs, 0)
+		return ctx.Err()
+	case <-sv.out.broken:
+		sv.shutdown(ctx, cancelReqs, 0)
+		return sv.out.failure()
+	case err := <-sv.ended:
+		sv.shutdown(ctx, cancelReqs, sv.drain)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return fmt.Errorf("stdio: reading from the agent: %w", err)
+	}
+}
+
+// read reads the agent's lines and delivers them until reading fails or
+// the server stops. A request is served on the goroutine that read it:
+// that goroutine first passes the reading on to another one of the pool,
+// so that the request starts at once, on a thread already running, and a
+// notification behind it (its cancellation) still gets through.
+func (sv *stdioServer) read() {
 	for {
-		select {
-		case <-ctx.Done():
-			sv.detach = sv.opts.Detach
-			sv.shutdown(ctx, cancelReqs, 0)
-			return ctx.Err()
-		case <-sv.out.broken:
-			sv.shutdown(ctx, cancelReqs, 0)
-			return sv.out.failure()
-		case ln := <-lines:
-			if ln.tooLarge || len(ln.data) > 0 {
-				sv.handleLine(ln)
+		data, tooLarge, err := stdioReadLine(sv.br, sv.max)
+		sv.gate.RLock()
+		if sv.stopped {
+			sv.gate.RUnlock()
+			return
+		}
+		var serve func()
+		if tooLarge || len(data) > 0 {
+			serve = sv.handleLine(stdioLine{data: data, tooLarge: tooLarge})
+		}
+		sv.gate.RUnlock()
+		if err != nil {
+			if serve != nil {
+				sv.pool.run(serve)
 			}
-			if ln.err == nil {
-				continue
-			}
-			sv.shutdown(ctx, cancelReqs, sv.drain)
-			if errors.Is(ln.err, io.EOF) {
-				return nil
-			}
-			return fmt.Errorf("stdio: reading from the agent: %w", ln.err)
+			sv.ended <- err // once: this goroutine reads no more
+			return
+		}
+		if serve != nil {
+			sv.pool.run(sv.read)
+			serve()
+			return
 		}
 	}
+}
+
+// stdioPoolIdle bounds how many idle goroutines a session's pool keeps.
+const stdioPoolIdle = 8
+
+// stdioPool runs functions on goroutines that it keeps, up to
+// stdioPoolIdle of them, once their function has returned: the next
+// request then runs on a goroutine whose stack has already grown to what
+// serving one takes, rather than on a new one whose small stack is copied
+// each time it doubles. Its zero value is ready; close ends the idle
+// goroutines, and those still running end when their function returns.
+type stdioPool struct {
+	mu     sync.Mutex
+	idle   []chan func()
+	closed bool
+}
+
+// run runs f on an idle goroutine, or a new one.
+func (p *stdioPool) run(f func()) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		ch := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		ch <- f // buffered and empty: the goroutine waits on it
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	go p.work(f)
+}
+
+func (p *stdioPool) work(f func()) {
+	var ch chan func()
+	for f != nil {
+		f()
+		p.mu.Lock()
+		if p.closed || len(p.idle) >= stdioPoolIdle {
+			p.mu.Unlock()
+			return
+		}
+		if ch == nil {
+			ch = make(chan func(), 1)
+		}
+		p.idle = append(p.idle, ch)
+		p.mu.Unlock()
+		f = <-ch // nil once the pool is closed
+	}
+}
+
+// close ends the idle goroutines and keeps none from then on.
+func (p *stdioPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, ch := range p.idle {
+		ch <- nil
+	}
+	p.idle = nil
 }
 
 // shutdown lets in-flight requests run for up to drain (less if ctx ends),
 // cancels the rest, closes the session, waits a bounded time for the
 // requests to return and closes the writer so that no late message reaches w.
 func (sv *stdioServer) shutdown(ctx context.Context, cancelReqs context.CancelFunc, drain time.Duration) {
+	sv.gate.Lock()
+	sv.stopped = true
+	sv.gate.Unlock()
 	if drain > 0 {
 		stdioWait(&sv.inflight, drain, ctx.Done())
 	}
@@ -217,15 +314,17 @@ func stdioWait(wg *sync.WaitGroup, d time.Duration, stop <-chan struct{}) bool {
 	}
 }
 
-// handleLine decodes one line and delivers its messages.
-func (sv *stdioServer) handleLine(ln stdioLine) {
+// handleLine decodes one line and delivers its notifications and
+// responses. A single request is counted in flight and returned as serve,
+// for the caller to run; a batch's requests run in goroutines of their own.
+func (sv *stdioServer) handleLine(ln stdioLine) (serve func()) {
 	if ln.tooLarge {
 		sv.write(Response(nil, nil, Errorf(CodeMessageTooLarge,
 			"message too large: a message may be at most %d bytes (maxMessageBytes)", sv.max)))
-		return
+		return nil
 	}
 	if len(bytes.TrimSpace(ln.data)) == 0 {
-		return // blank lines separate nothing; ignore them
+		return nil // blank lines separate nothing; ignore them
 	}
 	items, batch := frontDecode(ln.data)
 	if !batch {
@@ -237,15 +336,15 @@ func (sv *stdioServer) handleLine(ln stdioLine) {
 			c := &stdioCollector{main: sv.out, await: newFrontAwait()}
 			c.await.add(it.msg.ID)
 			sv.inflight.Add(1)
-			go func() {
+			return func() {
 				defer sv.inflight.Done()
 				sv.deliverRequest(it.msg, c)
 				c.finish()
-			}()
+			}
 		default:
 			frontDeliver(sv.reqCtx, sv.log, sv.ep, sv.s, it.msg, sv.out)
 		}
-		return
+		return nil
 	}
 
 	// A batch: notifications and responses go in order, requests each in
@@ -280,6 +379,7 @@ func (sv *stdioServer) handleLine(ln stdioLine) {
 		batchWG.Wait()
 		c.finish()
 	}()
+	return nil
 }
 
 // deliverRequest hands one request to the core.
@@ -409,6 +509,25 @@ func (o *stdioWriter) WriteMessage(msg []byte) error {
 	return nil
 }
 
+// writeLine writes line, one whole message that is already one valid line
+// and ends with its line break, as it is.
+func (o *stdioWriter) writeLine(line []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return ErrOutboundClosed
+	}
+	if o.err != nil {
+		return o.err
+	}
+	if _, err := o.w.Write(line); err != nil {
+		o.err = fmt.Errorf("stdio: writing to the agent: %w", err)
+		close(o.broken)
+		return o.err
+	}
+	return nil
+}
+
 func (o *stdioWriter) failure() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -419,24 +538,6 @@ func (o *stdioWriter) close() {
 	o.mu.Lock()
 	o.closed = true
 	o.mu.Unlock()
-}
-
-// stdioReadLines reads lines from r and sends them on lines until reading
-// fails or stop is closed. The channel is unbuffered, so at most one line is
-// read ahead of the loop.
-func stdioReadLines(r io.Reader, max int64, lines chan<- stdioLine, stop <-chan struct{}) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	for {
-		data, tooLarge, err := stdioReadLine(br, max)
-		select {
-		case lines <- stdioLine{data: data, tooLarge: tooLarge, err: err}:
-		case <-stop:
-			return
-		}
-		if err != nil {
-			return
-		}
-	}
 }
 
 // stdioReadLine reads one line, without its line ending. A line longer than
