@@ -12,7 +12,10 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // The attach front lets any number of stdio processes of one project share
@@ -337,6 +340,11 @@ type relayLost struct {
 // change nothing (initialize, ping, lists) and answered with an error
 // otherwise. Relay returns nil when stdin ends and the daemon has answered
 // what was in flight.
+//
+// Each direction is one goroutine that copies lines as they come, as a
+// plain byte relay does: the daemon validates what the agent sends, and
+// what the daemon sends is already one valid line; the relay reads no more
+// of a message than its id (and a request's method), for its bookkeeping.
 func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOptions) error {
 	if opts.Dial == nil {
 		return errors.New("relay: RelayOptions.Dial is required")
@@ -349,24 +357,26 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 	}
 	r := &relay{opts: opts, log: frontLogger(opts.Logger), out: &stdioWriter{w: stdout, broken: make(chan struct{})},
 		pending: make(map[string]*relayPending), lost: make(chan relayLost, 4)}
-	lines := make(chan stdioLine)
-	stop := make(chan struct{})
-	defer close(stop)
-	go stdioReadLines(stdin, opts.MaxMessageBytes, lines, stop)
 	if err := r.connect(ctx); err != nil {
 		return err
 	}
-	defer func() { r.conn.Close() }()
-	stdinDone := false
+	defer func() {
+		r.connMu.Lock()
+		r.conn.Close()
+		r.connMu.Unlock()
+	}()
+	r.stopRead = make(chan struct{})
+	defer close(r.stopRead)
+	go r.readAgent(stdin)
 	for {
 		select {
 		case <-ctx.Done():
-			r.finish(stdinDone)
+			r.finish()
 			return ctx.Err()
 		case <-r.out.broken:
 			return r.out.failure()
 		case ev := <-r.lost:
-			if ev.gen != r.gen {
+			if ev.gen != r.generation() {
 				continue
 			}
 			if ev.exiting && opts.WaitExit != nil {
@@ -374,31 +384,52 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 					r.log.Warn("relay: the daemon said it was exiting but is still there", "err", err)
 				}
 			}
-			if stdinDone {
+			if r.stdinDone.Load() {
 				return nil
 			}
 			r.log.Info("relay: the foldproxy daemon went away; reconnecting")
 			if err := r.connect(ctx); err != nil {
 				return err
 			}
-		case ln := <-lines:
-			if ln.tooLarge {
-				r.write(Response(nil, nil, Errorf(CodeMessageTooLarge,
-					"message too large: a message may be at most %d bytes (maxMessageBytes)", opts.MaxMessageBytes)))
-			} else if len(bytes.TrimSpace(ln.data)) > 0 {
-				r.forward(ln.data)
-			}
-			if ln.err != nil {
-				stdinDone = true
-				// The daemon answers what is in flight, ends the session
-				// and closes; the loop ends when the connection does.
-				if cw, ok := r.conn.(interface{ CloseWrite() error }); ok {
-					_ = cw.CloseWrite()
-				} else {
-					_ = r.conn.Close()
-				}
-			}
 		}
+	}
+}
+
+// readAgent reads the agent's lines and sends each to the daemon, until
+// stdin ends; then it closes the connection for writing: the daemon
+// answers what is in flight, ends the session and closes, and the loop
+// ends when the connection does.
+func (r *relay) readAgent(stdin io.Reader) {
+	br := bufio.NewReaderSize(stdin, 64<<10)
+	for {
+		line, tooLarge, err := stdioReadLine(br, r.opts.MaxMessageBytes)
+		select {
+		case <-r.stopRead:
+			return
+		default:
+		}
+		if tooLarge {
+			r.write(Response(nil, nil, Errorf(CodeMessageTooLarge,
+				"message too large: a message may be at most %d bytes (maxMessageBytes)", r.opts.MaxMessageBytes)))
+		} else if len(bytes.TrimSpace(line)) > 0 {
+			r.forward(line)
+		}
+		if err != nil {
+			r.connMu.Lock()
+			r.stdinDone.Store(true)
+			closeWrite(r.conn)
+			r.connMu.Unlock()
+			return
+		}
+	}
+}
+
+// closeWrite closes c for writing, or altogether when it cannot.
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	} else {
+		_ = c.Close()
 	}
 }
 
@@ -406,20 +437,18 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 // by the end of stdin: the daemon ends the session, and when it was its
 // last, the relay waits (bounded) for the daemon to be gone, so that whoever
 // stopped the relay finds the state folder released once it has exited.
-func (r *relay) finish(stdinDone bool) {
-	if !stdinDone {
-		if cw, ok := r.conn.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		} else {
-			_ = r.conn.Close()
-		}
+func (r *relay) finish() {
+	r.connMu.Lock()
+	if !r.stdinDone.Load() {
+		closeWrite(r.conn)
 	}
+	r.connMu.Unlock()
 	t := time.NewTimer(10 * time.Second)
 	defer t.Stop()
 	for {
 		select {
 		case ev := <-r.lost:
-			if ev.gen != r.gen {
+			if ev.gen != r.generation() {
 				continue
 			}
 			if ev.exiting && r.opts.WaitExit != nil {
@@ -439,14 +468,28 @@ type relay struct {
 	log  *slog.Logger
 	out  *stdioWriter
 
-	conn    net.Conn
-	gen     int
-	session string
-	lost    chan relayLost
+	// connMu guards the connection, which the loop replaces when the
+	// daemon went away while the agent's reader writes to it: a request
+	// is noted pending and sent under it, and a new connection is set
+	// and sent what is pending under it, so that each request reaches
+	// the new daemon or is answered.
+	connMu    sync.Mutex
+	conn      net.Conn
+	gen       int
+	stdinDone atomic.Bool // stdin has ended; set under connMu
+	session   string
+	lost      chan relayLost
+	stopRead  chan struct{}
 
 	mu      sync.Mutex
 	pending map[string]*relayPending
 	seq     int
+}
+
+func (r *relay) generation() int {
+	r.connMu.Lock()
+	defer r.connMu.Unlock()
+	return r.gen
 }
 
 // connect attaches to the daemon, with the session id once there is one,
@@ -481,6 +524,7 @@ func (r *relay) connect(ctx context.Context) error {
 			}
 			continue
 		}
+		r.connMu.Lock()
 		if r.conn != nil {
 			r.conn.Close()
 		}
@@ -489,6 +533,10 @@ func (r *relay) connect(ctx context.Context) error {
 		r.session = w.Session
 		go r.readDaemon(br, r.gen)
 		r.replay()
+		if r.stdinDone.Load() {
+			closeWrite(c)
+		}
+		r.connMu.Unlock()
 		return nil
 	}
 }
@@ -545,24 +593,69 @@ func (r *relay) replay() {
 // forward sends one line from the agent to the daemon, noting the requests
 // it carries.
 func (r *relay) forward(line []byte) {
-	items, _ := frontDecode(line)
-	r.mu.Lock()
-	for _, it := range items {
-		if it.msg != nil && it.msg.IsRequest() {
-			r.seq++
-			r.pending[frontIDKey(it.msg.ID)] = &relayPending{id: it.msg.ID, method: it.msg.Method, line: bytes.Clone(line), seq: r.seq}
+	r.connMu.Lock()
+	defer r.connMu.Unlock()
+	if id, method, ok := relayRequestOf(line); ok {
+		r.note(id, method, line)
+	} else if line = bytes.TrimSpace(line); len(line) > 0 && line[0] == '[' {
+		items, _ := frontDecode(line)
+		for _, it := range items {
+			if it.msg != nil && it.msg.IsRequest() {
+				r.note(it.msg.ID, it.msg.Method, line)
+			}
 		}
 	}
-	r.mu.Unlock()
 	r.send(line)
 }
 
-// send writes one line to the daemon. A failed write is not an error here:
-// the reader sees the connection end and the loop reconnects.
+// note records a request as pending until the daemon answers it.
+func (r *relay) note(id json.RawMessage, method string, line []byte) {
+	r.mu.Lock()
+	r.seq++
+	r.pending[frontIDKey(id)] = &relayPending{id: bytes.Clone(id), method: method, line: bytes.Clone(line), seq: r.seq}
+	r.mu.Unlock()
+}
+
+// relayRequestOf returns the id and method of line when it is a single
+// request whose id is a string or a number, read as the daemon reads it
+// (of repeated members the last counts) but without decoding it: the
+// daemon validates the message, and answers an invalid one with an error
+// that carries this id, which settles it here too.
+func relayRequestOf(line []byte) (id json.RawMessage, method string, ok bool) {
+	members, err := jsonscan.Object(line)
+	if err != nil {
+		return nil, "", false
+	}
+	var rawMethod []byte
+	for _, m := range members {
+		switch m.Key {
+		case "id":
+			id = m.Value.Of(line)
+		case "method":
+			rawMethod = m.Value.Of(line)
+		}
+	}
+	if len(id) == 0 || len(rawMethod) == 0 || rawMethod[0] != '"' {
+		return nil, "", false
+	}
+	switch id[0] {
+	case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+	default:
+		return nil, "", false
+	}
+	if method, err = jsonscan.Unquote(rawMethod); err != nil || method == "" {
+		return nil, "", false
+	}
+	return id, method, true
+}
+
+// send writes one line to the daemon; the caller holds connMu. A failed
+// write is not an error here: the reader sees the connection end and the
+// loop reconnects.
 func (r *relay) send(line []byte) {
-	buf := make([]byte, 0, len(line)+1)
-	buf = append(append(buf, line...), '\n')
-	if _, err := r.conn.Write(buf); err != nil {
+	// One write for the line and its line break; line is the relay's own
+	// copy (read from stdin, or noted), so it may be extended in place.
+	if _, err := r.conn.Write(append(line, '\n')); err != nil {
 		r.log.Debug("relay: writing to the daemon", "err", err)
 	}
 }
@@ -578,12 +671,18 @@ func (r *relay) write(msg []byte) {
 func (r *relay) readDaemon(br *bufio.Reader, gen int) {
 	exiting := false
 	defer func() { r.lost <- relayLost{gen: gen, exiting: exiting} }()
-	var line []byte
+	var long []byte
 	for {
 		frag, err := br.ReadSlice('\n')
-		line = append(line, frag...)
 		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long, frag...)
 			continue
+		}
+		// A line that fits the reader's buffer is used in place, until
+		// the next read.
+		line := frag
+		if long != nil {
+			line = append(long, frag...)
 		}
 		msg := bytes.TrimRight(line, "\r\n")
 		switch {
@@ -600,16 +699,30 @@ func (r *relay) readDaemon(br *bufio.Reader, gen int) {
 			} else if msg[0] == '[' {
 				r.settleBatch(msg)
 			}
-			r.write(msg)
+			// The daemon wrote the message as one valid line (its
+			// stdio front compacts and validates): it goes to the agent
+			// as it came, with its line break, in one write.
+			if len(msg)+1 <= len(line) && line[len(msg)] == '\n' {
+				r.writeLine(line[:len(msg)+1])
+			} else {
+				r.writeLine(append(bytes.Clone(msg), '\n'))
+			}
 		}
-		if cap(line) > 1<<20 {
-			line = nil
-		} else {
-			line = line[:0]
+		if cap(long) > 1<<20 {
+			long = nil
+		} else if long != nil {
+			long = long[:0]
 		}
 		if err != nil {
 			return
 		}
+	}
+}
+
+// writeLine writes one line from the daemon to the agent.
+func (r *relay) writeLine(line []byte) {
+	if err := r.out.writeLine(line); err != nil && !errors.Is(err, ErrOutboundClosed) {
+		r.log.Debug("relay: writing to the agent", "err", err)
 	}
 }
 
