@@ -65,12 +65,64 @@ type inMsg struct {
 
 // parseIn reads one message. The members point into b, which the caller
 // must not reuse.
+//
+// It reads b as json.Unmarshal into an inMsg does, in two quick passes: one
+// strict check (jsonscan.Valid, which accepts exactly what encoding/json
+// accepts) and one walk of the object's members, whose values are taken as
+// they are, not copied. A message with any other member than the five of
+// an inMsg and "jsonrpc" (a key in another case, "Method", say, which
+// encoding/json matches too), or a method that is not a string, is left to
+// json.Unmarshal itself; so is anything that is not an object.
 func parseIn(b []byte) (*inMsg, error) {
+	if m, ok := parseInFast(b); ok {
+		return m, nil
+	}
 	var m inMsg
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, err
 	}
 	return &m, nil
+}
+
+// parseInFast is parseIn's quick path; ok is false when b is left to
+// json.Unmarshal.
+func parseInFast(b []byte) (m *inMsg, ok bool) {
+	if !jsonscan.Valid(b) {
+		return nil, false
+	}
+	members, err := jsonscan.Object(b)
+	if err != nil {
+		return nil, false
+	}
+	m = &inMsg{}
+	for _, mem := range members {
+		v := mem.Value.Of(b)
+		switch mem.Key {
+		case "jsonrpc":
+		case "id":
+			m.ID = v
+		case "params":
+			m.Params = v
+		case "result":
+			m.Result = v
+		case "error":
+			m.Error = v
+		case "method":
+			switch v[0] {
+			case '"':
+				if m.Method, err = jsonscan.Unquote(v); err != nil {
+					return nil, false
+				}
+			case 'n':
+				// null leaves a string as it was, as in encoding/json.
+			default:
+				return nil, false
+			}
+		default:
+			return nil, false
+		}
+	}
+	return m, true
 }
 
 // hasID reports whether m carries a non-null id.

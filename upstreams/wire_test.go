@@ -79,3 +79,61 @@ func FuzzParseIn(f *testing.F) {
 		}
 	})
 }
+
+// parseInCases are messages parseIn must read exactly as json.Unmarshal
+// into an inMsg does: its quick path, and what it leaves to encoding/json.
+var parseInCases = []string{
+	`{"jsonrpc":"2.0","id":1,"result":{"z":9007199254740993, "a":"<&>"}}`,
+	`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"\u0061"}}`,
+	`{"jsonrpc":"2.0","id":"s","error":{"code":-1,"message":"m","data":[1.0]}}`,
+	` { "id" : 7 , "result" : null } `,
+	`{"id":1,"id":2,"result":{}}`,
+	`{"method":"a","method":null}`,
+	`{"method":"a\u00e9\ud800","id":null}`,
+	`{"method":5}`,
+	`{"method":{}}`,
+	`{"Method":"x","ID":3}`,
+	`{"jsonrpc":"2.0","id":1,"result":{},"extra":true}`,
+	`{"\u0069d":1,"result":1}`,
+	`{"id":1,"result":"\u0001 raw` + "\x01" + `"}`,
+	`{"id":1,"result":{}`,
+	`{"id":1,"result":{}} trailing`,
+	`[{"id":1}]`,
+	`null`,
+	`"text"`,
+	``,
+	"{\"method\":\"\xff\"}",
+}
+
+func TestParseInReadsAsEncodingJSON(t *testing.T) {
+	for _, c := range parseInCases {
+		checkParseIn(t, []byte(c))
+	}
+}
+
+// checkParseIn compares parseIn with json.Unmarshal on b.
+func checkParseIn(t *testing.T, b []byte) {
+	t.Helper()
+	got, gerr := parseIn(bytes.Clone(b))
+	var want inMsg
+	werr := json.Unmarshal(b, &want)
+	if (gerr != nil) != (werr != nil) {
+		t.Fatalf("parseIn(%q): error %v, json.Unmarshal: %v", b, gerr, werr)
+	}
+	if gerr != nil {
+		return
+	}
+	if got.Method != want.Method || !bytes.Equal(got.ID, want.ID) || !bytes.Equal(got.Params, want.Params) ||
+		!bytes.Equal(got.Result, want.Result) || !bytes.Equal(got.Error, want.Error) ||
+		(got.ID == nil) != (want.ID == nil) || (got.Params == nil) != (want.Params == nil) ||
+		(got.Result == nil) != (want.Result == nil) || (got.Error == nil) != (want.Error == nil) {
+		t.Fatalf("parseIn(%q) = %+v, json.Unmarshal: %+v", b, *got, want)
+	}
+}
+
+func FuzzParseInAsEncodingJSON(f *testing.F) {
+	for _, c := range parseInCases {
+		f.Add([]byte(c))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkParseIn(t, b) })
+}
