@@ -22,12 +22,16 @@ import (
 
 // BadgerStore is the durable Store, kept in an embedded Badger database.
 //
-// Every write is one Badger transaction. Badger appends it to its write-ahead
-// log, an mmapped file, before the commit returns: a write that returned nil
-// is in the operating system and survives kill -9 or any crash of foldproxy.
-// With fsync (policy fold.fsync) each commit is also fsynced, which survives
-// a crash of the machine too, at the price of one disk flush per change
-// (about 2 ms on the development machines).
+// Every write is one record of the store's own write-ahead log (wal.go),
+// appended with one write(2) before the write returns: a write that
+// returned nil is in the operating system and survives kill -9 or any
+// crash of foldproxy. With fsync (policy fold.fsync) the record is also
+// fsynced, which survives a crash of the machine too, at the price of one
+// disk flush per change (about 2 ms on the development machines). A
+// background committer applies the records to Badger in groups, one
+// transaction for all that is pending; every read first commits what is
+// pending, so it sees every write made before it, and the next open
+// replays what a crash left in the log.
 //
 // Key layout (ids are path-escaped, so they never contain a '/'):
 //
@@ -59,6 +63,8 @@ type BadgerStore struct {
 
 	mu  sync.Mutex
 	seq map[string]int // last sequence number by branch, loaded lazily
+
+	wal *walLog // nil when read-only
 }
 
 var (
@@ -196,6 +202,16 @@ func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOpti
 			return nil, fmt.Errorf("fold: open store %s: %w", dir, err)
 		}
 	}
+	if readOnly {
+		// Writes acknowledged but not yet in Badger are in the
+		// write-ahead log; only a read-write open replays them.
+		if left, err := walPending(dir); err != nil || left {
+			if err == nil {
+				err = errors.New("its write-ahead log holds writes not yet committed (a foldproxy stopped without closing it)")
+			}
+			return nil, fmt.Errorf("fold: open store %s read-only: %w (is a foldproxy running on it, or did one crash? start and stop the proxy once, then retry)", dir, err)
+		}
+	}
 	db, err := badger.Open(opts)
 	if err != nil {
 		if readOnly {
@@ -203,7 +219,14 @@ func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOpti
 		}
 		return nil, fmt.Errorf("fold: open store %s: %w (is another foldproxy using this state directory?)", dir, err)
 	}
-	return &BadgerStore{db: db, arch: openArchiveFiles(dir, fsync), readOnly: readOnly, dir: dir, minFree: minFree, seq: make(map[string]int)}, nil
+	s := &BadgerStore{db: db, arch: openArchiveFiles(dir, fsync), readOnly: readOnly, dir: dir, minFree: minFree, seq: make(map[string]int)}
+	if !readOnly {
+		if err := s.openWAL(fsync, logger); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("fold: open store %s: %w", dir, err)
+		}
+	}
+	return s, nil
 }
 
 // checkFree returns an error wrapping ErrStoreFull when writing size more
@@ -258,34 +281,41 @@ func timeKey(t time.Time, key []byte) []byte {
 	return append(fmt.Appendf(nil, "t/%020d/", max(t.UnixNano(), 0)), key...)
 }
 
-// update runs fn in a write transaction; size is about how many bytes it
-// writes, for the free-space check.
-func (s *BadgerStore) update(ctx context.Context, what string, size int, fn func(txn *badger.Txn) error) error {
+// write makes ops durable, all or nothing, as one record of the
+// write-ahead log (see wal.go); Badger gets them in the background.
+func (s *BadgerStore) write(ctx context.Context, what string, ops ...walOp) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if s.readOnly {
+	if s.readOnly || s.wal == nil {
 		return fmt.Errorf("fold: %s: the store was opened read-only", what)
 	}
 	if s.minFree > 0 {
-		// Keys, the write-ahead log's copy of small values, and headers:
-		// twice the payload is a safe bound.
-		if err := checkFree(s.dir, s.minFree, 2*int64(size)+4096); err != nil {
+		size := 0
+		for _, op := range ops {
+			size += len(op.k) + len(op.v)
+		}
+		// The write-ahead log's record, then in Badger the keys, its own
+		// log's copy of small values, and headers: three times the
+		// payload is a safe bound.
+		if err := checkFree(s.dir, s.minFree, 3*int64(size)+4096); err != nil {
 			return fmt.Errorf("fold: %s: %w", what, err)
 		}
 	}
-	if err := s.db.Update(fn); err != nil {
-		if errors.Is(err, badger.ErrDBClosed) {
-			return fmt.Errorf("fold: %s: %w", what, ErrStoreClosed)
-		}
-		return fmt.Errorf("fold: %s: %w", what, err)
-	}
-	return nil
+	return s.appendWAL(what, ops)
 }
 
+func set(k, v []byte) walOp { return walOp{k: k, v: v} }
+func del(k []byte) walOp    { return walOp{del: true, k: k} }
+
+// view runs fn in a read transaction, after the writes made before it are
+// in Badger.
 func (s *BadgerStore) view(ctx context.Context, fn func(txn *badger.Txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if err := s.barrier(); err != nil {
+		return fmt.Errorf("fold: read the store: the writes before it could not be committed: %w", err)
 	}
 	err := s.db.View(fn)
 	if errors.Is(err, badger.ErrDBClosed) {
@@ -304,12 +334,7 @@ func (s *BadgerStore) PutBranch(ctx context.Context, b *Branch) error {
 	if err != nil {
 		return fmt.Errorf("fold: encode branch %s: %w", b.ID, err)
 	}
-	return s.update(ctx, "put branch "+b.ID, len(data), func(txn *badger.Txn) error {
-		if err := txn.Set(branchKey(b.ID), data); err != nil {
-			return err
-		}
-		return txn.Set(sessionIndexKey(b.Session, b.ID), nil)
-	})
+	return s.write(ctx, "put branch "+b.ID, set(branchKey(b.ID), data), set(sessionIndexKey(b.Session, b.ID), nil))
 }
 
 // GetBranch returns the branch id, or an error wrapping ErrBranchNotFound.
@@ -473,13 +498,7 @@ func (s *BadgerStore) AppendCall(ctx context.Context, branch string, rec *CallRe
 		return 0, err
 	}
 	key := callKey(branch, seq)
-	err = s.update(ctx, what, len(data), func(txn *badger.Txn) error {
-		if err := txn.Set(key, data); err != nil {
-			return err
-		}
-		return txn.Set(timeKey(c.Time, key), size)
-	})
-	if err != nil {
+	if err := s.write(ctx, what, set(key, data), set(timeKey(c.Time, key), size)); err != nil {
 		return 0, err
 	}
 	return seq, nil
@@ -593,8 +612,7 @@ func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
 	if err := b.validate(); err != nil {
 		return err
 	}
-	type kv struct{ k, v []byte }
-	var sets []kv
+	var sets []walOp
 	var refs archiveRefs
 	defer refs.done(s.arch)
 	now := time.Now()
@@ -603,7 +621,7 @@ func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
 		if err != nil {
 			return err
 		}
-		sets = append(sets, kv{key, val}, kv{timeKey(now, key), size})
+		sets = append(sets, set(key, val), set(timeKey(now, key), size))
 	}
 	seqs := make([]int, len(b.Calls))
 	for i, c := range b.Calls {
@@ -622,28 +640,16 @@ func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
 			return err
 		}
 		key := callKey(c.Branch, seq)
-		sets = append(sets, kv{key, data}, kv{timeKey(rec.Time, key), size})
+		sets = append(sets, set(key, data), set(timeKey(rec.Time, key), size))
 	}
 	for _, br := range b.Branches {
 		data, err := json.Marshal(br)
 		if err != nil {
 			return fmt.Errorf("fold: encode branch %s: %w", br.ID, err)
 		}
-		sets = append(sets, kv{branchKey(br.ID), data}, kv{sessionIndexKey(br.Session, br.ID), nil})
+		sets = append(sets, set(branchKey(br.ID), data), set(sessionIndexKey(br.Session, br.ID), nil))
 	}
-	size := 0
-	for _, e := range sets {
-		size += len(e.k) + len(e.v)
-	}
-	err := s.update(ctx, "write batch", size, func(txn *badger.Txn) error {
-		for _, e := range sets {
-			if err := txn.Set(e.k, e.v); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.write(ctx, "write batch", sets...); err != nil {
 		return err
 	}
 	for i, c := range b.Calls {
@@ -693,12 +699,7 @@ func (s *BadgerStore) PutCut(ctx context.Context, handle string, rest []byte) er
 	if err != nil {
 		return err
 	}
-	return s.update(ctx, "store cut "+handle, len(val), func(txn *badger.Txn) error {
-		if err := txn.Set(key, val); err != nil {
-			return err
-		}
-		return txn.Set(timeKey(time.Now(), key), size)
-	})
+	return s.write(ctx, "store cut "+handle, set(key, val), set(timeKey(time.Now(), key), size))
 }
 
 // GetCut returns the remainder stored under handle, or an error wrapping
@@ -746,9 +747,7 @@ func (s *BadgerStore) PutSession(ctx context.Context, rec *SessionRecord) error 
 	if err != nil {
 		return fmt.Errorf("fold: encode session %s: %w", rec.ID, err)
 	}
-	return s.update(ctx, "put session "+rec.ID, len(data), func(txn *badger.Txn) error {
-		return txn.Set(sessionKey(rec.ID), data)
-	})
+	return s.write(ctx, "put session "+rec.ID, set(sessionKey(rec.ID), data))
 }
 
 // GetSession returns a session record, or an error wrapping
@@ -797,9 +796,7 @@ func (s *BadgerStore) Sessions(ctx context.Context) ([]*SessionRecord, error) {
 // DeleteSession removes a session record; removing an absent one is not an
 // error.
 func (s *BadgerStore) DeleteSession(ctx context.Context, id string) error {
-	return s.update(ctx, "delete session "+id, 0, func(txn *badger.Txn) error {
-		return txn.Delete(sessionKey(id))
-	})
+	return s.write(ctx, "delete session "+id, del(sessionKey(id)))
 }
 
 // Prune removes archived calls and cut remainders older than maxAge, closed
@@ -822,7 +819,8 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 	var oldBranches []*Branch
 	cutoff := time.Now().Add(-maxAge)
 	// Taken before the index is read: every reference into a segment below
-	// it is committed, so the index read next sees it.
+	// it is written (in the write-ahead log), so the index read next, which
+	// first commits what is pending, sees it.
 	floor := s.arch.floor()
 	err := s.view(ctx, func(txn *badger.Txn) error {
 		err := scan(txn, []byte("t/"), true, func(k, v []byte) error {
@@ -889,39 +887,27 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 	if len(drop) == 0 && len(oldBranches) == 0 {
 		return s.arch.removeUnreferenced(floor, live)
 	}
-	if s.minFree > 0 {
-		if err := checkFree(s.dir, s.minFree, int64(64*(len(drop)+len(oldBranches)))); err != nil {
-			return fmt.Errorf("fold: prune: %w", err)
-		}
-	}
-	wb := s.db.NewWriteBatch()
-	defer wb.Cancel()
+	ops := make([]walOp, 0, 2*(len(drop)+len(oldBranches)))
 	for _, e := range drop {
-		if err := wb.Delete(e.tkey); err != nil {
-			return fmt.Errorf("fold: prune: %w", err)
-		}
-		if err := wb.Delete(e.key); err != nil {
-			return fmt.Errorf("fold: prune: %w", err)
-		}
+		ops = append(ops, del(e.tkey), del(e.key))
 	}
 	s.mu.Lock()
 	for _, b := range oldBranches {
 		delete(s.seq, b.ID)
-		if err := wb.Delete(branchKey(b.ID)); err != nil {
-			s.mu.Unlock()
-			return fmt.Errorf("fold: prune: %w", err)
-		}
-		if err := wb.Delete(sessionIndexKey(b.Session, b.ID)); err != nil {
-			s.mu.Unlock()
-			return fmt.Errorf("fold: prune: %w", err)
-		}
+		ops = append(ops, del(branchKey(b.ID)), del(sessionIndexKey(b.Session, b.ID)))
 	}
 	s.mu.Unlock()
-	if err := wb.Flush(); err != nil {
-		return fmt.Errorf("fold: prune: %w", err)
+	// Through the write-ahead log like every write, so that a record
+	// written before this (still in the log at a crash) cannot be
+	// replayed over the deletes.
+	if err := s.write(ctx, "prune", ops...); err != nil {
+		return err
 	}
 	if err := s.arch.removeUnreferenced(floor, live); err != nil {
 		return fmt.Errorf("fold: prune: remove archive segments: %w", err)
+	}
+	if err := s.barrier(); err != nil { // the deletes, in Badger for its garbage collection
+		return fmt.Errorf("fold: prune: %w", err)
 	}
 	for ctx.Err() == nil {
 		// Garbage collection rewrites the live part of a value log file.
@@ -935,9 +921,11 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 	return nil
 }
 
-// Close closes the database. Writes acknowledged before are already on disk.
+// Close commits the writes still pending in the write-ahead log to Badger
+// and closes the database. Writes acknowledged before are already in the
+// write-ahead log: should this fail, the next open replays them.
 func (s *BadgerStore) Close() error {
-	if err := errors.Join(s.db.Close(), s.arch.close()); err != nil {
+	if err := errors.Join(s.closeWAL(), s.db.Close(), s.arch.close()); err != nil {
 		return fmt.Errorf("fold: close store: %w", err)
 	}
 	return nil

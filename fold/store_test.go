@@ -453,6 +453,13 @@ func BenchmarkCharge(b *testing.B) {
 	}{
 		{"mem", func(*testing.B) Store { return NewMemStore() }},
 		{"badger", func(b *testing.B) Store { return openBadgerT(b, b.TempDir()) }},
+		{"badger-nofsync", func(b *testing.B) Store { // as serve opens it by default (fold.fsync false)
+			s, err := OpenBadgerFsync(b.TempDir(), nil, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return s
+		}},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			s := tt.store(b)

@@ -1,0 +1,558 @@
+package fold
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// The store's write-ahead log (issue 13: the reply path does no avoidable
+// work). A write of the BadgerStore is not committed to Badger before it
+// returns: its key/value changes are appended as one framed, checksummed
+// record to a file under <store>/wal/ with a single write(2) (and fsynced
+// with fold.fsync), and a background committer applies the pending records
+// to Badger in groups, one transaction for all that is pending, then
+// empties the log. The write returns once its record is in the operating
+// system, so kill -9 loses nothing the agent heard of: the next open
+// replays the records left in the log into Badger, in order, before
+// anything else (replaying a record twice is harmless: each sets or
+// deletes whole keys, and the log's order is the order they were written
+// in). A record torn by a crash in the middle of its write (it was never
+// acknowledged) fails its length or checksum and is dropped with a log
+// line.
+//
+// Reads see the writes made before them: every read first commits what is
+// pending (barrier). A background commit that fails is logged, kept in the
+// log, and retried by the next write, which fails with the error when the
+// retry fails too.
+//
+// Record framing: a 4-byte little-endian payload length, the payload's
+// CRC-32 (Castagnoli), then the payload: ops, each a byte (walSet or
+// walDelete), the key's length as a uvarint, the key, and for a set the
+// value's length as a uvarint and the value.
+
+const (
+	walSet    = 1
+	walDelete = 2
+	walHeader = 8
+	// walRotateSize is the size past which appends go to a new log file,
+	// so that a log that is never empty (a steady load) does not grow
+	// without bound: older files are removed once all their records are
+	// in Badger.
+	walRotateSize = 4 << 20
+	// walGroupMax bounds the estimated size of one commit transaction
+	// (Badger refuses one over about 15% of the 4 MiB memtable).
+	walGroupMax = 256 << 10
+	// walOpOverhead is what a change costs in a Badger transaction beyond
+	// its key and value, roughly.
+	walOpOverhead = 64
+)
+
+// walOp is one change: a set of k to v, or a delete of k.
+type walOp struct {
+	del  bool
+	k, v []byte
+}
+
+// walRecord is one appended write, pending until it is in Badger.
+type walRecord struct {
+	ops  []walOp
+	file uint32 // the log file holding it
+	size int    // estimated transaction size
+}
+
+// walLog is the BadgerStore's write-ahead log.
+type walLog struct {
+	dir   string
+	fsync bool
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	f       *os.File
+	id      uint32   // current file
+	size    int64    // of the current file
+	old     []uint32 // earlier files that still hold pending records
+	pending []walRecord
+	err     error // the last commit's failure; nil after a success
+	closed  bool
+	gate    chan struct{} // test hook: the background committer waits on it
+	crashed bool          // test hook: commit nothing more (crashForTest)
+	failing func() error  // test hook: a commit fails with its error
+
+	npending atomic.Int64 // len(pending), for the reads' fast path
+	commitMu sync.Mutex   // one commit at a time, in log order
+	kick     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+func (w *walLog) path(id uint32) string {
+	return filepath.Join(w.dir, fmt.Sprintf("%08d.log", id))
+}
+
+// walFiles lists the log files under dir, in ascending order.
+func walFiles(dir string) ([]uint32, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var ids []uint32
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".log")
+		if !ok || e.IsDir() {
+			continue
+		}
+		id, err := strconv.ParseUint(name, 10, 32)
+		if err != nil {
+			continue
+		}
+		ids = append(ids, uint32(id))
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// walPending reports whether the log under storeDir holds anything: a
+// store closed cleanly leaves it empty.
+func walPending(storeDir string) (bool, error) {
+	dir := filepath.Join(storeDir, "wal")
+	ids, err := walFiles(dir)
+	if err != nil {
+		return false, err
+	}
+	for _, id := range ids {
+		st, err := os.Stat(filepath.Join(dir, fmt.Sprintf("%08d.log", id)))
+		if err != nil {
+			return false, err
+		}
+		if st.Size() > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// encodeWALRecord frames ops as one record.
+func encodeWALRecord(ops []walOp) []byte {
+	n := walHeader
+	for _, op := range ops {
+		n += 1 + 2*binary.MaxVarintLen32 + len(op.k) + len(op.v)
+	}
+	buf := make([]byte, walHeader, n)
+	for _, op := range ops {
+		if op.del {
+			buf = append(buf, walDelete)
+			buf = binary.AppendUvarint(buf, uint64(len(op.k)))
+			buf = append(buf, op.k...)
+			continue
+		}
+		buf = append(buf, walSet)
+		buf = binary.AppendUvarint(buf, uint64(len(op.k)))
+		buf = append(buf, op.k...)
+		buf = binary.AppendUvarint(buf, uint64(len(op.v)))
+		buf = append(buf, op.v...)
+	}
+	payload := buf[walHeader:]
+	binary.LittleEndian.PutUint32(buf[0:4], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(buf[4:8], crc32.Checksum(payload, crcTable))
+	return buf
+}
+
+// decodeWALPayload parses a checked payload into its ops.
+func decodeWALPayload(p []byte) ([]walOp, error) {
+	var ops []walOp
+	field := func() ([]byte, error) {
+		n, w := binary.Uvarint(p)
+		if w <= 0 || n > uint64(len(p)-w) {
+			return nil, errors.New("a length runs past the record")
+		}
+		b := p[w : w+int(n)]
+		p = p[w+int(n):]
+		return b, nil
+	}
+	for len(p) > 0 {
+		kind := p[0]
+		p = p[1:]
+		if kind != walSet && kind != walDelete {
+			return nil, fmt.Errorf("unknown change kind %d", kind)
+		}
+		k, err := field()
+		if err != nil {
+			return nil, err
+		}
+		op := walOp{del: kind == walDelete, k: k}
+		if !op.del {
+			if op.v, err = field(); err != nil {
+				return nil, err
+			}
+		}
+		ops = append(ops, op)
+	}
+	return ops, nil
+}
+
+// readWAL reads the records of every log file under dir, in order. A
+// record that fails its framing or checksum ends its file: it and what
+// follows were never acknowledged (a write torn by the crash), and are
+// dropped with a warning.
+func readWAL(dir string, log *slog.Logger) (recs []walRecord, ids []uint32, err error) {
+	ids, err = walFiles(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, id := range ids {
+		path := filepath.Join(dir, fmt.Sprintf("%08d.log", id))
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read the write-ahead log %s: %w", path, err)
+		}
+		off := 0
+		for off < len(data) {
+			rest := data[off:]
+			why := ""
+			var ops []walOp
+			switch {
+			case len(rest) < walHeader:
+				why = "a header cut short"
+			default:
+				n := int64(binary.LittleEndian.Uint32(rest[0:4]))
+				switch {
+				case n == 0:
+					why = "an empty record"
+				case n > int64(len(rest)-walHeader):
+					why = fmt.Sprintf("a record of %d bytes with %d left in the file", n, len(rest)-walHeader)
+				case crc32.Checksum(rest[walHeader:walHeader+n], crcTable) != binary.LittleEndian.Uint32(rest[4:8]):
+					why = "a record that fails its checksum"
+				default:
+					var derr error
+					if ops, derr = decodeWALPayload(rest[walHeader : walHeader+n]); derr != nil {
+						why = "a malformed record: " + derr.Error()
+					}
+				}
+				if why == "" {
+					size := 0
+					for _, op := range ops {
+						size += len(op.k) + len(op.v) + walOpOverhead
+					}
+					recs = append(recs, walRecord{ops: ops, file: id, size: size})
+					off += walHeader + int(n)
+					continue
+				}
+			}
+			log.Warn("fold: dropping the torn end of the write-ahead log (a write cut short by a crash; it was never acknowledged)",
+				"file", path, "offset", off, "bytes", len(rest), "found", why)
+			break
+		}
+	}
+	return recs, ids, nil
+}
+
+// openWAL replays the records left in the store's log into Badger, removes
+// the log files, and starts a new one. It runs before the store is used.
+func (s *BadgerStore) openWAL(fsync bool, log *slog.Logger) error {
+	dir := filepath.Join(s.dir, "wal")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create the write-ahead log folder: %w", err)
+	}
+	recs, ids, err := readWAL(dir, log)
+	if err != nil {
+		return err
+	}
+	w := &walLog{dir: dir, fsync: fsync, log: log, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if len(recs) > 0 {
+		if err := s.applyRecords(recs); err != nil {
+			return fmt.Errorf("replay the write-ahead log: %w", err)
+		}
+		if fsync {
+			if err := s.db.Sync(); err != nil {
+				return fmt.Errorf("replay the write-ahead log: sync: %w", err)
+			}
+		}
+		log.Info("fold: replayed the writes left in the write-ahead log by a process that stopped before committing them", "records", len(recs))
+	}
+	for _, id := range ids {
+		if err := os.Remove(w.path(id)); err != nil {
+			return fmt.Errorf("remove the replayed write-ahead log: %w", err)
+		}
+	}
+	if len(ids) > 0 {
+		w.id = ids[len(ids)-1]
+	}
+	if err := w.openNextLocked(); err != nil {
+		return err
+	}
+	s.wal = w
+	go s.committer()
+	return nil
+}
+
+// openNextLocked starts log file id+1 and makes it the current one.
+func (w *walLog) openNextLocked() error {
+	id := w.id + 1
+	f, err := os.OpenFile(w.path(id), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("create the write-ahead log: %w", err)
+	}
+	if w.fsync {
+		if d, err := os.Open(w.dir); err == nil {
+			err = d.Sync()
+			d.Close()
+			if err != nil {
+				f.Close()
+				return fmt.Errorf("sync the write-ahead log folder: %w", err)
+			}
+		}
+	}
+	if w.f != nil {
+		w.f.Close()
+		w.old = append(w.old, w.id)
+	}
+	w.f, w.id, w.size = f, id, 0
+	return nil
+}
+
+// appendWAL makes ops durable as one record (in the OS, and on the disk
+// with fsync) and queues them for the committer.
+func (s *BadgerStore) appendWAL(what string, ops []walOp) error {
+	w := s.wal
+	rec := encodeWALRecord(ops)
+	size := 0
+	for _, op := range ops {
+		size += len(op.k) + len(op.v) + walOpOverhead
+	}
+	w.mu.Lock()
+	if w.err != nil && !w.closed {
+		// The last background commit failed: retry it before taking more.
+		w.mu.Unlock()
+		if err := s.commitPending(); err != nil {
+			return fmt.Errorf("fold: %s: nothing was written: the writes before it could not be committed to the store: %w", what, err)
+		}
+		w.mu.Lock()
+	}
+	defer w.mu.Unlock()
+	if w.closed {
+		return fmt.Errorf("fold: %s: %w", what, ErrStoreClosed)
+	}
+	if w.size >= walRotateSize {
+		if err := w.openNextLocked(); err != nil {
+			return fmt.Errorf("fold: %s: %w", what, err)
+		}
+	}
+	n, err := w.f.Write(rec)
+	if err == nil && w.fsync {
+		err = w.f.Sync()
+	}
+	if err != nil {
+		// A partial record is cut off: the file holds whole records only
+		// (a torn one would also be dropped when replayed).
+		if n > 0 {
+			_ = w.f.Truncate(w.size)
+		}
+		if errors.Is(err, syscall.ENOSPC) {
+			err = fmt.Errorf("%w: %w", ErrStoreFull, err)
+		}
+		return fmt.Errorf("fold: %s: write the write-ahead log: %w", what, err)
+	}
+	w.size += int64(n)
+	w.pending = append(w.pending, walRecord{ops: ops, file: w.id, size: size})
+	w.npending.Store(int64(len(w.pending)))
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// committer applies the pending records to Badger whenever there are some.
+func (s *BadgerStore) committer() {
+	w := s.wal
+	defer close(w.done)
+	for {
+		select {
+		case <-w.kick:
+		case <-w.stop:
+			return
+		}
+		w.mu.Lock()
+		gate := w.gate
+		w.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-w.stop:
+				return
+			}
+		}
+		_ = s.commitPending() // a failure is logged and kept for the next write
+	}
+}
+
+// barrier commits what is pending, so that a read sees every write that
+// returned before it.
+func (s *BadgerStore) barrier() error {
+	if s.wal == nil || s.wal.npending.Load() == 0 {
+		return nil
+	}
+	return s.commitPending()
+}
+
+// commitPending applies every pending record to Badger, in groups, and
+// then drops the log files (or the part of them) that are all in Badger.
+func (s *BadgerStore) commitPending() error {
+	w := s.wal
+	w.commitMu.Lock()
+	defer w.commitMu.Unlock()
+	w.mu.Lock()
+	recs := w.pending
+	crashed, failing := w.crashed, w.failing
+	w.mu.Unlock()
+	if len(recs) == 0 || crashed {
+		return nil
+	}
+	var err error
+	if failing != nil {
+		err = failing()
+	}
+	if err == nil {
+		err = s.applyRecords(recs)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, badger.ErrDBClosed) {
+			err = ErrStoreClosed
+		} else if errors.Is(err, syscall.ENOSPC) && !errors.Is(err, ErrStoreFull) {
+			err = fmt.Errorf("%w: %w", ErrStoreFull, err)
+		}
+		if w.err == nil {
+			w.log.Error("fold: committing writes to the store failed; they are kept in the write-ahead log and retried by the next write", "writes", len(recs), "err", err)
+		}
+		w.err = err
+		return err
+	}
+	w.err = nil
+	w.pending = w.pending[len(recs):]
+	if len(w.pending) == 0 {
+		w.pending = nil
+	}
+	w.npending.Store(int64(len(w.pending)))
+	w.trimLocked()
+	return nil
+}
+
+// trimLocked removes the log files whose records are all in Badger, and
+// empties the current one when nothing is pending.
+func (w *walLog) trimLocked() {
+	keep := w.id
+	if len(w.pending) > 0 {
+		keep = w.pending[0].file
+	}
+	for len(w.old) > 0 && w.old[0] < keep {
+		if err := os.Remove(w.path(w.old[0])); err != nil && !errors.Is(err, os.ErrNotExist) {
+			w.log.Warn("fold: remove a committed write-ahead log file (it is replayed, harmlessly, at the next start)", "err", err)
+			return
+		}
+		w.old = w.old[1:]
+	}
+	if len(w.pending) == 0 && len(w.old) == 0 && w.size > 0 && w.f != nil {
+		if err := w.f.Truncate(0); err != nil {
+			w.log.Warn("fold: empty the write-ahead log (it is replayed, harmlessly, at the next start)", "err", err)
+			return
+		}
+		w.size = 0
+	}
+}
+
+// applyRecords writes recs to Badger in order, in as few transactions as
+// its size limit allows; a record is split across two only when it alone
+// is too big for one.
+func (s *BadgerStore) applyRecords(recs []walRecord) error {
+	txn := s.db.NewTransaction(true)
+	defer func() { txn.Discard() }()
+	inTxn := 0
+	next := func() error {
+		if err := txn.Commit(); err != nil {
+			return err
+		}
+		txn = s.db.NewTransaction(true)
+		inTxn = 0
+		return nil
+	}
+	apply := func(op walOp) error {
+		if op.del {
+			return txn.Delete(op.k)
+		}
+		return txn.Set(op.k, op.v)
+	}
+	for _, r := range recs {
+		if inTxn > 0 && inTxn+r.size > walGroupMax {
+			if err := next(); err != nil {
+				return err
+			}
+		}
+		for _, op := range r.ops {
+			err := apply(op)
+			if errors.Is(err, badger.ErrTxnTooBig) {
+				if err = next(); err == nil {
+					err = apply(op)
+				}
+			}
+			if err != nil {
+				return err
+			}
+		}
+		inTxn += r.size
+	}
+	return txn.Commit()
+}
+
+// closeWAL stops the committer, commits what is pending and empties the
+// log. Writes after it fail with ErrStoreClosed.
+func (s *BadgerStore) closeWAL() error {
+	w := s.wal
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.stopOnce.Do(func() { close(w.stop) })
+	<-w.done
+	err := s.commitPending()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f == nil {
+		return err
+	}
+	cerr := w.f.Close()
+	w.f = nil
+	if err == nil && len(w.pending) == 0 && !w.crashed {
+		// Everything is in Badger: a clean close leaves no log.
+		for _, id := range append(w.old, w.id) {
+			if rerr := os.Remove(w.path(id)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				cerr = errors.Join(cerr, rerr)
+			}
+		}
+		w.old = nil
+	}
+	if err != nil {
+		return fmt.Errorf("commit the write-ahead log (kept for the next start): %w", err)
+	}
+	return cerr
+}

@@ -1,0 +1,506 @@
+package fold
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+// logBuffer is a log sink safe for the committer's goroutine.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func openWALStore(t testing.TB, dir string, logs *logBuffer) *BadgerStore {
+	t.Helper()
+	var logger *slog.Logger
+	if logs != nil {
+		logger = slog.New(slog.NewTextHandler(logs, nil))
+	}
+	s, err := OpenBadgerFsync(dir, logger, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// holdCommitter keeps the background committer from committing anything
+// until release is called (reads and Close still commit).
+func (s *BadgerStore) holdCommitter() (release func()) {
+	gate := make(chan struct{})
+	s.wal.mu.Lock()
+	s.wal.gate = gate
+	s.wal.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.wal.mu.Lock()
+			s.wal.gate = nil
+			s.wal.mu.Unlock()
+			close(gate)
+		})
+	}
+}
+
+// crashForTest abandons the store as kill -9 would between a write's
+// append to the write-ahead log and its commit: nothing pending is
+// committed, the log is left as it is, and the database is released so
+// that the same process can open it again.
+func (s *BadgerStore) crashForTest(t testing.TB) {
+	t.Helper()
+	w := s.wal
+	w.mu.Lock()
+	w.crashed, w.closed = true, true
+	f := w.f
+	w.f = nil
+	w.mu.Unlock()
+	w.stopOnce.Do(func() { close(w.stop) })
+	<-w.done
+	f.Close()
+	if err := errors.Join(s.db.Close(), s.arch.close()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inBadger reports whether key is committed in Badger itself (not counting
+// the write-ahead log), reading the closed store's folder directly.
+func inBadger(t *testing.T, dir string, key []byte) bool {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	found := false
+	err = db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(key)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		found = err == nil
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+func walBytes(t *testing.T, dir string) (files int, size int64) {
+	t.Helper()
+	ids, err := walFiles(filepath.Join(dir, "wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		st, err := os.Stat(filepath.Join(dir, "wal", fmt.Sprintf("%08d.log", id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("write-ahead log file %s has mode %v, want 0600", st.Name(), st.Mode().Perm())
+		}
+		size += st.Size()
+	}
+	return len(ids), size
+}
+
+// Writes that are in the write-ahead log but not in Badger when the
+// process dies (the window issue 13 opened) are there after the next
+// open, and the sequence numbers go on from them.
+func TestWALReplaysUncommittedWrites(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	s := openWALStore(t, dir, nil)
+	s.holdCommitter()
+	e := newEnvStore(t, s, nil)
+	br := e.create(t, map[string]any{"budget": 1000})
+	// The first write to a branch's calls reads its last sequence number,
+	// which commits what is pending; the ones after stay pending.
+	if _, err := s.AppendCall(ctx, "b-other", &CallRecord{Result: "small"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.charge(t, "s1", br, 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.charge(t, "s1", br, 5000); err != nil { // cut: a remainder, and the branch forced
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", archiveInlineMax+100) // its bytes in the archive files
+	seq, err := s.AppendCall(ctx, "b-other", &CallRecord{Result: big})
+	if err != nil || seq != 2 {
+		t.Fatalf("AppendCall: %d, %v", seq, err)
+	}
+	if err := s.PutSession(ctx, &SessionRecord{ID: "s2", Transport: "http"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSession(ctx, "s2"); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.wal.npending.Load(); n == 0 {
+		t.Fatal("nothing is pending: the committer was not held")
+	}
+	e.m.Close()
+	s.crashForTest(t)
+
+	files, size := walBytes(t, dir)
+	if files == 0 || size == 0 {
+		t.Fatalf("the write-ahead log is empty after the crash: %d files, %d bytes", files, size)
+	}
+	if inBadger(t, dir, callKey(br, 1)) || inBadger(t, dir, callKey(br, 2)) || inBadger(t, dir, callKey("b-other", 2)) {
+		t.Fatal("the calls are in Badger already: the test did not crash inside the window")
+	}
+	if _, err := OpenBadgerReadOnly(dir, nil); err == nil || !strings.Contains(err.Error(), "write-ahead log") {
+		t.Errorf("a read-only open of a store with an unreplayed log: %v, want an error naming the write-ahead log", err)
+	}
+
+	logs := &logBuffer{}
+	s2 := openWALStore(t, dir, logs)
+	defer s2.Close()
+	if !strings.Contains(logs.String(), "replayed the writes left in the write-ahead log") {
+		t.Errorf("the replay was not logged: %s", logs)
+	}
+	calls, err := s2.Calls(ctx, br, 0, 0)
+	if err != nil || len(calls) != 2 || calls[0].Tokens != 7 || calls[0].Seq != 1 || calls[1].Seq != 2 || calls[1].Handle == "" {
+		t.Fatalf("calls of %s after the restart: %+v, %v", br, calls, err)
+	}
+	if rest, err := s2.GetCut(ctx, calls[1].Handle); err != nil || string(rest) != "the rest" {
+		t.Errorf("cut %s after the restart: %q, %v", calls[1].Handle, rest, err)
+	}
+	b, err := s2.GetBranch(ctx, br)
+	if err != nil || b.Status != StatusForced || b.Calls != 2 || b.Used != 1000 {
+		t.Errorf("branch after the restart: %+v, %v", b, err)
+	}
+	other, err := s2.Calls(ctx, "b-other", 0, 0)
+	if err != nil || len(other) != 2 || other[1].Result != big {
+		t.Errorf("archived call after the restart: %d calls, %v", len(other), err)
+	}
+	if _, err := s2.GetSession(ctx, "s2"); !errors.Is(err, ErrSessionNotFound) {
+		t.Errorf("a session deleted before the crash: %v", err)
+	}
+	if seq, err := s2.AppendCall(ctx, br, &CallRecord{Result: "late"}); err != nil || seq != 3 {
+		t.Errorf("the next call of %s: seq %d, %v; want 3", br, seq, err)
+	}
+	// The replayed log is gone; a second restart replays nothing.
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if files, size := walBytes(t, dir); files != 0 || size != 0 {
+		t.Errorf("after a clean close: %d log files, %d bytes", files, size)
+	}
+	s3, err := OpenBadgerReadOnly(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s3.Close()
+	if calls, err := s3.Calls(ctx, br, 0, 0); err != nil || len(calls) != 3 {
+		t.Errorf("read-only after the clean close: %d calls, %v", len(calls), err)
+	}
+}
+
+// A record cut short by the crash (never acknowledged) is dropped with a
+// log line; the records before it are replayed.
+func TestWALTornTailDropped(t *testing.T) {
+	for _, tear := range []struct {
+		name string
+		tail func(rec []byte) []byte
+	}{
+		{"header cut short", func(rec []byte) []byte { return rec[:5] }},
+		{"payload cut short", func(rec []byte) []byte { return rec[:len(rec)-3] }},
+		{"bad checksum", func(rec []byte) []byte {
+			r := bytes.Clone(rec)
+			r[len(r)-1] ^= 0xff
+			return r
+		}},
+		{"zeroes", func(rec []byte) []byte { return make([]byte, 64) }},
+	} {
+		t.Run(tear.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ctx := t.Context()
+			s := openWALStore(t, dir, nil)
+			s.holdCommitter()
+			for i := 1; i <= 3; i++ {
+				if _, err := s.AppendCall(ctx, "b-1", &CallRecord{Result: fmt.Sprint("result ", i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			path := s.wal.path(s.wal.id)
+			s.crashForTest(t)
+			rec := encodeWALRecord([]walOp{set(callKey("b-1", 4), []byte(`{"seq":4,"result":"torn"}`))})
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write(tear.tail(rec)); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+
+			logs := &logBuffer{}
+			s2 := openWALStore(t, dir, logs)
+			defer s2.Close()
+			if !strings.Contains(logs.String(), "dropping the torn end of the write-ahead log") {
+				t.Errorf("the torn record was not logged: %s", logs)
+			}
+			calls, err := s2.Calls(ctx, "b-1", 0, 0)
+			if err != nil || len(calls) != 3 || calls[2].Result != "result 3" {
+				t.Fatalf("calls after the restart: %+v, %v; want the 3 whole records", calls, err)
+			}
+			if seq, err := s2.AppendCall(ctx, "b-1", &CallRecord{Result: "next"}); err != nil || seq != 4 {
+				t.Errorf("next seq %d, %v; want 4", seq, err)
+			}
+		})
+	}
+}
+
+// Every read commits what is pending first: with the background committer
+// held, a write is still seen by the next read.
+func TestWALReadsSeeWrites(t *testing.T) {
+	ctx := t.Context()
+	s := openWALStore(t, t.TempDir(), nil)
+	defer s.Close()
+	release := s.holdCommitter()
+	defer release()
+	if err := s.PutBranch(ctx, &Branch{ID: "b-1", Session: "s", Status: StatusActive}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := s.GetBranch(ctx, "b-1"); err != nil || b.ID != "b-1" {
+		t.Fatalf("GetBranch after PutBranch: %v, %v", b, err)
+	}
+	if err := s.Batch(ctx, &Batch{
+		Cuts:     []BatchCut{{Handle: "b-1~01", Rest: []byte("rest")}},
+		Calls:    []BatchCall{{Branch: "b-1", Rec: &CallRecord{Result: "r"}}},
+		Branches: []*Branch{{ID: "b-1", Session: "s", Status: StatusActive, Used: 9}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if bs, err := s.Branches(ctx, "s"); err != nil || len(bs) != 1 || bs[0].Used != 9 {
+		t.Errorf("Branches: %v, %v", bs, err)
+	}
+	if rest, err := s.GetCut(ctx, "b-1~01"); err != nil || string(rest) != "rest" {
+		t.Errorf("GetCut: %q, %v", rest, err)
+	}
+	if calls, err := s.Calls(ctx, "b-1", 0, 0); err != nil || len(calls) != 1 {
+		t.Errorf("Calls: %v, %v", calls, err)
+	}
+	if err := s.PutSession(ctx, &SessionRecord{ID: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	if ss, err := s.Sessions(ctx); err != nil || len(ss) != 1 {
+		t.Errorf("Sessions: %v, %v", ss, err)
+	}
+	if n := s.wal.npending.Load(); n != 0 {
+		t.Errorf("%d records pending after the reads", n)
+	}
+}
+
+// Charges to different branches run concurrently, each one's records in
+// order with no sequence number lost or doubled, through the background
+// committer, and all of it is there after a restart.
+func TestWALConcurrentCharges(t *testing.T) {
+	const branches, charges = 6, 25
+	dir := t.TempDir()
+	ctx := t.Context()
+	s := openWALStore(t, dir, nil)
+	e := newEnvStore(t, s, func(f *policy.Fold) { f.CreatesPerMinute = 100 })
+	ids := make([]string, branches)
+	for i := range ids {
+		ids[i] = e.create(t, map[string]any{"budget": 30000, "parent_branch_id": RootID("s1")})
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, branches*charges)
+	for _, id := range ids {
+		wg.Go(func() {
+			for range charges {
+				if _, err := e.m.Charge(ctx, "s1", id, func(Budget) (Charge, error) {
+					return Charge{Upstream: "up", Method: "tools/call", Name: "read", Result: []byte("r"), Tokens: 2}, nil
+				}); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	check := func(st Store, when string) {
+		for _, id := range ids {
+			calls, err := st.Calls(ctx, id, 0, 0)
+			if err != nil || len(calls) != charges {
+				t.Fatalf("%s: %s has %d calls (%v), want %d", when, id, len(calls), err, charges)
+			}
+			for i, c := range calls {
+				if c.Seq != i+1 {
+					t.Fatalf("%s: %s call %d has seq %d", when, id, i, c.Seq)
+				}
+			}
+			b, err := st.GetBranch(ctx, id)
+			if err != nil || b.Used != 2*charges || b.Calls != charges {
+				t.Fatalf("%s: branch %s: %+v, %v", when, id, b, err)
+			}
+		}
+	}
+	check(s, "before the restart")
+	e.m.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openWALStore(t, dir, nil)
+	defer s2.Close()
+	check(s2, "after the restart")
+}
+
+// Close commits what the held committer had not, and leaves no log: the
+// store then opens read-only (which refuses an unreplayed log) with every
+// write in it.
+func TestWALCloseDrains(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	s := openWALStore(t, dir, nil)
+	s.holdCommitter()
+	for i := range 20 {
+		if err := s.PutBranch(ctx, &Branch{ID: fmt.Sprint("b-", i), Session: "s", Status: StatusActive}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.wal.npending.Load() != 20 {
+		t.Fatalf("%d pending, want 20", s.wal.npending.Load())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutBranch(ctx, &Branch{ID: "late", Session: "s"}); !errors.Is(err, ErrStoreClosed) {
+		t.Errorf("a write after Close: %v, want ErrStoreClosed", err)
+	}
+	if files, size := walBytes(t, dir); files != 0 || size != 0 {
+		t.Errorf("after Close: %d log files, %d bytes", files, size)
+	}
+	if !inBadger(t, dir, branchKey("b-19")) {
+		t.Fatal("the last write is not in Badger after Close")
+	}
+	ro, err := OpenBadgerReadOnly(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if bs, err := ro.Branches(ctx, "s"); err != nil || len(bs) != 20 {
+		t.Errorf("after Close: %d branches, %v", len(bs), err)
+	}
+}
+
+// A commit that fails in the background is logged, not silent: the next
+// write retries it and fails with the error (ErrStoreFull when the disk is
+// full) and writes nothing; once the commit goes through, nothing written
+// before is lost.
+func TestWALCommitFailure(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	logs := &logBuffer{}
+	s := openWALStore(t, dir, logs)
+	defer s.Close()
+	release := s.holdCommitter()
+	defer release()
+	if err := s.PutBranch(ctx, &Branch{ID: "a", Session: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	full := fmt.Errorf("write value log: %w", syscall.ENOSPC)
+	s.wal.mu.Lock()
+	s.wal.failing = func() error { return full }
+	s.wal.mu.Unlock()
+	if _, err := s.GetBranch(ctx, "a"); !errors.Is(err, ErrStoreFull) {
+		t.Errorf("a read while the commit fails: %v, want ErrStoreFull", err)
+	}
+	if !strings.Contains(logs.String(), "committing writes to the store failed") {
+		t.Errorf("the failed commit was not logged: %s", logs)
+	}
+	err := s.PutBranch(ctx, &Branch{ID: "b", Session: "s"})
+	if !errors.Is(err, ErrStoreFull) || !strings.Contains(err.Error(), "could not be committed") {
+		t.Errorf("the write after a failed commit: %v, want ErrStoreFull saying the earlier writes could not be committed", err)
+	}
+	s.wal.mu.Lock()
+	s.wal.failing = nil
+	s.wal.mu.Unlock()
+	if err := s.PutBranch(ctx, &Branch{ID: "c", Session: "s"}); err != nil {
+		t.Fatalf("a write once commits go through again: %v", err)
+	}
+	bs, err := s.Branches(ctx, "s")
+	if err != nil || len(bs) != 2 || bs[0].ID != "a" || bs[1].ID != "c" {
+		t.Errorf("branches: %v, %v; want a and c (b was refused)", bs, err)
+	}
+}
+
+// A log that is never empty (the committer behind a steady load) goes on
+// in a new file past walRotateSize, and the files all in Badger are
+// removed.
+func TestWALRotates(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	s := openWALStore(t, dir, nil)
+	defer s.Close()
+	release := s.holdCommitter()
+	val := bytes.Repeat([]byte("v"), 3000)
+	n := walRotateSize/len(val) + 10
+	for i := range n {
+		if err := s.PutCut(ctx, fmt.Sprint("h", i), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if files, _ := walBytes(t, dir); files != 2 {
+		t.Fatalf("%d log files after %d bytes, want 2", files, n*len(val))
+	}
+	release()
+	if _, err := s.GetCut(ctx, "h0"); err != nil { // commits everything
+		t.Fatal(err)
+	}
+	if files, size := walBytes(t, dir); files != 1 || size != 0 {
+		t.Errorf("after the commit: %d log files, %d bytes; want 1 empty", files, size)
+	}
+	if rest, err := s.GetCut(ctx, fmt.Sprint("h", n-1)); err != nil || !bytes.Equal(rest, val) {
+		t.Errorf("last cut: %d bytes, %v", len(rest), err)
+	}
+}
+
+// A record bigger than one Badger transaction (a large prune) is applied
+// across several.
+func TestWALApplyLargeRecord(t *testing.T) {
+	ctx := context.Background()
+	s := openWALStore(t, t.TempDir(), nil)
+	defer s.Close()
+	ops := make([]walOp, 0, 20000)
+	for i := range 20000 {
+		ops = append(ops, set(fmt.Appendf(nil, "x/k%06d", i), bytes.Repeat([]byte("v"), 100)))
+	}
+	if err := s.write(ctx, "large", ops...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetCut(ctx, "k019999"); err != nil {
+		t.Fatal(err)
+	}
+}
