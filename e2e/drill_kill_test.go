@@ -3,11 +3,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -113,6 +116,13 @@ func drillKill9(t *testing.T, auditFsync string) {
 		// The audit log as the killed process left it.
 		audit := kill9ReadAudit(t, filepath.Join(state, "audit.jsonl"))
 		lost := kill9CheckAudit(t, audit, ledgers)
+		// The store as the killed process left it, read by foldproxy
+		// report --state before any proxy opens it again: it replays the
+		// writes left in the store's write-ahead log (acknowledged, not
+		// yet committed to Badger when the process died), and every
+		// answered call must be archived.
+		walLeft := kill9WALBytes(t, state)
+		archived := kill9CheckReport(ctx, t, state, ledgers)
 
 		// Restart on the same state and resume every session by its id.
 		px = startDrillProxy(t, cfg, state)
@@ -121,9 +131,9 @@ func drillKill9(t *testing.T, auditFsync string) {
 			t.Fatalf("the restarted foldproxy exited: %v", px.p.err)
 		}
 		t.Logf("DRILL kill9 [audit fsync %s] cycle %d/%d: %d clients, load %v; acknowledged so far: %d branch_create, %d branch_return, %d forwarded calls, %d branches left active; "+
-			"audit log: %d records (%d torn lines skipped); lost: %s; after restart: %s",
+			"audit log: %d records (%d torn lines skipped); lost: %s; store's write-ahead log at the kill: %d bytes; report --state: %s; after restart: %s",
 			fsync, cycle, kill9Cycles, kill9Clients, kill9Load, st.creates, st.returns, st.calls, st.leftActive,
-			audit.records, audit.skipped, lost, after)
+			audit.records, audit.skipped, lost, walLeft, archived, after)
 	}
 }
 
@@ -238,6 +248,62 @@ func kill9CheckAudit(t *testing.T, audit *kill9Audit, ledgers []*kill9Ledger) st
 	}
 	return fmt.Sprintf("%d call records, %d created events, %d returned events, %d fold-tool call records",
 		lostCalls, lostCreated, lostReturned, lostFoldCalls)
+}
+
+// kill9WALBytes is the size of the store's write-ahead log: writes
+// acknowledged before the kill whose commit to Badger may not have run.
+func kill9WALBytes(t *testing.T, state string) int64 {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(state, "badger", "wal", "*.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// kill9CheckReport runs foldproxy report --state on the killed proxy's
+// state and checks that every branch the clients were told of is there
+// with at least the calls they got answers for archived (branch_recall
+// reads them), and says what it found.
+func kill9CheckReport(ctx context.Context, t *testing.T, state string, ledgers []*kill9Ledger) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, proxyBin(t), "report", "--state", state, "--json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("report --state after kill -9: %v\n%s", err, stderr.String())
+	}
+	var rep reportJSON
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || rep.Store == nil {
+		t.Fatalf("report --state --json: %v\n%s", err, truncate(stdout.String(), 500))
+	}
+	archived := map[string]int{}
+	for _, b := range rep.Store.Branches {
+		archived[b.Branch] = b.Archived
+	}
+	var branches, calls, lostCalls int
+	for _, led := range ledgers {
+		for _, b := range led.created {
+			branches++
+			n, ok := archived[b]
+			if !ok {
+				t.Errorf("report --state after kill -9: acknowledged branch %s is not in the store", b)
+				continue
+			}
+			calls += led.calls[b]
+			if n < led.calls[b] {
+				lostCalls += led.calls[b] - n
+				t.Errorf("report --state after kill -9: branch %s has %d archived calls, %d were answered", b, n, led.calls[b])
+			}
+		}
+	}
+	return fmt.Sprintf("%d acknowledged branches and %d answered calls checked, %d archived calls missing", branches, calls, lostCalls)
 }
 
 // kill9CheckResumed resumes every session on the restarted proxy, checks
