@@ -31,6 +31,12 @@ type stack struct {
 // between stacks (it is built once and is safe for concurrent use); nil
 // builds a new one.
 func newStack(ctx context.Context, dir string, scrub *intercept.Scrubber) (*stack, error) {
+	return newStackOn(ctx, dir, scrub, false)
+}
+
+// newStackOn is newStack, with the fold manager on the in-memory store
+// instead of Badger when mem is set (to show what the archive costs).
+func newStackOn(ctx context.Context, dir string, scrub *intercept.Scrubber, mem bool) (*stack, error) {
 	raw, err := json.Marshal(benchSettings())
 	if err != nil {
 		return nil, err
@@ -40,8 +46,12 @@ func newStack(ctx context.Context, dir string, scrub *intercept.Scrubber) (*stac
 		return nil, err
 	}
 	s := &stack{set: set}
-	if s.store, err = fold.OpenBadgerFsync(filepath.Join(dir, "badger"), nil, false); err != nil { // as serve does by default
-		return nil, err
+	var store fold.Store = fold.NewMemStore()
+	if !mem {
+		if s.store, err = fold.OpenBadgerFsync(filepath.Join(dir, "badger"), nil, false); err != nil { // as serve does by default
+			return nil, err
+		}
+		store = s.store
 	}
 	if s.counter, err = intercept.NewCounter(set.Tokens); err != nil {
 		s.close()
@@ -60,7 +70,7 @@ func newStack(ctx context.Context, dir string, scrub *intercept.Scrubber) (*stac
 	}
 	s.metrics = intercept.NewMetrics()
 	s.mgr, err = fold.NewManager(ctx, fold.Options{
-		Settings: set.Fold, Store: s.store, Scanner: s.scrub, Counter: s.counter,
+		Settings: set.Fold, Store: store, Scanner: s.scrub, Counter: s.counter,
 		Events: sinks{s.audit, s.metrics}, PruneInterval: -1,
 	})
 	if err != nil {
