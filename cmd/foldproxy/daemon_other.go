@@ -14,6 +14,9 @@ import (
 // (one process per state folder at a time).
 const daemonSupported = false
 
+// daemonLogName is the daemon's log in the state folder (daemon_unix.go).
+const daemonLogName = "foldproxy.log"
+
 var errNoDaemon = errors.New("the shared daemon needs a unix system")
 
 func configIdentity(path string) (string, error) { return path, nil }
