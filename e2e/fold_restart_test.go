@@ -172,10 +172,17 @@ type killableStdio struct {
 // client to it.
 func startKillableProxy(t testing.TB, name, cfg, state string) (*peer, *killableStdio) {
 	t.Helper()
+	return startKillableProxyEnv(t, name, cfg, state, nil)
+}
+
+// startKillableProxyEnv is startKillableProxy with env added to the
+// proxy's environment.
+func startKillableProxyEnv(t testing.TB, name, cfg, state string, env []string) (*peer, *killableStdio) {
+	t.Helper()
 	stderr := &syncBuffer{}
 	dumpOnFailure(t, name+" stderr", stderr)
 	k := &killableStdio{done: make(chan struct{})}
-	k.Stdio = transport.NewStdioWithOptions(proxyBin(t), nil, []string{"serve", "--standalone", "--config", cfg, "--state", state}, transport.WithCommandFunc(
+	k.Stdio = transport.NewStdioWithOptions(proxyBin(t), env, []string{"serve", "--standalone", "--config", cfg, "--state", state}, transport.WithCommandFunc(
 		func(ctx context.Context, command string, env []string, args []string) (*exec.Cmd, error) {
 			cmd := exec.CommandContext(ctx, command, args...)
 			cmd.Env = append(os.Environ(), env...)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +88,77 @@ func TestReportAfterKill9(t *testing.T) {
 	again, recovered, stderr, err := report()
 	if err != nil || recovered || len(again.Store.Branches) != len(rep.Store.Branches) {
 		t.Errorf("the second report: %v (recovered %v), %d branches, want %d read-only\n%s", err, recovered, len(again.Store.Branches), len(rep.Store.Branches), stderr)
+	}
+}
+
+// TestKill9BetweenReplyAndCommit: the store's write-ahead log is what makes
+// a result durable before the agent hears of it (issue 13's write-behind).
+// With the store's background committer held (the test-only
+// FOLDPROXY_TEST_HOLD_STORE_COMMITS), foldproxy answers calls whose
+// records are in the write-ahead log only, and is killed there: every
+// answered call is archived when foldproxy report --state, which replays
+// the log, reads the store.
+func TestKill9BetweenReplyAndCommit(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	cfg := foldProxyConfig(t, map[string]any{"replay": replayEntry(t)}, map[string]any{"defaultTimeout": "120s"}, false)
+	state := t.TempDir()
+
+	p, k := startKillableProxyEnv(t, "foldproxy stdio (committer held, killed)", cfg, state, []string{"FOLDPROXY_TEST_HOLD_STORE_COMMITS=1"})
+	foldWaitTools(ctx, t, p, "replay__emit")
+	var br foldCreated
+	foldMust(ctx, t, p, "branch_create", map[string]any{"description": "work the store has not committed", "budget": 20000}, &br)
+	const calls = 6
+	for i := range calls {
+		if r := foldCall(ctx, t, p, "replay__emit", map[string]any{"bytes": 700 + 1000*i, "kind": "log"}); r.isError {
+			t.Fatalf("emit %d in the branch: %s", i, r.text())
+		}
+	}
+	kill9(ctx, t, k.cmd, k.done)
+
+	var walBytes int64
+	files, _ := filepath.Glob(filepath.Join(state, "badger", "wal", "*.log"))
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			walBytes += fi.Size()
+			if fi.Mode().Perm() != 0o600 {
+				t.Errorf("write-ahead log %s has mode %v, want 0600", f, fi.Mode().Perm())
+			}
+		}
+	}
+	if walBytes == 0 {
+		t.Fatalf("the store's write-ahead log is empty after the kill: the window between reply and commit was not hit")
+	}
+
+	cmd := exec.CommandContext(ctx, proxyBin(t), "report", "--state", state, "--json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("report --state after kill -9: %v\n%s", err, stderr.String())
+	}
+	var rep reportJSON
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || rep.Store == nil {
+		t.Fatalf("report --json: %v\n%s", err, stdout.String())
+	}
+	found := false
+	for _, b := range rep.Store.Branches {
+		if b.Branch != br.BranchID {
+			continue
+		}
+		found = true
+		if b.Calls != calls || b.Archived != calls || b.BudgetUsed == 0 || b.Status != "active" {
+			t.Errorf("branch %s in the store after kill -9: %+v; want %d calls, all archived", b.Branch, b, calls)
+		}
+	}
+	if !found {
+		t.Fatalf("the report does not list branch %s (its creation was answered): %+v", br.BranchID, rep.Store.Branches)
+	}
+	files, _ = filepath.Glob(filepath.Join(state, "badger", "wal", "*.log"))
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil && fi.Size() > 0 {
+			t.Errorf("the write-ahead log %s still holds %d bytes after the report replayed and closed the store", f, fi.Size())
+		}
+	}
+	if !t.Failed() {
+		t.Logf("killed with %d bytes in the store's write-ahead log; report --state found branch %s with its %d answered calls archived", walBytes, br.BranchID, calls)
 	}
 }

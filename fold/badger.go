@@ -106,6 +106,11 @@ type BadgerOptions struct {
 	// MinFreeBytes is the space kept free on the store's file system;
 	// zero: DefaultMinFreeBytes; negative: no check.
 	MinFreeBytes int64
+	// HoldCommits keeps the write-ahead log's background committer from
+	// running: writes reach Badger only when a read or Close commits them.
+	// For tests that kill the process between a write's reply and its
+	// commit (serve sets it from FOLDPROXY_TEST_HOLD_STORE_COMMITS=1).
+	HoldCommits bool
 }
 
 // OpenBadgerWith is OpenBadger with options. When the file system has less
@@ -221,7 +226,7 @@ func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOpti
 	}
 	s := &BadgerStore{db: db, arch: openArchiveFiles(dir, fsync), readOnly: readOnly, dir: dir, minFree: minFree, seq: make(map[string]int)}
 	if !readOnly {
-		if err := s.openWAL(fsync, logger); err != nil {
+		if err := s.openWAL(fsync, o.HoldCommits, logger); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("fold: open store %s: %w", dir, err)
 		}

@@ -265,7 +265,7 @@ func readWAL(dir string, log *slog.Logger) (recs []walRecord, ids []uint32, err 
 
 // openWAL replays the records left in the store's log into Badger, removes
 // the log files, and starts a new one. It runs before the store is used.
-func (s *BadgerStore) openWAL(fsync bool, log *slog.Logger) error {
+func (s *BadgerStore) openWAL(fsync, hold bool, log *slog.Logger) error {
 	dir := filepath.Join(s.dir, "wal")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create the write-ahead log folder: %w", err)
@@ -296,6 +296,9 @@ func (s *BadgerStore) openWAL(fsync bool, log *slog.Logger) error {
 	}
 	if err := w.openNextLocked(); err != nil {
 		return err
+	}
+	if hold {
+		w.gate = make(chan struct{}) // never closed
 	}
 	s.wal = w
 	go s.committer()

@@ -370,7 +370,12 @@ func buildScrubber(s policy.Scrub, logger *slog.Logger) (wait func() (*intercept
 // fatal: foldproxy starts with a store that answers every write with the
 // reason, so the agent keeps its catalogue.
 func openStore(dir string, fsync bool, logger *slog.Logger) (fold.Store, error) {
-	store, err := fold.OpenBadgerFsync(filepath.Join(dir, "badger"), logger, fsync)
+	store, err := fold.OpenBadgerWith(filepath.Join(dir, "badger"), logger, fold.BadgerOptions{
+		Fsync: fsync,
+		// For the e2e test that kills foldproxy between a reply and the
+		// store's commit of what it recorded (e2e/report_kill_test.go).
+		HoldCommits: os.Getenv("FOLDPROXY_TEST_HOLD_STORE_COMMITS") == "1",
+	})
 	switch {
 	case errors.Is(err, fold.ErrStoreFull):
 		logger.Error("foldproxy cannot write its state store: serving without it until restarted; calls that need the store will fail with this reason", "state", dir, "err", err)
