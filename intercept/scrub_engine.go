@@ -11,7 +11,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	ahocorasick "github.com/BobuSumisu/aho-corasick"
 	"github.com/zricethezav/gitleaks/v8/config"
 	"github.com/zricethezav/gitleaks/v8/detect"
 	"github.com/zricethezav/gitleaks/v8/report"
@@ -72,12 +71,15 @@ type found struct {
 // gitleaks' Detector.DetectContext only reads the detector's configuration
 // and keyword trie, and counts bytes atomically.
 type engine struct {
-	full   *detect.Detector
-	rules  []ruleScanner
-	trie   *ahocorasick.Trie
-	byKw   [][]int // keyword (trie pattern index) → rule indices
-	always []int   // rules with a regex and no usable keyword
-	maxKw  int     // longest keyword in bytes
+	full  *detect.Detector
+	rules []ruleScanner
+	trie  *kwMatcher
+	byKw  [][]int // keyword (trie pattern index) → rule indices
+	// stops are the stop words taken out of the rules' allowlists, checked
+	// on the detectors' findings (splitStopWords).
+	stops  stopWords
+	always []int // rules with a regex and no usable keyword
+	maxKw  int   // longest keyword in bytes
 	pad    int
 	// loud[a][b] is true when some stretched rule can stretch over the
 	// two bytes a, b in a row; a piece border between two such bytes
@@ -89,7 +91,11 @@ type engine struct {
 	onWindow func(rule, n int)
 }
 
-// ruleScanner is one rule with its own detector.
+// ruleScanner is one rule with its own detector. A rule whose keywords
+// the engine finds itself gets a detector without keywords (gitleaks then
+// runs the rule over every window it is given, where a keyword of the rule
+// always is), so that it holds no keyword trie of its own: 2 KB a keyword
+// byte in gitleaks' trie, 5 MB over the default rules.
 type ruleScanner struct {
 	id     string
 	det    *detect.Detector
@@ -127,6 +133,11 @@ const stretchTail = 16
 
 func newEngine(cfg config.Config, pad int) (*engine, error) {
 	e := &engine{pad: pad}
+	stops, err := splitStopWords(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.stops = stops
 	e.full = detect.NewDetector(cfg)
 	e.full.MaxDecodeDepth = decodeDepth
 	e.full.IgnoreGitleaksAllow = true
@@ -138,14 +149,29 @@ func newEngine(cfg config.Config, pad int) (*engine, error) {
 		if r.Regex == nil {
 			continue // path-only rules never match content
 		}
+		usable := len(r.Keywords) > 0
+		for _, k := range r.Keywords {
+			if k == "" || !isASCII(k) {
+				usable = false
+			}
+		}
 		sub := config.Config{
 			Rules:        map[string]config.Rule{id: r},
 			Keywords:     map[string]struct{}{},
 			OrderedRules: []string{id},
 			Allowlists:   cfg.Allowlists,
 		}
-		for _, k := range r.Keywords {
-			sub.Keywords[k] = struct{}{}
+		if usable && len(r.RequiredRules) == 0 {
+			// Run only over windows around its keywords (or over the
+			// whole text when one occurs in it): gitleaks' keyword
+			// test would always pass.
+			bare := r
+			bare.Keywords = nil
+			sub.Rules[id] = bare
+		} else {
+			for _, k := range r.Keywords {
+				sub.Keywords[k] = struct{}{}
+			}
 		}
 		for _, req := range r.RequiredRules {
 			rr, ok := cfg.Rules[req.RuleID]
@@ -181,12 +207,6 @@ func newEngine(cfg config.Config, pad int) (*engine, error) {
 		idx := len(e.rules)
 		e.rules = append(e.rules, rs)
 
-		usable := len(r.Keywords) > 0
-		for _, k := range r.Keywords {
-			if k == "" || !isASCII(k) {
-				usable = false
-			}
-		}
 		if !usable {
 			e.always = append(e.always, idx)
 			continue
@@ -205,7 +225,7 @@ func newEngine(cfg config.Config, pad int) (*engine, error) {
 			}
 		}
 	}
-	e.trie = ahocorasick.NewTrieBuilder().AddStrings(kws).Build()
+	e.trie = newKwMatcher(kws)
 	e.loud = new([256][256]bool)
 	for _, rs := range e.rules {
 		if rs.reach == nil {
@@ -316,8 +336,8 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 	wend := min(hi+e.maxKw-1, n)
 	lower := asciiLower(text[lo:wend])
 	hits := make([][]int, len(e.rules))
-	e.trie.Walk(lower, func(end, m, pattern int64) bool {
-		p := lo + int(end-m+1)
+	e.trie.walk(lower, func(end, m, pattern int) bool {
+		p := lo + end - m + 1
 		if p >= hi {
 			return true
 		}
@@ -355,7 +375,7 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 			if e.onWindow != nil {
 				e.onWindow(ri, w[1]-w[0])
 			}
-			fs, err := detectWindow(ctx, rs.det, text, w, false)
+			fs, err := detectWindow(ctx, rs.det, e.stops, text, w, false)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -363,7 +383,7 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 		}
 	}
 	for _, w := range encodedWindows(text, nls, lo, hi) {
-		fs, err := detectWindow(ctx, e.full, text, w, true)
+		fs, err := detectWindow(ctx, e.full, e.stops, text, w, true)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -377,7 +397,7 @@ func (e *engine) findWhole(ctx context.Context, text string, ri int) ([]found, e
 	if e.onWindow != nil {
 		e.onWindow(ri, len(text))
 	}
-	return detectWindow(ctx, e.rules[ri].det, text, [2]int{0, len(text)}, false)
+	return detectWindow(ctx, e.rules[ri].det, e.stops, text, [2]int{0, len(text)}, false)
 }
 
 // pieceWindow is the window of a rule without keywords for the piece
@@ -491,9 +511,10 @@ func (e *engine) splitPoint(text string, i int) int {
 }
 
 // detectWindow runs det over text[w[0]:w[1]] and returns its findings in
-// offsets of text. With decodedOnly, findings that were not made in a
-// decoded segment are dropped (the rule windows report those).
-func detectWindow(ctx context.Context, det *detect.Detector, text string, w [2]int, decodedOnly bool) ([]found, error) {
+// offsets of text, without those whose secret holds one of stops. With
+// decodedOnly, findings that were not made in a decoded segment are
+// dropped (the rule windows report those).
+func detectWindow(ctx context.Context, det *detect.Detector, stops stopWords, text string, w [2]int, decodedOnly bool) ([]found, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -514,6 +535,9 @@ func detectWindow(ctx context.Context, det *detect.Detector, text string, w [2]i
 	limit := w[1] - w[0]
 	out := make([]found, 0, len(fs))
 	for i := range fs {
+		if stops.allowed(&fs[i]) {
+			continue
+		}
 		f, ok := locate(win, nls, &fs[i])
 		if !ok || (decodedOnly && f.secret != "") {
 			continue

@@ -343,7 +343,7 @@ func TestEngineMatchesGitleaks(t *testing.T) {
 		}
 		text += "\n"
 		want := mergeFound(mustFind(t, func(ctx context.Context, s string) ([]found, error) {
-			return detectWindow(ctx, ref, s, [2]int{0, len(s)}, false)
+			return detectWindow(ctx, ref, nil, s, [2]int{0, len(s)}, false)
 		}, text))
 		got := mergeFound(mustFind(t, s.eng.findAll, text))
 		for _, w := range want {

@@ -1,0 +1,143 @@
+package intercept
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	ahocorasick "github.com/BobuSumisu/aho-corasick"
+	"github.com/zricethezav/gitleaks/v8/report"
+)
+
+// TestKwMatcherMatchesTrie checks that kwMatcher reports the occurrences
+// gitleaks' trie reports, in the same order, on random patterns and texts
+// over a small alphabet (many overlaps and shared suffixes).
+func TestKwMatcherMatchesTrie(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 13))
+	word := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = "abc.-"[rng.IntN(5)]
+		}
+		return string(b)
+	}
+	type hit struct{ end, n, p int }
+	for round := range 300 {
+		seen := map[string]bool{}
+		var pats []string
+		for range 1 + rng.IntN(12) {
+			p := word(1 + rng.IntN(5))
+			if !seen[p] {
+				seen[p] = true
+				pats = append(pats, p)
+			}
+		}
+		text := []byte(word(rng.IntN(200)) + "xyz" + word(rng.IntN(50)))
+		var want, got []hit
+		ahocorasick.NewTrieBuilder().AddStrings(pats).Build().Walk(text, func(end, n, p int64) bool {
+			want = append(want, hit{int(end), int(n), int(p)})
+			return true
+		})
+		m := newKwMatcher(pats)
+		m.walk(text, func(end, n, p int) bool {
+			got = append(got, hit{end, n, p})
+			return true
+		})
+		if len(got) != len(want) {
+			t.Fatalf("round %d: patterns %q in %q: %d hits, the trie %d", round, pats, text, len(got), len(want))
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("round %d: patterns %q in %q: hit %d is %+v, the trie's %+v", round, pats, text, i, got[i], want[i])
+			}
+		}
+		for range 20 {
+			s := word(rng.IntN(12))
+			contains := false
+			for _, p := range pats {
+				contains = contains || strings.Contains(s, p)
+			}
+			if m.contains(s) != contains {
+				t.Fatalf("round %d: patterns %q: contains(%q) = %v", round, pats, s, !contains)
+			}
+		}
+	}
+	if m := newKwMatcher([]string{"", "ab"}); m.contains("xy") || !m.contains("xaby") {
+		t.Fatal("an empty pattern must never match, the others must")
+	}
+}
+
+// TestStopWordsAsGitleaks checks that the stop words taken out of the
+// default rules' allowlists drop exactly the findings gitleaks' own
+// allowlists drop for holding a stop word.
+func TestStopWordsAsGitleaks(t *testing.T) {
+	cfg, err := loadGitleaksConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := cfg.Rules
+	split := cfg
+	sw, err := splitStopWords(&split)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sw) == 0 {
+		t.Fatal("no stop words split from the default rules")
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	checked := 0
+	for id := range sw {
+		r := orig[id]
+		var words []string
+		for _, a := range r.Allowlists {
+			words = append(words, a.StopWords...)
+		}
+		for _, a := range split.Rules[id].Allowlists {
+			if len(a.StopWords) > 0 {
+				t.Fatalf("rule %s keeps stop words in an allowlist after the split", id)
+			}
+		}
+		for range 2000 {
+			var b strings.Builder
+			for range 1 + rng.IntN(3) {
+				switch rng.IntN(3) {
+				case 0:
+					w := words[rng.IntN(len(words))]
+					if rng.IntN(2) == 0 {
+						w = strings.ToUpper(w)
+					}
+					b.WriteString(w)
+				case 1:
+					w := words[rng.IntN(len(words))]
+					b.WriteString(w[:len(w)/2])
+				default:
+					b.WriteString(secretLike(rng))
+				}
+			}
+			s := b.String()
+			want := false
+			for _, a := range r.Allowlists {
+				if ok, _ := a.ContainsStopWord(s); ok {
+					want = true
+				}
+			}
+			if got := sw.allowed(&report.Finding{RuleID: id, Secret: s}); got != want {
+				t.Fatalf("rule %s, secret %q: allowed %v, gitleaks' allowlists %v", id, s, got, want)
+			}
+			checked++
+		}
+	}
+	if got := sw.allowed(&report.Finding{RuleID: "no-such-rule", Secret: "aaaaaa"}); got {
+		t.Fatal("a rule without split stop words allowed a finding")
+	}
+	t.Logf("%d secrets checked over %d rules", checked, len(sw))
+}
+
+func secretLike(rng *rand.Rand) string {
+	const chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+	b := make([]byte, 4+rng.IntN(20))
+	for i := range b {
+		b[i] = chars[rng.IntN(len(chars))]
+	}
+	return string(b)
+}
