@@ -22,7 +22,9 @@ import (
 
 // bpeRanks holds, per encoding name, a function returning the encoding's
 // ranks (token bytes → rank, which is the token id), built once from the
-// codec's own vocabulary through Decode.
+// codec's own vocabulary through Decode. Decode builds and keeps a reverse
+// vocabulary (3 MB for o200k_base), so the ranks are read through a codec
+// of their own, dropped once they are built.
 var bpeRanks sync.Map
 
 // bpeTable is an encoding's ranks: every token's, and the two-byte
@@ -39,6 +41,9 @@ type bpeTable struct {
 // ranksOf returns the ranks of codec's encoding.
 func ranksOf(codec tokenizer.Codec) *bpeTable {
 	f, _ := bpeRanks.LoadOrStore(codec.GetName(), sync.OnceValue(func() *bpeTable {
+		if own, err := tokenizer.Get(tokenizer.Encoding(codec.GetName())); err == nil {
+			codec = own
+		}
 		pair := new([1 << 16]uint32)
 		short := make(map[uint64]uint32, 1<<16)
 		for i := range pair {
