@@ -240,6 +240,9 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	auditPath := resolvePaths(&st, cfg.Dir, dir)
+	// Garbage left by a burst of calls is returned once the process goes
+	// quiet (trim.go).
+	go trimWhenIdle(ctx)
 	core, err := openCore(ctx, coreConfig{
 		servers: cfg.Servers, settings: st, configDir: cfg.Dir, stateDir: dir, auditPath: auditPath,
 		resumable: mode == modeHTTP || mode == modeDaemon, logger: logger,
