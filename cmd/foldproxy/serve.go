@@ -242,7 +242,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	auditPath := resolvePaths(&st, cfg.Dir, dir)
 	// Garbage left by a burst of calls is returned once the process goes
 	// quiet (trim.go).
-	go trimWhenIdle(ctx)
+	go trimWhenIdle(ctx, logger)
 	core, err := openCore(ctx, coreConfig{
 		servers: cfg.Servers, settings: st, configDir: cfg.Dir, stateDir: dir, auditPath: auditPath,
 		resumable: mode == modeHTTP || mode == modeDaemon, logger: logger,
@@ -312,6 +312,9 @@ func (c *serveCommand) relay(ctx context.Context, f serveFlags, st policy.Settin
 		// stderr the agent keeps (stdout is JSON-RPC only).
 		logger.Info("metrics", "url", "http://"+f.metrics+"/metrics", "served_by", "the daemon of "+dir, "log", filepath.Join(dir, daemonLogName))
 	}
+	// The relay's own memory is small; what counts is the pages of the
+	// executable start-up read (trim.go).
+	go trimWhenIdle(ctx, logger)
 	return proxy.Relay(ctx, c.stdin, c.stdout, relayOptions(f, st, dir, ident, c.stderr, logger))
 }
 

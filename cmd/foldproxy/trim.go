@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -20,6 +21,11 @@ import (
 // (debug.FreeOSMemory), when there is enough to return. During a burst no
 // tick is quiet and nothing changes: GOGC stays at its default, so the
 // throughput of a busy proxy pays nothing for this.
+//
+// The pages of the executable that the process mapped (code, read-only
+// data) are unmapped at the same points, and at the first quiet tick,
+// which ends start-up (dropStartupPages): they stay in the page cache, and
+// the next call maps back the few MB it runs through, by minor faults.
 
 const (
 	// trimTick is how often the heap is sampled.
@@ -44,19 +50,20 @@ type trimmer struct {
 	have bool
 }
 
-// step takes a tick's sample and reports whether to trim now: the tick
-// was quiet and there are at least trimMin bytes to give back.
-func (t *trimmer) step(s heapSample) bool {
+// step takes a tick's sample and reports whether the tick was quiet and
+// whether to trim now: it was, and there are at least trimMin bytes to
+// give back.
+func (t *trimmer) step(s heapSample) (quiet, trim bool) {
 	prev, had := t.last, t.have
 	t.last, t.have = s, true
 	if !had || s.allocs-prev.allocs > trimQuiet {
-		return false
+		return false, false
 	}
 	var garbage uint64
 	if s.objects > s.live {
 		garbage = s.objects - s.live
 	}
-	return garbage+s.free >= trimMin
+	return true, garbage+s.free >= trimMin
 }
 
 var trimMetrics = []string{
@@ -79,7 +86,7 @@ func readHeap(ms []metrics.Sample) heapSample {
 
 // trimWhenIdle returns memory to the OS whenever the process goes quiet
 // after allocating, until ctx ends.
-func trimWhenIdle(ctx context.Context) {
+func trimWhenIdle(ctx context.Context, logger *slog.Logger) {
 	ms := make([]metrics.Sample, len(trimMetrics))
 	for i, name := range trimMetrics {
 		ms[i].Name = name
@@ -87,14 +94,25 @@ func trimWhenIdle(ctx context.Context) {
 	tick := time.NewTicker(trimTick)
 	defer tick.Stop()
 	var t trimmer
+	started := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if t.step(readHeap(ms)) {
+		quiet, trim := t.step(readHeap(ms))
+		if trim {
 			debug.FreeOSMemory()
+		}
+		if trim || quiet && !started {
+			// After the collection, which reads the pc tables of
+			// every goroutine's stack.
+			started = true
+			n := dropStartupPages()
+			logger.Debug("quiet: the executable's pages unmapped", "resident_bytes", n, "heap_trim", trim)
+		}
+		if trim {
 			// The collection allocates a little: start the next
 			// quiet tick from here.
 			t.step(readHeap(ms))

@@ -9,22 +9,22 @@ func TestTrimmer(t *testing.T) {
 	const mb = 1 << 20
 	var tr trimmer
 	steps := []struct {
-		name string
-		s    heapSample
-		want bool
+		name        string
+		s           heapSample
+		quiet, want bool
 	}{
-		{"first sample: nothing to compare", heapSample{allocs: 100 * mb, objects: 60 * mb, live: 30 * mb}, false},
-		{"busy: allocating", heapSample{allocs: 120 * mb, objects: 80 * mb, live: 30 * mb}, false},
-		{"quiet with garbage", heapSample{allocs: 120*mb + 1000, objects: 80 * mb, live: 30 * mb}, true},
-		{"quiet, little garbage", heapSample{allocs: 120*mb + 2000, objects: 31 * mb, live: 30 * mb, free: 1 * mb}, false},
-		{"quiet, free pages", heapSample{allocs: 120*mb + 3000, objects: 30 * mb, live: 30 * mb, free: 5 * mb}, true},
-		{"live above objects (a collection under way)", heapSample{allocs: 120*mb + 4000, objects: 29 * mb, live: 30 * mb}, false},
-		{"just over the quiet limit", heapSample{allocs: 120*mb + 4000 + trimQuiet + 1, objects: 60 * mb, live: 30 * mb}, false},
-		{"quiet again", heapSample{allocs: 120*mb + 4000 + trimQuiet + 1, objects: 60 * mb, live: 30 * mb}, true},
+		{"first sample: nothing to compare", heapSample{allocs: 100 * mb, objects: 60 * mb, live: 30 * mb}, false, false},
+		{"busy: allocating", heapSample{allocs: 120 * mb, objects: 80 * mb, live: 30 * mb}, false, false},
+		{"quiet with garbage", heapSample{allocs: 120*mb + 1000, objects: 80 * mb, live: 30 * mb}, true, true},
+		{"quiet, little garbage", heapSample{allocs: 120*mb + 2000, objects: 31 * mb, live: 30 * mb, free: 1 * mb}, true, false},
+		{"quiet, free pages", heapSample{allocs: 120*mb + 3000, objects: 30 * mb, live: 30 * mb, free: 5 * mb}, true, true},
+		{"live above objects (a collection under way)", heapSample{allocs: 120*mb + 4000, objects: 29 * mb, live: 30 * mb}, true, false},
+		{"just over the quiet limit", heapSample{allocs: 120*mb + 4000 + trimQuiet + 1, objects: 60 * mb, live: 30 * mb}, false, false},
+		{"quiet again", heapSample{allocs: 120*mb + 4000 + trimQuiet + 1, objects: 60 * mb, live: 30 * mb}, true, true},
 	}
 	for _, st := range steps {
-		if got := tr.step(st.s); got != st.want {
-			t.Errorf("%s: step = %v, want %v", st.name, got, st.want)
+		if quiet, got := tr.step(st.s); quiet != st.quiet || got != st.want {
+			t.Errorf("%s: step = %v, %v, want %v, %v", st.name, quiet, got, st.quiet, st.want)
 		}
 	}
 }
