@@ -4,7 +4,9 @@
 // Store interface (Badger in production).
 //
 // The rule fold never breaks: a state change is in the store before the
-// caller, and so the agent, hears of it. fold never sees raw secrets: what it
+// caller, and so the agent, hears of it (in the Badger store: appended to
+// its write-ahead log, which a background committer applies to Badger and
+// the next open replays after a crash; see wal.go). fold never sees raw secrets: what it
 // is handed has already been scrubbed by the intercept chain, and it scans
 // return messages again through the Scanner it is given (fold-time scan).
 package fold
