@@ -220,7 +220,11 @@ func TestRelayResumesAfterTheDaemonWentAway(t *testing.T) {
 			t.Errorf("the new daemon got %q, want %q", got, want)
 		}
 	}
+	// As a daemon does: it closes once the relay has closed for writing.
 	r.stdin.Close()
+	if _, err := c2.br.ReadByte(); err != io.EOF {
+		t.Errorf("the daemon's connection was not closed for writing at the end of stdin: %v", err)
+	}
 	c2.c.Close()
 	if err := <-r.done; err != nil {
 		t.Errorf("Relay: %v", err)
