@@ -185,7 +185,7 @@ func (s *Scrubber) ScrubJSON(ctx context.Context, raw json.RawMessage) (json.Raw
 	if s.disabled || len(raw) == 0 {
 		return raw, nil, nil
 	}
-	if !json.Valid(raw) {
+	if !jsonscan.Valid(raw) { // as encoding/json.Valid, faster
 		return nil, nil, &ScanError{Reason: "the message is not valid JSON"}
 	}
 	var edits []edit
@@ -570,9 +570,11 @@ func (s *Scrubber) runJobs(ctx context.Context, jobs []scanJob) ([]jobResult, er
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
+	// Worker 0 is this goroutine, which would only wait otherwise.
+	var first func()
 	for w := range workers {
 		wg.Add(1)
-		go func() {
+		work := func() {
 			defer wg.Done()
 			defer func() {
 				if r := recover(); r != nil {
@@ -593,8 +595,14 @@ func (s *Scrubber) runJobs(ctx context.Context, jobs []scanJob) ([]jobResult, er
 				}
 				results[i] = r
 			}
-		}()
+		}
+		if w == 0 {
+			first = work
+		} else {
+			go work()
+		}
 	}
+	first()
 	wg.Wait()
 	for _, err := range errs {
 		var se *ScanError
