@@ -150,7 +150,13 @@ type stdioAgent struct {
 
 func startStdioAgent(t *testing.T, cfg string) *stdioAgent {
 	t.Helper()
-	cmd := exec.Command(proxyBin(t), "serve", "--config", cfg, "--state", t.TempDir())
+	state := t.TempDir()
+	// The relay's daemon (in a session of its own, outside the process
+	// group that cleanup kills) still closes its store when the relay is
+	// gone: wait for it before the state folder is removed (cleanups run
+	// last first).
+	t.Cleanup(func() { waitNoDaemon(testContext(t, 60*time.Second), t, state) })
+	cmd := exec.Command(proxyBin(t), "serve", "--config", cfg, "--state", state)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
