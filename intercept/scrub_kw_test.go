@@ -141,3 +141,39 @@ func secretLike(rng *rand.Rand) string {
 	}
 	return string(b)
 }
+
+// TestSweepFindsEveryOccurrence checks sweep's matcher path (more than four
+// short secrets) against strings.Index: every occurrence, overlapping ones
+// included, under the rule that found the secret.
+func TestSweepFindsEveryOccurrence(t *testing.T) {
+	secrets := []string{"abcdefgh1", "bcdefgh12", "zzzzzzzz", "token-0000", "k3y-k3y-k3y", "qwertyuiop"}
+	var fs []found
+	for i, s := range secrets {
+		fs = append(fs, found{secret: s, rule: "rule-" + string(rune('a'+i))})
+	}
+	text := "x abcdefgh12 y zzzzzzzzz token-0000token-0000 k3y-k3y-k3y-k3y qwertyuio end abcdefgh1"
+	type span struct {
+		start, end int
+		rule       string
+	}
+	want := map[span]bool{}
+	for i, s := range secrets {
+		for p := 0; p+len(s) <= len(text); p++ {
+			if text[p:p+len(s)] == s {
+				want[span{p, p + len(s), fs[i].rule}] = true
+			}
+		}
+	}
+	got := map[span]bool{}
+	for _, f := range sweep(text, fs) {
+		got[span{f.start, f.end, f.rule}] = true
+	}
+	if len(got) != len(want) {
+		t.Fatalf("sweep found %d spans, want %d: %v, want %v", len(got), len(want), got, want)
+	}
+	for s := range want {
+		if !got[s] {
+			t.Errorf("sweep missed %+v (%q)", s, text[s.start:s.end])
+		}
+	}
+}

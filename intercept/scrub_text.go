@@ -5,8 +5,6 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
-
-	ahocorasick "github.com/BobuSumisu/aho-corasick"
 )
 
 // A view is a text derived from the raw text by undoing one level of JSON
@@ -292,10 +290,9 @@ func sweep(text string, fs []found) []found {
 		return out
 	}
 	secrets = short
-	trie := ahocorasick.NewTrieBuilder().AddStrings(secrets).Build()
-	trie.Walk([]byte(text), func(end, n, pattern int64) bool {
+	newKwMatcher(secrets).walk([]byte(text), func(end, n, pattern int) bool {
 		s := secrets[pattern]
-		out = append(out, found{start: int(end - n + 1), end: int(end + 1), rule: rules[s]})
+		out = append(out, found{start: end - n + 1, end: end + 1, rule: rules[s]})
 		return true
 	})
 	return out
