@@ -485,6 +485,11 @@ func TestBudgetParallel(t *testing.T) {
 	c := newCounter(t, "")
 	const budget = 3000
 	f := newFake(fold.Branch{ID: "b-1", Parent: "root-s1", Depth: 1, Budget: budget})
+	// The branch keeps its notice reserve, as fold.Manager's does: without
+	// it, whole results may leave fewer tokens than the cut notice needs,
+	// and the call that ends the branch is refused instead of cut,
+	// depending on the order the goroutines charge in.
+	f.count = c.CountText
 	outs := trajectoryOutputs(t)
 	var mu sync.Mutex
 	delivered, cuts := 0, 0
