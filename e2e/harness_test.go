@@ -350,6 +350,21 @@ func writeConfig(t testing.TB, servers map[string]any, settings map[string]any) 
 		settings = maps.Clone(settings)
 		settings["readyWait"] = "60s"
 	}
+	// scrub.timeout (10 s by default) withholds a result whose scanning
+	// and counting take longer: under the race detector on a loaded
+	// machine a large result can. Tests that are not about that bound get
+	// one that is never reached unless the scrubber hangs (the unit tests
+	// of intercept drive the default with synctest).
+	scrub, _ := settings["scrub"].(map[string]any)
+	if _, ok := scrub["timeout"]; !ok {
+		scrub = maps.Clone(scrub)
+		if scrub == nil {
+			scrub = map[string]any{}
+		}
+		scrub["timeout"] = "10m"
+		settings = maps.Clone(settings)
+		settings["scrub"] = scrub
+	}
 	doc["foldproxy"] = settings
 	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {

@@ -140,6 +140,9 @@ func runClaudeToken(ctx context.Context, t testing.TB, dir, baseURL, mcpURL, tok
 		// send its first request before they are connected; the test
 		// waits for that event rather than racing it.
 		"MCP_CONNECTION_NONBLOCKING=false",
+		// and waits up to 60 s for it (the most it honours; 30 s by
+		// default), which a loaded machine starting node can need.
+		"MCP_TIMEOUT=60000",
 	}
 	if token != "" {
 		cmd.Env = append(cmd.Env, "ANTHROPIC_CUSTOM_HEADERS=X-Foldproxy-Token: "+token)

@@ -404,6 +404,9 @@ func TestTransparentClaudeCodeRemoteMCP(t *testing.T) {
 		// -p starts the first request before remote MCP servers connect
 		// unless told to wait.
 		"MCP_CONNECTION_NONBLOCKING=false",
+		// and waits up to 60 s for it (the most it honours; 30 s by
+		// default), which a loaded machine starting node can need.
+		"MCP_TIMEOUT=60000",
 	}
 	var stdout, stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
