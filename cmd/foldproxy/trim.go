@@ -22,10 +22,13 @@ import (
 // tick is quiet and nothing changes: GOGC stays at its default, so the
 // throughput of a busy proxy pays nothing for this.
 //
-// The pages of the executable that the process mapped (code, read-only
-// data) are unmapped at the same points, and at the first quiet tick,
-// which ends start-up (dropStartupPages): they stay in the page cache, and
-// the next call maps back the few MB it runs through, by minor faults.
+// The pages of the executable that start-up mapped (code, read-only data:
+// the tokenizer's vocabulary literal, gitleaks' configuration) are
+// unmapped once, at the first quiet tick, which ends start-up
+// (dropStartupPages). This changes no memory in use: the pages stay in the
+// page cache, shared by every foldproxy process, where the kernel can
+// reclaim them sooner than mapped ones; what calls run through maps back
+// on the next call and stays.
 
 const (
 	// trimTick is how often the heap is sampled.
@@ -105,12 +108,14 @@ func trimWhenIdle(ctx context.Context, logger *slog.Logger) {
 		if trim {
 			debug.FreeOSMemory()
 		}
-		if trim || quiet && !started {
-			// After the collection, which reads the pc tables of
-			// every goroutine's stack.
+		if quiet && !started {
+			// Once, when start-up is over (after its collection, which
+			// reads the pc tables of every goroutine's stack). Not after
+			// later trims: what calls run through is used again, and
+			// unmapping it would only move it out of the count.
 			started = true
 			n := dropStartupPages()
-			logger.Debug("quiet: the executable's pages unmapped", "resident_bytes", n, "heap_trim", trim)
+			logger.Debug("start-up over: the executable's pages it read unmapped", "resident_bytes", n, "heap_trim", trim)
 		}
 		if trim {
 			// The collection allocates a little: start the next
