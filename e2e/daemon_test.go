@@ -98,7 +98,7 @@ func processAlive(pid int) bool {
 }
 
 // daemonsOf lists the pids of the foldproxy daemons serving state.
-func daemonsOf(t *testing.T, state string) []int {
+func daemonsOf(t testing.TB, state string) []int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -127,8 +127,51 @@ func daemonsOf(t *testing.T, state string) []int {
 	return pids
 }
 
+// awaitDaemonExit registers a cleanup that waits for the daemon a stdio
+// "foldproxy serve" with args starts (its default mode: a relay attached to
+// a daemon in a session of its own, outside the process group the test
+// kills) to exit, before the state folder (a t.TempDir made before the
+// call, so removed after this cleanup) goes. A daemon whose folder is
+// removed while it closes its store never exits: Badger retries its last
+// flush forever.
+func awaitDaemonExit(t testing.TB, args []string) {
+	t.Helper()
+	if len(args) == 0 || args[0] != "serve" {
+		return
+	}
+	state := ""
+	for i, a := range args {
+		switch a {
+		case "--standalone", "--listen", "--daemon":
+			return
+		case "--state":
+			if i+1 < len(args) {
+				state = args[i+1]
+			}
+		}
+	}
+	if state == "" {
+		return
+	}
+	// Once per folder, at its first process: cleanups run last first, so
+	// the wait comes after every later process on the folder has been
+	// closed or killed (a relay still attached keeps the daemon serving).
+	awaitedMu.Lock()
+	seen := awaited[state]
+	awaited[state] = true
+	awaitedMu.Unlock()
+	if !seen {
+		t.Cleanup(func() { waitNoDaemon(testContext(t, 60*time.Second), t, state) })
+	}
+}
+
+var (
+	awaitedMu sync.Mutex
+	awaited   = map[string]bool{}
+)
+
 // waitNoDaemon waits until no daemon serves state any more.
-func waitNoDaemon(ctx context.Context, t *testing.T, state string) {
+func waitNoDaemon(ctx context.Context, t testing.TB, state string) {
 	t.Helper()
 	for len(daemonsOf(t, state)) > 0 {
 		select {

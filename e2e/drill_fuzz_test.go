@@ -720,6 +720,7 @@ func (w *stdioWatch) missing(ctx context.Context, owed map[string]int) []string 
 func drillFuzzStdio(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	cmd := exec.Command(proxyBin(t), "serve", "--config", fuzzConfig(t), "--state", t.TempDir())
+	awaitDaemonExit(t, cmd.Args[1:])
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

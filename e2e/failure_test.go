@@ -203,6 +203,7 @@ type rpcMessage struct {
 func startLineConn(t *testing.T, cfg string) *lineConn {
 	t.Helper()
 	cmd := exec.Command(proxyBin(t), "serve", "--config", cfg, "--state", t.TempDir())
+	awaitDaemonExit(t, cmd.Args[1:])
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

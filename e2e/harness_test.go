@@ -272,6 +272,9 @@ func (p *process) exited() bool {
 // fails.
 func startProcess(t testing.TB, name string, cmd *exec.Cmd) *process {
 	t.Helper()
+	if cmd.Path == proxyBin(t) && len(cmd.Args) > 1 {
+		awaitDaemonExit(t, cmd.Args[1:])
+	}
 	p := &process{name: name, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	if cmd.Stdout == nil {
 		cmd.Stdout = p.out
@@ -629,6 +632,9 @@ func connect(t testing.TB, name string, tr transport.Interface, a *agent) *peer 
 // group, its stderr captured and logged if the test fails.
 func stdioTransport(t testing.TB, name, command string, args ...string) *transport.Stdio {
 	t.Helper()
+	if command == proxyBin(t) {
+		awaitDaemonExit(t, args)
+	}
 	stderr := &syncBuffer{}
 	dumpOnFailure(t, name+" stderr", stderr)
 	var started *exec.Cmd
