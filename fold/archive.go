@@ -66,7 +66,14 @@ func openArchiveFiles(storeDir string, fsync bool) *archiveFiles {
 
 // segments lists the segment ids present, in ascending order.
 func (a *archiveFiles) segments() ([]uint32, error) {
-	ents, err := os.ReadDir(a.dir)
+	return numberedFiles(a.dir, ".seg")
+}
+
+// numberedFiles lists the ids of the files named <decimal id><ext> in dir
+// (the archive's segments, the write-ahead log's files), in ascending
+// order; a folder that does not exist holds none.
+func numberedFiles(dir, ext string) ([]uint32, error) {
+	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -75,7 +82,7 @@ func (a *archiveFiles) segments() ([]uint32, error) {
 	}
 	var ids []uint32
 	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".seg")
+		name, ok := strings.CutSuffix(e.Name(), ext)
 		if !ok || e.IsDir() {
 			continue
 		}

@@ -8,9 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -105,27 +102,7 @@ func (w *walLog) path(id uint32) string {
 
 // walFiles lists the log files under dir, in ascending order.
 func walFiles(dir string) ([]uint32, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var ids []uint32
-	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".log")
-		if !ok || e.IsDir() {
-			continue
-		}
-		id, err := strconv.ParseUint(name, 10, 32)
-		if err != nil {
-			continue
-		}
-		ids = append(ids, uint32(id))
-	}
-	slices.Sort(ids)
-	return ids, nil
+	return numberedFiles(dir, ".log")
 }
 
 // walPending reports whether the log under storeDir holds anything: a
