@@ -490,23 +490,12 @@ func (o *stdioWriter) WriteMessage(msg []byte) error {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.closed {
-		return ErrOutboundClosed
-	}
-	if o.err != nil {
-		return o.err
-	}
 	o.buf = append(append(o.buf[:0], line...), '\n')
-	_, werr := o.w.Write(o.buf)
+	err = o.writeLocked(o.buf)
 	if cap(o.buf) > 1<<20 {
 		o.buf = nil // do not pin one huge result's buffer for the session's life
 	}
-	if werr != nil {
-		o.err = fmt.Errorf("stdio: writing to the agent: %w", werr)
-		close(o.broken)
-		return o.err
-	}
-	return nil
+	return err
 }
 
 // writeLine writes line, one whole message that is already one valid line
@@ -514,13 +503,19 @@ func (o *stdioWriter) WriteMessage(msg []byte) error {
 func (o *stdioWriter) writeLine(line []byte) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.writeLocked(line)
+}
+
+// writeLocked writes b with o.mu held: nothing once the writer is closed
+// or broken, and the first write error breaks it.
+func (o *stdioWriter) writeLocked(b []byte) error {
 	if o.closed {
 		return ErrOutboundClosed
 	}
 	if o.err != nil {
 		return o.err
 	}
-	if _, err := o.w.Write(line); err != nil {
+	if _, err := o.w.Write(b); err != nil {
 		o.err = fmt.Errorf("stdio: writing to the agent: %w", err)
 		close(o.broken)
 		return o.err
