@@ -3,14 +3,12 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -273,16 +271,7 @@ func kill9WALBytes(t *testing.T, state string) int64 {
 // reads them), and says what it found.
 func kill9CheckReport(ctx context.Context, t *testing.T, state string, ledgers []*kill9Ledger) string {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, proxyBin(t), "report", "--state", state, "--json")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("report --state after kill -9: %v\n%s", err, stderr.String())
-	}
-	var rep reportJSON
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || rep.Store == nil {
-		t.Fatalf("report --state --json: %v\n%s", err, truncate(stdout.String(), 500))
-	}
+	rep := reportState(ctx, t, state, "after kill -9")
 	archived := map[string]int{}
 	for _, b := range rep.Store.Branches {
 		archived[b.Branch] = b.Archived

@@ -251,6 +251,23 @@ type reportJSON struct {
 	} `json:"store"`
 }
 
+// reportState runs "foldproxy report --state state --json" and returns
+// its store report; what names the moment in a failure.
+func reportState(ctx context.Context, t *testing.T, state, what string) reportJSON {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, proxyBin(t), "report", "--state", state, "--json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("foldproxy report --state %s: %v\n%s", what, err, stderr.String())
+	}
+	var rep reportJSON
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || rep.Store == nil {
+		t.Fatalf("foldproxy report --state --json %s: %v\n%s", what, err, truncate(stdout.String(), 500))
+	}
+	return rep
+}
+
 // TestFoldRestartStdioFailsOrphans: over stdio, kill -9 in the middle of a
 // branch; the restarted proxy closes the orphaned branches as failed
 // ("proxy restarted"), and their records, archives and audit entries
@@ -310,23 +327,14 @@ func TestFoldRestartStdioFailsOrphans(t *testing.T) {
 	audit := filepath.Join(state, "audit.jsonl")
 	session := ""
 	{
-		cmd := exec.CommandContext(ctx, proxyBin(t), "report", "--state", state, "--json")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("foldproxy report --state: %v\n%s", err, stderr.String())
-		}
-		var all reportJSON
-		if err := json.Unmarshal(stdout.Bytes(), &all); err != nil || all.Store == nil {
-			t.Fatalf("report --json: %v\n%s", err, stdout.String())
-		}
+		all := reportState(ctx, t, state, "after the restart")
 		for _, b := range all.Store.Branches {
 			if b.Branch == outer.BranchID {
 				session = b.Session
 			}
 		}
 		if session == "" {
-			t.Fatalf("the store does not list branch %s:\n%s", outer.BranchID, stdout.String())
+			t.Fatalf("the store does not list branch %s: %+v", outer.BranchID, all.Store.Branches)
 		}
 	}
 	cmd := exec.CommandContext(ctx, proxyBin(t), "report", "--state", state, "--audit", audit, "--session", session, "--json")

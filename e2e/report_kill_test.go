@@ -129,16 +129,7 @@ func TestKill9BetweenReplyAndCommit(t *testing.T) {
 		t.Fatalf("the store's write-ahead log is empty after the kill: the window between reply and commit was not hit")
 	}
 
-	cmd := exec.CommandContext(ctx, proxyBin(t), "report", "--state", state, "--json")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("report --state after kill -9: %v\n%s", err, stderr.String())
-	}
-	var rep reportJSON
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || rep.Store == nil {
-		t.Fatalf("report --json: %v\n%s", err, stdout.String())
-	}
+	rep := reportState(ctx, t, state, "after kill -9")
 	found := false
 	for _, b := range rep.Store.Branches {
 		if b.Branch != br.BranchID {
