@@ -64,6 +64,27 @@ func openArchiveFiles(storeDir string, fsync bool) *archiveFiles {
 	return &archiveFiles{dir: filepath.Join(storeDir, "archive"), fsync: fsync, pending: map[uint32]int{}}
 }
 
+// appendRecord writes data at the end of f, whose length is size, as one
+// whole record, flushed to the disk with fsync. On failure a partial write
+// is cut off, so that the file holds whole records only, and a full disk is
+// an error wrapping ErrStoreFull. It returns the bytes written.
+func appendRecord(f *os.File, size int64, data []byte, fsync bool) (int, error) {
+	n, err := f.Write(data)
+	if err == nil && fsync {
+		err = f.Sync()
+	}
+	if err != nil {
+		if n > 0 {
+			_ = f.Truncate(size)
+		}
+		if errors.Is(err, syscall.ENOSPC) {
+			err = fmt.Errorf("%w: %w", ErrStoreFull, err)
+		}
+		return 0, err
+	}
+	return n, nil
+}
+
 // segments lists the segment ids present, in ascending order.
 func (a *archiveFiles) segments() ([]uint32, error) {
 	return numberedFiles(a.dir, ".seg")
@@ -149,19 +170,9 @@ func (a *archiveFiles) append(data []byte) (archiveRef, error) {
 		}
 	}
 	ref := archiveRef{Seg: a.curID, Off: a.curSize, Len: int64(len(data)), CRC: crc32.Checksum(data, crcTable)}
-	n, err := a.cur.Write(data)
-	if err == nil && a.fsync {
-		err = a.cur.Sync()
-	}
+	// The segment's length stays equal to what the references account for.
+	n, err := appendRecord(a.cur, a.curSize, data, a.fsync)
 	if err != nil {
-		// Keep the segment's length equal to what the references account
-		// for: a partial record is cut off.
-		if n > 0 {
-			_ = a.cur.Truncate(a.curSize)
-		}
-		if errors.Is(err, syscall.ENOSPC) {
-			err = fmt.Errorf("%w: %w", ErrStoreFull, err)
-		}
 		return archiveRef{}, fmt.Errorf("write archive segment %d: %w", a.curID, err)
 	}
 	a.curSize += int64(n)

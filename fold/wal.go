@@ -334,19 +334,9 @@ func (s *BadgerStore) appendWAL(what string, ops []walOp) error {
 			return fmt.Errorf("fold: %s: %w", what, err)
 		}
 	}
-	n, err := w.f.Write(rec)
-	if err == nil && w.fsync {
-		err = w.f.Sync()
-	}
+	// Whole records only (a torn one would also be dropped when replayed).
+	n, err := appendRecord(w.f, w.size, rec, w.fsync)
 	if err != nil {
-		// A partial record is cut off: the file holds whole records only
-		// (a torn one would also be dropped when replayed).
-		if n > 0 {
-			_ = w.f.Truncate(w.size)
-		}
-		if errors.Is(err, syscall.ENOSPC) {
-			err = fmt.Errorf("%w: %w", ErrStoreFull, err)
-		}
 		return fmt.Errorf("fold: %s: write the write-ahead log: %w", what, err)
 	}
 	w.size += int64(n)
