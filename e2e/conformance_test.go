@@ -102,8 +102,8 @@ func runConformance(ctx context.Context, t *testing.T, url, scenario string) sui
 }
 
 // runConformanceWithRetries runs the whole suite, then reruns each failed
-// scenario that is known to be flaky, up to conformanceRetries times.
-func runConformanceWithRetries(ctx context.Context, t *testing.T, url string, flaky []string) (map[string]bool, map[string]int) {
+// scenario that retry allows, up to conformanceRetries times.
+func runConformanceWithRetries(ctx context.Context, t *testing.T, url string, retry func(scenario string) bool) (map[string]bool, map[string]int) {
 	t.Helper()
 	res := runConformance(ctx, t, url, "")
 	if res.want >= 0 && len(res.passed) != res.want {
@@ -112,7 +112,7 @@ func runConformanceWithRetries(ctx context.Context, t *testing.T, url string, fl
 	tries := map[string]int{}
 	for name, ok := range res.passed {
 		tries[name] = 1
-		if ok || !slices.Contains(flaky, name) {
+		if ok || !retry(name) {
 			continue
 		}
 		for !res.passed[name] && tries[name] <= conformanceRetries {
@@ -171,73 +171,140 @@ func startConformanceServer(ctx context.Context, t *testing.T) string {
 	return "http://" + addr + "/mcp"
 }
 
+// buildGoSDKConformanceServer builds the official Go SDK's conformance
+// server (go.mod's tool line pins it) and returns the binary. Run bare, it
+// serves stdio; with -http ADDR -stateless=false, stateful streamable HTTP.
+func buildGoSDKConformanceServer(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "everything-server")
+	if err := goBuild(ctx, bin, "github.com/modelcontextprotocol/go-sdk/conformance/everything-server"); err != nil {
+		t.Fatalf("building the Go SDK's conformance server: %v", err)
+	}
+	return bin
+}
+
+// startGoSDKConformanceServer serves bin over stateful streamable HTTP on
+// a free loopback port and returns the MCP URL.
+func startGoSDKConformanceServer(ctx context.Context, t *testing.T, bin string) string {
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := startProcess(t, "go-sdk conformance server", exec.Command(bin, "-http", addr, "-stateless=false"))
+	waitListening(ctx, t, p, addr)
+	return "http://" + addr + "/mcp"
+}
+
+// The suite runs against two reference servers no one here wrote.
+//
+// mcp-go's drops a tool's last notification now and then (its
+// expected-failures.yml: the notification forwarder takes it off the
+// session's channel after the response has been written and has nowhere
+// to put it). Those scenarios are retried, and one that still fails
+// through foldproxy is reported but is no regression by itself: under load
+// the drop happens on nearly every run, directly too.
+//
+// The Go SDK's server drops nothing (its baseline lists no server
+// failures), so every scenario that passes directly must pass through
+// foldproxy, with the server as an HTTP upstream and as a stdio upstream;
+// this is where logging and progress notifications are held to it.
 func TestConformance(t *testing.T) {
 	ctx := testContext(t, 12*time.Minute)
-	url := startConformanceServer(ctx, t)
-	flaky := knownFlaky(t)
 
-	var direct map[string]bool
-	t.Run("direct", func(t *testing.T) {
-		start := time.Now()
-		passed, tries := runConformanceWithRetries(ctx, t, url, flaky)
-		direct = passed
-		n := 0
-		for name, ok := range passed {
-			if ok {
-				n++
-			} else if !slices.Contains(flaky, name) {
-				t.Errorf("scenario %s fails against mcp-go's reference server directly", name)
-			}
-		}
-		t.Logf("direct: %d of %d scenarios pass against mcp-go's conformance server (%s, retries: %v)", n, len(passed), time.Since(start).Round(time.Millisecond), retried(tries))
-	})
-	if direct == nil {
-		t.Fatal("no direct results to compare with")
-	}
-
-	t.Run("proxied", func(t *testing.T) {
-		// The suite calls tools and prompts by their own names: the one
-		// upstream is exposed unprefixed (foldproxy.upstreams.<name>.prefix).
+	t.Run("mcp-go", func(t *testing.T) {
+		url := startConformanceServer(ctx, t)
+		flaky := knownFlaky(t)
+		retry := func(name string) bool { return slices.Contains(flaky, name) }
+		direct := conformanceDirect(ctx, t, url, retry)
 		cfg := writeConfig(t, map[string]any{"conformance": urlEntry("http", url)},
 			map[string]any{"upstreams": map[string]any{"conformance": map[string]any{"prefix": ""}}})
-		purl, _ := startProxyHTTPProcess(t, cfg)
-		start := time.Now()
-		proxied, tries := runConformanceWithRetries(ctx, t, purl, flaky)
-		var names []string
-		for name := range direct {
+		conformanceProxied(ctx, t, "an HTTP upstream", cfg, direct, retry, func(name string) bool {
+			if slices.Contains(flaky, name) {
+				t.Logf("%s failed through foldproxy in %d runs: mcp-go's server drops notifications in it (the go-sdk subtest holds foldproxy to it)", name, conformanceRetries+1)
+				return false
+			}
+			return true
+		})
+	})
+
+	t.Run("go-sdk", func(t *testing.T) {
+		bin := buildGoSDKConformanceServer(ctx, t)
+		url := startGoSDKConformanceServer(ctx, t, bin)
+		// Nothing is known to be flaky here; a failure is run again a few
+		// times only so that a machine's hiccup is told from a regression,
+		// and the retries are logged.
+		retry := func(string) bool { return true }
+		direct := conformanceDirect(ctx, t, url, retry)
+		settings := map[string]any{"upstreams": map[string]any{"conformance": map[string]any{"prefix": ""}}}
+		always := func(string) bool { return true }
+		cfg := writeConfig(t, map[string]any{"conformance": urlEntry("http", url)}, settings)
+		conformanceProxied(ctx, t, "an HTTP upstream", cfg, direct, retry, always)
+		cfg = writeConfig(t, map[string]any{"conformance": stdioEntry(bin)}, settings)
+		conformanceProxied(ctx, t, "a stdio upstream", cfg, direct, retry, always)
+	})
+}
+
+// conformanceDirect runs the suite against url and returns which scenarios
+// pass. A scenario that fails and that retry does not excuse is an error.
+func conformanceDirect(ctx context.Context, t *testing.T, url string, retry func(string) bool) map[string]bool {
+	t.Helper()
+	start := time.Now()
+	passed, tries := runConformanceWithRetries(ctx, t, url, retry)
+	n := 0
+	for name, ok := range passed {
+		if ok {
+			n++
+		} else if !retry(name) {
+			t.Errorf("scenario %s fails against the reference server directly", name)
+		}
+	}
+	t.Logf("direct: %d of %d scenarios pass against %s (%s, retries: %v)", n, len(passed), url, time.Since(start).Round(time.Millisecond), retried(tries))
+	if n == 0 {
+		t.Fatalf("no scenario passes directly against %s", url)
+	}
+	return passed
+}
+
+// conformanceProxied serves cfg with foldproxy's HTTP front, runs the suite
+// through it and compares with direct: a scenario that passes directly and
+// fails through foldproxy is an error when regression says so.
+func conformanceProxied(ctx context.Context, t *testing.T, name, cfg string, direct map[string]bool, retry, regression func(string) bool) {
+	t.Helper()
+	purl, _ := startProxyHTTPProcess(t, cfg)
+	start := time.Now()
+	proxied, tries := runConformanceWithRetries(ctx, t, purl, retry)
+	var names []string
+	for name := range direct {
+		names = append(names, name)
+	}
+	for name := range proxied {
+		if _, ok := direct[name]; !ok {
 			names = append(names, name)
 		}
-		for name := range proxied {
-			if _, ok := direct[name]; !ok {
-				names = append(names, name)
-			}
+	}
+	sort.Strings(names)
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-36s %-8s %-8s\n", "scenario", "direct", "proxied")
+	mark := func(m map[string]bool, name string) string {
+		ok, present := m[name]
+		switch {
+		case !present:
+			return "-"
+		case ok:
+			return "pass"
+		default:
+			return "FAIL"
 		}
-		sort.Strings(names)
-		var table strings.Builder
-		fmt.Fprintf(&table, "%-36s %-8s %-8s\n", "scenario", "direct", "proxied")
-		mark := func(m map[string]bool, name string) string {
-			ok, present := m[name]
-			switch {
-			case !present:
-				return "-"
-			case ok:
-				return "pass"
-			default:
-				return "FAIL"
-			}
+	}
+	var regressions []string
+	for _, name := range names {
+		fmt.Fprintf(&table, "%-36s %-8s %-8s\n", name, mark(direct, name), mark(proxied, name))
+		if direct[name] && !proxied[name] && regression(name) {
+			regressions = append(regressions, name)
 		}
-		var regressions []string
-		for _, name := range names {
-			fmt.Fprintf(&table, "%-36s %-8s %-8s\n", name, mark(direct, name), mark(proxied, name))
-			if direct[name] && !proxied[name] {
-				regressions = append(regressions, name)
-			}
-		}
-		t.Logf("conformance, direct vs through foldproxy (%s, retries: %v):\n%s", time.Since(start).Round(time.Millisecond), retried(tries), table.String())
-		if len(regressions) > 0 {
-			t.Errorf("%d scenarios pass directly but fail through foldproxy: %s", len(regressions), strings.Join(regressions, ", "))
-		}
-	})
+	}
+	t.Logf("conformance, direct vs through foldproxy with %s (%s, retries: %v):\n%s", name, time.Since(start).Round(time.Millisecond), retried(tries), table.String())
+	if len(regressions) > 0 {
+		t.Errorf("with %s, %d scenarios pass directly but fail through foldproxy: %s", name, len(regressions), strings.Join(regressions, ", "))
+	}
 }
 
 // retried lists the scenarios that needed more than one run.
