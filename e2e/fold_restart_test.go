@@ -162,8 +162,9 @@ func mapsEqual(a, b map[string]int) bool {
 // can kill -9.
 type killableStdio struct {
 	*transport.Stdio
-	cmd  *exec.Cmd
-	done chan struct{}
+	cmd    *exec.Cmd
+	done   chan struct{}
+	stderr *syncBuffer
 }
 
 // startKillableProxy runs "foldproxy serve --standalone --config cfg --state
@@ -181,7 +182,7 @@ func startKillableProxyEnv(t testing.TB, name, cfg, state string, env []string) 
 	t.Helper()
 	stderr := &syncBuffer{}
 	dumpOnFailure(t, name+" stderr", stderr)
-	k := &killableStdio{done: make(chan struct{})}
+	k := &killableStdio{done: make(chan struct{}), stderr: stderr}
 	k.Stdio = transport.NewStdioWithOptions(proxyBin(t), env, []string{"serve", "--standalone", "--config", cfg, "--state", state}, transport.WithCommandFunc(
 		func(ctx context.Context, command string, env []string, args []string) (*exec.Cmd, error) {
 			cmd := exec.CommandContext(ctx, command, args...)

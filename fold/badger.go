@@ -65,6 +65,11 @@ type BadgerStore struct {
 	seq map[string]int // last sequence number by branch, loaded lazily
 
 	wal *walLog // nil when read-only
+
+	// Close's guards (close.go): the folder as opened, and Badger's
+	// reports of a memtable flush that failed.
+	dirInfo os.FileInfo
+	flushes *flushWatch
 }
 
 var (
@@ -182,8 +187,9 @@ func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOpti
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	flushes := &flushWatch{}
 	opts := badger.DefaultOptions(dir).
-		WithLogger(badgerLogger{logger.With("component", "badger")}).
+		WithLogger(badgerLogger{l: logger.With("component", "badger"), flushes: flushes}).
 		WithReadOnly(readOnly).
 		WithSyncWrites(fsync).
 		WithMemTableSize(4 << 20).
@@ -224,7 +230,8 @@ func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOpti
 		}
 		return nil, fmt.Errorf("fold: open store %s: %w (is another foldproxy using this state directory?)", dir, err)
 	}
-	s := &BadgerStore{db: db, arch: openArchiveFiles(dir, fsync), readOnly: readOnly, dir: dir, minFree: minFree, seq: make(map[string]int)}
+	s := &BadgerStore{db: db, arch: openArchiveFiles(dir, fsync), readOnly: readOnly, dir: dir, minFree: minFree, seq: make(map[string]int), flushes: flushes}
+	s.dirInfo, _ = os.Stat(dir)
 	if !readOnly {
 		if err := s.openWAL(fsync, o.HoldCommits, logger); err != nil {
 			db.Close()
@@ -258,11 +265,19 @@ func mib(n int64) string {
 func (s *BadgerStore) DB() *badger.DB { return s.db }
 
 // badgerLogger adapts slog to Badger's logger at warn level: Badger's info
-// and debug chatter is dropped.
-type badgerLogger struct{ l *slog.Logger }
+// and debug chatter is dropped. A failed memtable flush is also reported
+// to flushes (Close waits on it, close.go).
+type badgerLogger struct {
+	l       *slog.Logger
+	flushes *flushWatch
+}
 
 func (b badgerLogger) Errorf(f string, v ...any) {
-	b.l.Error(strings.TrimSpace(fmt.Sprintf(f, v...)))
+	msg := strings.TrimSpace(fmt.Sprintf(f, v...))
+	b.l.Error(msg)
+	if b.flushes != nil && strings.HasPrefix(msg, badgerFlushFailed) {
+		b.flushes.failed(msg)
+	}
 }
 
 func (b badgerLogger) Warningf(f string, v ...any) {
@@ -930,7 +945,7 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 // and closes the database. Writes acknowledged before are already in the
 // write-ahead log: should this fail, the next open replays them.
 func (s *BadgerStore) Close() error {
-	if err := errors.Join(s.closeWAL(), s.db.Close(), s.arch.close()); err != nil {
+	if err := s.closeBounded(); err != nil {
 		return fmt.Errorf("fold: close store: %w", err)
 	}
 	return nil

@@ -250,7 +250,14 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	defer core.Close()
+	defer func() {
+		if cerr := core.Close(); cerr != nil {
+			logger.Error("foldproxy could not close its state store", "state", dir, "err", cerr)
+			if err == nil {
+				err = cerr
+			}
+		}
+	}()
 	go core.warnLongNames(ctx, f.entry)
 
 	if f.metrics != "" {

@@ -273,6 +273,7 @@ type serveCore struct {
 	chain, control []intercept.Interceptor
 	srv            *proxy.Server
 	closers        []func() // what is open, in the order it was opened
+	closeErr       error    // what closing the store reported
 }
 
 // openCore opens the core's parts in dependency order. When a part fails,
@@ -289,7 +290,13 @@ func openCore(ctx context.Context, cc coreConfig) (_ *serveCore, err error) {
 	if c.store, err = openStore(cc.stateDir, st.Fold.Fsync, logger); err != nil {
 		return nil, err
 	}
-	c.onClose(func() { c.store.Close() })
+	c.onClose(func() {
+		// A store that cannot be closed (its folder removed, its disk
+		// failing) is an error of the process, which exits with it.
+		if err := c.store.Close(); err != nil {
+			c.closeErr = fmt.Errorf("closing the state store in %s: %w", cc.stateDir, err)
+		}
+	})
 	var srvp atomic.Pointer[proxy.Server]
 	c.set = startUpstreams(ctx, cc.servers, upstreamHooks{
 		srv: &srvp, metrics: c.metrics, logger: logger, scrubTimeout: st.Scrub.Timeout.D(),
@@ -334,12 +341,14 @@ func openCore(ctx context.Context, cc coreConfig) (_ *serveCore, err error) {
 // onClose adds what Close calls, after what was added after it.
 func (c *serveCore) onClose(f func()) { c.closers = append(c.closers, f) }
 
-// Close closes what is open, in reverse order. It may be called again.
-func (c *serveCore) Close() {
+// Close closes what is open, in reverse order, and returns the store's
+// error closing. It may be called again.
+func (c *serveCore) Close() error {
 	for i := len(c.closers) - 1; i >= 0; i-- {
 		c.closers[i]()
 	}
 	c.closers = nil
+	return c.closeErr
 }
 
 // buildScrubber builds the secret scanner in the background: compiling

@@ -445,7 +445,7 @@ func openTestCore(t *testing.T) *serveCore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() { c.Close() })
 	return c
 }
 
