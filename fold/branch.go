@@ -667,7 +667,7 @@ func (m *Manager) closeLocked(ctx context.Context, n *node, st Status, reason st
 		n.timer.Stop()
 		n.timer = nil
 	}
-	close(n.done)
+	n.markClosed()
 	m.mu.Lock()
 	if s := m.sessions[n.session]; s != nil {
 		if _, ok := s.active[n.id]; ok {

@@ -99,8 +99,14 @@ type node struct {
 	seq                 uint64 // creation order, for "most recently created"
 
 	sem  chan struct{}          // the branch's lock
-	done chan struct{}          // closed once the branch is closed
+	done <-chan struct{}        // closed once the branch is closed: closed.Done()
 	cur  atomic.Pointer[Branch] // the last persisted record; never mutated once published
+
+	// closed is done once the branch is closed (markClosed), so that the
+	// calls in flight in it end with it through context.AfterFunc, without
+	// a goroutine per call watching done.
+	closed     context.Context
+	markClosed context.CancelFunc
 
 	timer *time.Timer // deadline timer; guarded by sem
 
@@ -301,12 +307,13 @@ func newID(prefix string, nbytes int) string {
 func (m *Manager) newNode(b *Branch) *node {
 	n := &node{
 		id: b.ID, session: b.Session, parent: b.Parent, depth: b.Depth,
-		seq:  m.seq.Add(1),
-		sem:  make(chan struct{}, 1),
-		done: make(chan struct{}),
+		seq: m.seq.Add(1),
+		sem: make(chan struct{}, 1),
 	}
+	n.closed, n.markClosed = context.WithCancel(context.Background())
+	n.done = n.closed.Done()
 	if b.Status != StatusActive {
-		close(n.done)
+		n.markClosed()
 	}
 	n.cur.Store(b)
 	return n
@@ -782,16 +789,17 @@ func (m *Manager) Attribute(ctx context.Context, session, explicit string) (*Bra
 	return b.clone(), nil
 }
 
-// BranchDone returns a channel closed when branch of session closes
+// BranchDone returns a context done when branch of session closes
 // (returned, force-returned at its deadline or budget, failed), and a func
-// that then says how, for ending the calls still in flight in it. It
-// returns nil when the branch is unknown.
-func (m *Manager) BranchDone(session, branch string) (<-chan struct{}, func() error) {
+// that then says how, for ending the calls still in flight in it
+// (context.AfterFunc: no goroutine per call). It returns nil when the
+// branch is unknown.
+func (m *Manager) BranchDone(session, branch string) (context.Context, func() error) {
 	_, n, err := m.branchOf(session, branch)
 	if err != nil {
 		return nil, nil
 	}
-	return n.done, func() error { return closedErr(n.cur.Load()) }
+	return n.closed, func() error { return closedErr(n.cur.Load()) }
 }
 
 // closedErr is the refusal for a call to a closed branch.

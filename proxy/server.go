@@ -327,7 +327,7 @@ func (s *Server) Deliver(ctx context.Context, sess *Session, msg *Message, out O
 // branchWatcher is a Folder that tells when a branch closes
 // (*fold.Manager does).
 type branchWatcher interface {
-	BranchDone(session, branch string) (<-chan struct{}, func() error)
+	BranchDone(session, branch string) (context.Context, func() error)
 }
 
 // errAgentCancelled is the cause of a request's context when the agent
@@ -854,22 +854,19 @@ func (s *Server) callUpstream(ctx context.Context, ex *intercept.Exchange) error
 	defer cancel()
 	// A branch that closes meanwhile (its deadline, a parent returning)
 	// ends the calls still in flight in it: they are cancelled upstream.
+	// context.AfterFunc registers the call with the branch's context; no
+	// goroutine waits for it per call.
 	var branchClosed atomic.Pointer[error]
 	if w, ok := s.opts.Fold.(branchWatcher); ok && ex.Branch != "" {
-		if done, why := w.BranchDone(ex.Session, ex.Branch); done != nil {
+		if closed, why := w.BranchDone(ex.Session, ex.Branch); closed != nil {
 			bctx, bcancel := context.WithCancel(cctx)
 			defer bcancel()
-			stop := make(chan struct{})
-			defer close(stop)
-			go func() {
-				select {
-				case <-done:
-					err := fmt.Errorf("the branch closed while this call was in flight, so foldproxy cancelled it upstream: %w", why())
-					branchClosed.Store(&err)
-					bcancel()
-				case <-stop:
-				}
-			}()
+			stop := context.AfterFunc(closed, func() {
+				err := fmt.Errorf("the branch closed while this call was in flight, so foldproxy cancelled it upstream: %w", why())
+				branchClosed.Store(&err)
+				bcancel()
+			})
+			defer stop()
 			cctx = bctx
 		}
 	}
