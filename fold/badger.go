@@ -467,32 +467,71 @@ func (s *BadgerStore) nextSeq(ctx context.Context, branch string) (int, error) {
 	defer s.mu.Unlock()
 	last, ok := s.seq[branch]
 	if !ok {
-		err := s.view(ctx, func(txn *badger.Txn) error {
-			o := badger.DefaultIteratorOptions
-			o.Reverse = true
-			o.PrefetchValues = false
-			prefix := callPrefix(branch)
-			o.Prefix = prefix
-			it := txn.NewIterator(o)
-			defer it.Close()
-			it.Seek(append(bytes.Clone(prefix), 0xff))
-			if !it.ValidForPrefix(prefix) {
-				return nil
-			}
-			k := it.Item().Key()
-			n, err := strconv.Atoi(string(k[len(prefix):]))
-			if err != nil {
-				return fmt.Errorf("fold: bad call key %q: %w", k, err)
-			}
-			last = n
-			return nil
-		})
-		if err != nil {
+		var err error
+		if last, err = s.lastSeq(ctx, branch); err != nil {
 			return 0, err
 		}
 	}
 	s.seq[branch] = last + 1
 	return last + 1, nil
+}
+
+// lastSeq finds the highest call sequence number of branch in the store,
+// 0 when it has none. Unlike a read, it does not commit the pending writes
+// first (the first call of a branch would wait for a Badger commit): it
+// looks at the write-ahead log's pending records, then at Badger. A record
+// that leaves the pending list has been committed by then, so the read of
+// Badger that follows sees it. Counting a call that a pending delete
+// removes only skips a number.
+func (s *BadgerStore) lastSeq(ctx context.Context, branch string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	prefix := callPrefix(branch)
+	seqOf := func(k []byte) (int, error) {
+		n, err := strconv.Atoi(string(k[len(prefix):]))
+		if err != nil {
+			return 0, fmt.Errorf("fold: bad call key %q: %w", k, err)
+		}
+		return n, nil
+	}
+	last := 0
+	if w := s.wal; w != nil {
+		w.mu.Lock()
+		recs := w.pending // appends never write over this slice's elements
+		w.mu.Unlock()
+		for _, r := range recs {
+			for _, op := range r.ops {
+				if op.del || !bytes.HasPrefix(op.k, prefix) {
+					continue
+				}
+				n, err := seqOf(op.k)
+				if err != nil {
+					return 0, err
+				}
+				last = max(last, n)
+			}
+		}
+	}
+	err := s.db.View(func(txn *badger.Txn) error {
+		o := badger.DefaultIteratorOptions
+		o.Reverse = true
+		o.PrefetchValues = false
+		o.Prefix = prefix
+		it := txn.NewIterator(o)
+		defer it.Close()
+		it.Seek(append(bytes.Clone(prefix), 0xff))
+		if !it.ValidForPrefix(prefix) {
+			return nil
+		}
+		n, err := seqOf(it.Item().Key())
+		last = max(last, n)
+		return err
+	})
+	if errors.Is(err, badger.ErrDBClosed) {
+		return 0, ErrStoreClosed
+	}
+	return last, err
 }
 
 // AppendCall archives rec as the next call of branch and returns its

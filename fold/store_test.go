@@ -23,6 +23,17 @@ func openBadgerT(t testing.TB, dir string) *BadgerStore {
 	return s
 }
 
+// openBadgerNoFsyncT opens a store as serve does by default (fold.fsync
+// false).
+func openBadgerNoFsyncT(t testing.TB, dir string) *BadgerStore {
+	t.Helper()
+	s, err := OpenBadgerFsync(dir, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // storeConformance checks the Store contract on a fresh store.
 func storeConformance(t *testing.T, s Store) {
 	ctx := t.Context()
@@ -379,6 +390,7 @@ func BenchmarkCreateReturn(b *testing.B) {
 	}{
 		{"mem", func(*testing.B) Store { return NewMemStore() }},
 		{"badger", func(b *testing.B) Store { return openBadgerT(b, b.TempDir()) }},
+		{"badger-nofsync", func(b *testing.B) Store { return openBadgerNoFsyncT(b, b.TempDir()) }},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			s := tt.store(b)
@@ -395,6 +407,30 @@ func BenchmarkCreateReturn(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkFirstCharge is a branch's life with one call: create, the
+// first charge to the new branch, return.
+func BenchmarkFirstCharge(b *testing.B) {
+	s := openBadgerNoFsyncT(b, b.TempDir())
+	defer s.Close()
+	e := newEnvStore(b, s, nil)
+	e.m.set.CreatesPerMinute = 1 << 30
+	result := []byte(`{"content":[{"type":"text","text":"some file content"}]}`)
+	for b.Loop() {
+		ans, err := e.m.create(b.Context(), "s1", createArgs{Description: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.m.Charge(b.Context(), "s1", ans.BranchID, func(Budget) (Charge, error) {
+			return Charge{Upstream: "fs", Method: "tools/call", Name: "read_file", Result: result, Tokens: 1}, nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.m.ret(b.Context(), "s1", returnArgs{Message: "done"}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -453,13 +489,7 @@ func BenchmarkCharge(b *testing.B) {
 	}{
 		{"mem", func(*testing.B) Store { return NewMemStore() }},
 		{"badger", func(b *testing.B) Store { return openBadgerT(b, b.TempDir()) }},
-		{"badger-nofsync", func(b *testing.B) Store { // as serve opens it by default (fold.fsync false)
-			s, err := OpenBadgerFsync(b.TempDir(), nil, false)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return s
-		}},
+		{"badger-nofsync", func(b *testing.B) Store { return openBadgerNoFsyncT(b, b.TempDir()) }},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			s := tt.store(b)

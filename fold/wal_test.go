@@ -504,3 +504,50 @@ func TestWALApplyLargeRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The first call of a branch takes its sequence number without committing
+// what is pending (no Badger commit on the reply path), and still counts
+// the calls that are only in the write-ahead log and those in Badger.
+func TestWALFirstCallNoCommit(t *testing.T) {
+	ctx := t.Context()
+	s := openWALStore(t, t.TempDir(), nil)
+	defer s.Close()
+	release := s.holdCommitter()
+	defer release()
+	// b-1's first two calls are in Badger, the third only in the log.
+	for range 2 {
+		if _, err := s.AppendCall(ctx, "b-1", &CallRecord{Result: "in badger"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.barrier(); err != nil { // commits, held committer or not
+		t.Fatal(err)
+	}
+	if _, err := s.AppendCall(ctx, "b-1", &CallRecord{Result: "in the log"}); err != nil {
+		t.Fatal(err)
+	}
+	// A new branch's first call, and b-1's next one as a store that has
+	// not seen it yet (a restart's, or one after a prune) numbers it.
+	if seq, err := s.AppendCall(ctx, "b-2", &CallRecord{Result: "first"}); err != nil || seq != 1 {
+		t.Fatalf("first call of a new branch: seq %d, %v; want 1", seq, err)
+	}
+	s.mu.Lock()
+	clear(s.seq)
+	s.mu.Unlock()
+	if seq, err := s.AppendCall(ctx, "b-1", &CallRecord{Result: "fourth"}); err != nil || seq != 4 {
+		t.Fatalf("next call of b-1 with its last call only in the log: seq %d, %v; want 4", seq, err)
+	}
+	s.mu.Lock()
+	clear(s.seq)
+	s.mu.Unlock()
+	if seq, err := s.AppendCall(ctx, "b-2", &CallRecord{Result: "second"}); err != nil || seq != 2 {
+		t.Fatalf("second call of b-2 with its first only in the log: seq %d, %v; want 2", seq, err)
+	}
+	if n := s.wal.npending.Load(); n != 4 {
+		t.Errorf("%d records pending; want the 4 appended while the committer was held: numbering a call committed them", n)
+	}
+	release()
+	if calls, err := s.Calls(ctx, "b-1", 0, 0); err != nil || len(calls) != 4 || calls[3].Result != "fourth" {
+		t.Errorf("calls of b-1: %d, %v", len(calls), err)
+	}
+}
