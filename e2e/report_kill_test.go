@@ -93,8 +93,9 @@ func TestReportAfterKill9(t *testing.T) {
 
 // TestKill9BetweenReplyAndCommit: the store's write-ahead log is what makes
 // a result durable before the agent hears of it (issue 13's write-behind).
-// With the store's background committer held (the test-only
-// FOLDPROXY_TEST_HOLD_STORE_COMMITS), foldproxy answers calls whose
+// With the store's background committer held (FOLDPROXY_TEST_HOLD_STORE_COMMITS,
+// read only by the binary the e2e tests build, with the tag foldproxy_e2e),
+// foldproxy answers calls whose
 // records are in the write-ahead log only, and is killed there: every
 // answered call is archived when foldproxy report --state, which replays
 // the log, reads the store.

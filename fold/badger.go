@@ -114,7 +114,8 @@ type BadgerOptions struct {
 	// HoldCommits keeps the write-ahead log's background committer from
 	// running: writes reach Badger only when a read or Close commits them.
 	// For tests that kill the process between a write's reply and its
-	// commit (serve sets it from FOLDPROXY_TEST_HOLD_STORE_COMMITS=1).
+	// commit (serve sets it from FOLDPROXY_TEST_HOLD_STORE_COMMITS=1 in
+	// the binary the e2e tests build only).
 	HoldCommits bool
 }
 

@@ -381,9 +381,9 @@ func buildScrubber(s policy.Scrub, logger *slog.Logger) (wait func() (*intercept
 func openStore(dir string, fsync bool, logger *slog.Logger) (fold.Store, error) {
 	store, err := fold.OpenBadgerWith(filepath.Join(dir, "badger"), logger, fold.BadgerOptions{
 		Fsync: fsync,
-		// For the e2e test that kills foldproxy between a reply and the
-		// store's commit of what it recorded (e2e/report_kill_test.go).
-		HoldCommits: os.Getenv("FOLDPROXY_TEST_HOLD_STORE_COMMITS") == "1",
+		// Only in the binary the e2e tests build (testhooks_e2e.go):
+		// false in the one that ships.
+		HoldCommits: holdStoreCommits(),
 	})
 	switch {
 	case errors.Is(err, fold.ErrStoreFull):
