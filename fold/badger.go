@@ -59,7 +59,8 @@ type BadgerStore struct {
 	arch     *archiveFiles
 	readOnly bool
 	dir      string
-	minFree  int64 // writes are refused while less is free under dir
+	minFree  int64      // writes are refused while less is free under dir
+	free     *freeGuard // checks it for the writes
 
 	mu  sync.Mutex
 	seq map[string]int // last sequence number by branch, loaded lazily
@@ -231,7 +232,7 @@ func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOpti
 		}
 		return nil, fmt.Errorf("fold: open store %s: %w (is another foldproxy using this state directory?)", dir, err)
 	}
-	s := &BadgerStore{db: db, arch: openArchiveFiles(dir, fsync), readOnly: readOnly, dir: dir, minFree: minFree, seq: make(map[string]int), flushes: flushes}
+	s := &BadgerStore{db: db, arch: openArchiveFiles(dir, fsync), readOnly: readOnly, dir: dir, minFree: minFree, free: newFreeGuard(dir, minFree), seq: make(map[string]int), flushes: flushes}
 	s.dirInfo, _ = os.Stat(dir)
 	if !readOnly {
 		if err := s.openWAL(fsync, o.HoldCommits, logger); err != nil {
@@ -240,17 +241,6 @@ func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOpti
 		}
 	}
 	return s, nil
-}
-
-// checkFree returns an error wrapping ErrStoreFull when writing size more
-// bytes under dir would leave less than minFree free.
-func checkFree(dir string, minFree, size int64) error {
-	free, ok := freeBytes(dir)
-	if !ok || free-size >= minFree {
-		return nil
-	}
-	return fmt.Errorf("%w: the disk holding %s has %s free and foldproxy keeps %s free for its store; "+
-		"nothing was written: free some space there, then retry", ErrStoreFull, dir, mib(free), mib(minFree))
 }
 
 func mib(n int64) string {
@@ -319,7 +309,7 @@ func (s *BadgerStore) write(ctx context.Context, what string, ops ...walOp) erro
 		// The write-ahead log's record, then in Badger the keys, its own
 		// log's copy of small values, and headers: three times the
 		// payload is a safe bound.
-		if err := checkFree(s.dir, s.minFree, 3*int64(size)+4096); err != nil {
+		if err := s.free.check(3*int64(size) + 4096); err != nil {
 			return fmt.Errorf("fold: %s: %w", what, err)
 		}
 	}
@@ -595,7 +585,7 @@ func (s *BadgerStore) toArchive(ctx context.Context, what string, data []byte, r
 		return nil, fmt.Errorf("fold: %s: the store was opened read-only", what)
 	}
 	if s.minFree > 0 {
-		if err := checkFree(s.dir, s.minFree, int64(len(data))+4096); err != nil {
+		if err := s.free.check(int64(len(data)) + 4096); err != nil {
 			return nil, fmt.Errorf("fold: %s: %w", what, err)
 		}
 	}
