@@ -542,13 +542,12 @@ func (s *BadgerStore) AppendCall(ctx context.Context, branch string, rec *CallRe
 	}
 	var refs archiveRefs
 	defer refs.done(s.arch)
-	what := fmt.Sprintf("archive call %d of %s", seq, branch)
-	data, size, err := s.encodeCall(ctx, what, &c, &refs)
+	data, size, err := s.encodeCall(ctx, branch, &c, &refs)
 	if err != nil {
 		return 0, err
 	}
 	key := callKey(branch, seq)
-	if err := s.write(ctx, what, set(key, data), set(timeKey(c.Time, key), size)); err != nil {
+	if err := s.write(ctx, callWhat(branch, seq), set(key, data), set(timeKey(c.Time, key), size)); err != nil {
 		return 0, err
 	}
 	return seq, nil
@@ -597,20 +596,26 @@ func (s *BadgerStore) toArchive(ctx context.Context, what string, data []byte, r
 	return &ref, nil
 }
 
-// encodeCall returns the value of c's record and of its time-index entry,
-// moving a result over archiveInlineMax to the archive files.
-func (s *BadgerStore) encodeCall(ctx context.Context, what string, c *CallRecord, refs *archiveRefs) ([]byte, []byte, error) {
+// callWhat names the archiving of a call in errors.
+func callWhat(branch string, seq int) string {
+	return "archive call " + strconv.Itoa(seq) + " of " + branch
+}
+
+// encodeCall returns the value of c's record (of branch) and of its
+// time-index entry, moving a result over archiveInlineMax to the archive
+// files.
+func (s *BadgerStore) encodeCall(ctx context.Context, branch string, c *CallRecord, refs *archiveRefs) ([]byte, []byte, error) {
 	sc := storedCall{CallRecord: *c}
 	if len(c.Result) > archiveInlineMax {
-		ref, err := s.toArchive(ctx, what, []byte(c.Result), refs)
+		ref, err := s.toArchive(ctx, callWhat(branch, c.Seq), []byte(c.Result), refs)
 		if err != nil {
 			return nil, nil, err
 		}
 		sc.Result, sc.Ref = "", ref
 	}
-	data, err := json.Marshal(&sc)
+	data, err := marshalStoredCall(&sc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("fold: %s: encode: %w", what, err)
+		return nil, nil, fmt.Errorf("fold: %s: encode: %w", callWhat(branch, c.Seq), err)
 	}
 	size := strconv.AppendInt(nil, int64(len(data)), 10)
 	if sc.Ref != nil {
@@ -685,7 +690,7 @@ func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
 		if rec.Time.IsZero() {
 			rec.Time = now
 		}
-		data, size, err := s.encodeCall(ctx, fmt.Sprintf("archive call %d of %s", seq, c.Branch), &rec, &refs)
+		data, size, err := s.encodeCall(ctx, c.Branch, &rec, &refs)
 		if err != nil {
 			return err
 		}
