@@ -100,10 +100,19 @@ func checkCancel(ctx context.Context, t *testing.T, p *peer, prefix string) {
 	if _, err := p.notes.waitFor(ctx, 1, progressFor(token)); err != nil {
 		t.Fatalf("%s: waiting for the long call to start: %v", p.name, err)
 	}
+	select {
+	case err := <-errc:
+		t.Fatalf("%s: the long call ended before it was cancelled: %v", p.name, err)
+	default:
+	}
 	cancel()
 	select {
 	case err := <-errc:
-		if !errors.Is(err, context.Canceled) {
+		switch {
+		case errors.Is(err, context.Canceled):
+		case mcpGoNilResponseRace(p, err):
+			t.Logf("%s: cancelled call returned %v: mcp-go's streamable HTTP client race, not foldproxy's (see mcpGoNilResponseRace)", p.name, err)
+		default:
 			t.Fatalf("%s: cancelled call returned %v, want context.Canceled", p.name, err)
 		}
 	case <-ctx.Done():
@@ -113,6 +122,26 @@ func checkCancel(ctx context.Context, t *testing.T, p *peer, prefix string) {
 	if !strings.Contains(text, "after cancel") {
 		t.Fatalf("%s: echo after the cancel returned %q", p.name, text)
 	}
+}
+
+// mcpGoNilResponseRace reports whether err is the error mcp-go's
+// streamable HTTP client (v1.2.1, client/transport/streamable_http.go,
+// handleSSEResponse) returns for a call cancelled by its context, instead
+// of context.Canceled, about half the time when its reader is quick: the
+// cancel closes the response body, the goroutine reading the event stream
+// ends and closes responseChan, and the select waiting on responseChan
+// and ctx.Done() finds both ready and picks either; a closed responseChan
+// reads as nil, "unexpected nil response". It happens against the
+// upstream directly as well as through foldproxy, and nothing a server
+// sends changes it: the client itself closed the stream. It is accepted
+// only from that transport, only once the test has cancelled (a call that
+// ends before the cancel fails the test), and the session must still work
+// after it.
+func mcpGoNilResponseRace(p *peer, err error) bool {
+	if _, ok := p.GetTransport().(*transport.StreamableHTTP); !ok || err == nil {
+		return false
+	}
+	return strings.HasSuffix(err.Error(), "unexpected nil response")
 }
 
 var simulatedLog = regexp.MustCompile(`(?i)level[- ]message`)
