@@ -521,10 +521,44 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 		return nil, fmt.Errorf("%w: the return answer is %d tokens but parent %s has %d left; shorten the message to the essentials and return again", ErrBudgetExceeded, tokens, pb.ID, rem)
 	}
 
+	// Charge the parent what it receives, and archive it there: nothing a
+	// branch received is lost.
+	parentCharge := func(tokens int) (batch *Batch, npb *Branch, forceParent bool, err error) {
+		npb = pb.clone()
+		npb.Used += tokens
+		npb.Calls++
+		addUsage(npb, "foldproxy", ToolReturn, tokens)
+		npb.Level = policy.LevelOf(npb.Used, npb.Budget, m.set.Thresholds).String()
+		result, err := answerText(ans)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		args, _ := json.Marshal(map[string]string{"branch_id": n.id})
+		batch = &Batch{Calls: []BatchCall{{Branch: parent.id, Rec: &CallRecord{
+			Time: m.now(), Upstream: "foldproxy", Method: "tools/call", Name: ToolReturn,
+			Args: string(args), Result: result, Tokens: tokens,
+		}}}}
+		forceParent = parent.depth > 0 && (ans.ParentForceReturned || npb.Budget > 0 && npb.Used >= npb.Budget)
+		if !forceParent {
+			batch.Branches = []*Branch{npb}
+		}
+		return batch, npb, forceParent, nil
+	}
+	// Without a memory extraction, which may shorten the answer once the
+	// branch is closed, the parent's charge is written with the return:
+	// one write, all or nothing.
+	var batch *Batch
+	var npb *Branch
+	var forceParent bool
+	if !extract {
+		if batch, npb, forceParent, err = parentCharge(tokens); err != nil {
+			return nil, err
+		}
+	}
 	wctx := context.WithoutCancel(ctx)
-	if _, err := m.closeLocked(wctx, n, StatusReturned, "", func(b *Branch) {
+	if _, err := m.closeWithLocked(wctx, n, StatusReturned, "", func(b *Branch) {
 		b.Message, b.ReturnValue = msg, rv
-	}); err != nil {
+	}, batch); err != nil {
 		return nil, fmt.Errorf("fold: return branch %s: %w", n.id, err)
 	}
 	n.unlock()
@@ -538,30 +572,12 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 				return nil, err
 			}
 		}
-	}
-
-	// Charge the parent what it receives, and archive it there: nothing a
-	// branch received is lost.
-	npb := pb.clone()
-	npb.Used += tokens
-	npb.Calls++
-	addUsage(npb, "foldproxy", ToolReturn, tokens)
-	npb.Level = policy.LevelOf(npb.Used, npb.Budget, m.set.Thresholds).String()
-	result, err := answerText(ans)
-	if err != nil {
-		return nil, err
-	}
-	args, _ := json.Marshal(map[string]string{"branch_id": n.id})
-	batch := &Batch{Calls: []BatchCall{{Branch: parent.id, Rec: &CallRecord{
-		Time: m.now(), Upstream: "foldproxy", Method: "tools/call", Name: ToolReturn,
-		Args: string(args), Result: result, Tokens: tokens,
-	}}}}
-	forceParent := parent.depth > 0 && (ans.ParentForceReturned || npb.Budget > 0 && npb.Used >= npb.Budget)
-	if !forceParent {
-		batch.Branches = []*Branch{npb}
-	}
-	if err := m.commit(wctx, batch); err != nil {
-		return nil, fmt.Errorf("fold: charge parent %s for the return of %s: %w", parent.id, n.id, err)
+		if batch, npb, forceParent, err = parentCharge(tokens); err != nil {
+			return nil, err
+		}
+		if err := m.commit(wctx, batch); err != nil {
+			return nil, fmt.Errorf("fold: charge parent %s for the return of %s: %w", parent.id, n.id, err)
+		}
 	}
 	if forceParent {
 		if _, err := m.closeLocked(wctx, parent, StatusForced, ReasonBudget, func(b *Branch) { *b = *npb }); err != nil {
@@ -628,6 +644,12 @@ func (m *Manager) levelEvent(ctx context.Context, before, after *Branch) {
 // amends n's record before it is written. The caller holds n's lock. It
 // returns the ids of the branches it closed, in closing order, n last.
 func (m *Manager) closeLocked(ctx context.Context, n *node, st Status, reason string, apply func(*Branch)) ([]string, error) {
+	return m.closeWithLocked(ctx, n, st, reason, apply, nil)
+}
+
+// closeWithLocked is closeLocked that writes the writes of with, when not
+// nil, together with n's closed record, in one commit.
+func (m *Manager) closeWithLocked(ctx context.Context, n *node, st Status, reason string, apply func(*Branch), with *Batch) ([]string, error) {
 	b := n.cur.Load()
 	if b.Status != StatusActive {
 		return nil, nil
@@ -660,8 +682,16 @@ func (m *Manager) closeLocked(ctx context.Context, n *node, st Status, reason st
 	if st != StatusReturned && nb.Depth > 0 {
 		nb.Summary = m.summarize(nb, closed)
 	}
-	if err := m.put(ctx, n, nb); err != nil {
-		return closed, err
+	if with == nil {
+		if err := m.put(ctx, n, nb); err != nil {
+			return closed, err
+		}
+	} else {
+		with.Branches = append(with.Branches, nb)
+		if err := m.commit(ctx, with); err != nil {
+			return closed, err
+		}
+		n.cur.Store(nb)
 	}
 	if n.timer != nil {
 		n.timer.Stop()

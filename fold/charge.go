@@ -107,11 +107,16 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 		nb.Cuts = append(nb.Cuts, bud.Handle)
 	}
 	forced := b.Depth > 0 && (ch.Cut || (nb.Budget > 0 && nb.Used >= nb.Budget))
-	if !forced {
+	if forced {
+		// The branch's record is written once, closed, with the charge.
+		if _, err := m.closeWithLocked(wctx, n, StatusForced, ReasonBudget, func(x *Branch) { *x = *nb }, batch); err != nil {
+			return nil, fmt.Errorf("fold: charge %s and force-return it: %w", b.ID, err)
+		}
+	} else {
 		batch.Branches = append(batch.Branches, nb)
-	}
-	if err := m.commit(wctx, batch); err != nil {
-		return nil, fmt.Errorf("fold: charge %s: %w", b.ID, err)
+		if err := m.commit(wctx, batch); err != nil {
+			return nil, fmt.Errorf("fold: charge %s: %w", b.ID, err)
+		}
 	}
 	if len(kids) > 0 {
 		done := make(map[string]bool, len(kids))
@@ -123,12 +128,7 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 		n.pending = slices.DeleteFunc(n.pending, func(id string) bool { return done[id] })
 		m.mu.Unlock()
 	}
-	if forced {
-		// The branch's record is written once, closed.
-		if _, err := m.closeLocked(wctx, n, StatusForced, ReasonBudget, func(x *Branch) { *x = *nb }); err != nil {
-			return nil, fmt.Errorf("fold: force-return %s: %w", b.ID, err)
-		}
-	} else {
+	if !forced {
 		n.cur.Store(nb)
 	}
 

@@ -507,3 +507,72 @@ func BenchmarkCharge(b *testing.B) {
 		})
 	}
 }
+
+// writeCounter counts the writes a Manager makes through its store, and
+// fails them while fail is set.
+type writeCounter struct {
+	*MemStore
+	writes int
+	fail   bool
+}
+
+func (w *writeCounter) PutBranch(ctx context.Context, b *Branch) error {
+	w.writes++
+	if w.fail {
+		return errors.New("the disk went away")
+	}
+	return w.MemStore.PutBranch(ctx, b)
+}
+
+func (w *writeCounter) Batch(ctx context.Context, b *Batch) error {
+	w.writes++
+	if w.fail {
+		return errors.New("the disk went away")
+	}
+	return w.MemStore.Batch(ctx, b)
+}
+
+// A branch's return, and a charge that force-returns a branch, are one
+// write each, all or nothing: the closed record with the parent's (or the
+// branch's) charge.
+func TestCloseIsOneWrite(t *testing.T) {
+	st := &writeCounter{MemStore: NewMemStore()}
+	e := newEnvStore(t, st, nil)
+	root := RootID("s1")
+	id := e.create(t, map[string]any{"budget": 1000})
+	rootCalls := e.branch(t, root).Calls
+
+	st.fail = true
+	if _, err := e.m.ret(t.Context(), "s1", returnArgs{BranchID: id, Message: "done"}); err == nil {
+		t.Fatal("a return whose write failed succeeded")
+	}
+	if b := e.branch(t, id); b.Status != StatusActive {
+		t.Errorf("after a failed return the branch is %s in the store", b.Status)
+	}
+	if r := e.branch(t, root); r.Calls != rootCalls {
+		t.Errorf("after a failed return the parent was charged: %d calls, was %d", r.Calls, rootCalls)
+	}
+	st.fail = false
+
+	st.writes = 0
+	e.mustCall(t, "s1", ToolReturn, map[string]any{"branch_id": id, "message": "done"})
+	if st.writes != 1 {
+		t.Errorf("a return made %d writes; want 1", st.writes)
+	}
+	if b, r := e.branch(t, id), e.branch(t, root); b.Status != StatusReturned || r.Calls != rootCalls+1 {
+		t.Errorf("after the return: branch %s, parent calls %d (was %d)", b.Status, r.Calls, rootCalls)
+	}
+
+	id = e.create(t, map[string]any{"budget": 1000})
+	st.writes = 0
+	res, _, err := e.charge(t, "s1", id, 5000) // cut: the branch is force-returned
+	if err != nil || !res.Forced {
+		t.Fatalf("an over-budget charge: %+v, %v", res, err)
+	}
+	if st.writes != 1 {
+		t.Errorf("a charge that force-returned its branch made %d writes; want 1", st.writes)
+	}
+	if b := e.branch(t, id); b.Status != StatusForced || b.Calls != 1 || len(b.Cuts) != 1 {
+		t.Errorf("after the forced return: %s, %d calls, cuts %v", b.Status, b.Calls, b.Cuts)
+	}
+}
