@@ -263,7 +263,11 @@ func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
 	a.conns[ac] = true
 	a.mu.Unlock()
 	a.log.Info("process attached", "session", id, "resumed", hello.Session != "", "attached", a.Attached())
-	err = ServeStdio(ctx, a.ep, br, ac, StdioOptions{
+	// The relay's lines are read by blocking system calls; stop, deferred
+	// after detachConn's last word, ends a read still waiting.
+	rd, stop := attachReader(c, br)
+	defer stop()
+	err = ServeStdio(ctx, a.ep, rd, ac, StdioOptions{
 		MaxMessageBytes: a.opts.MaxMessageBytes, Logger: a.log,
 		SessionID: id, Transport: TransportAttach, Detach: true,
 	})
