@@ -540,7 +540,20 @@ func buildChains(p intercept.Parts) (forward, control []intercept.Interceptor, e
 	if control, err = intercept.NewControlChain(p); err != nil {
 		return nil, nil, err
 	}
+	// The heap trimmer wakes after each call (trim.go).
+	forward = append([]intercept.Interceptor{wakeTrimmer}, forward...)
+	control = append([]intercept.Interceptor{wakeTrimmer}, control...)
 	return forward, control, nil
+}
+
+// wakeTrimmer tells the heap trimmer that a call ended: the garbage it
+// left is returned once the process goes quiet.
+func wakeTrimmer(next intercept.Handler) intercept.Handler {
+	return func(ctx context.Context, ex *intercept.Exchange) error {
+		err := next(ctx, ex)
+		trimActivity()
+		return err
+	}
 }
 
 // newServer builds the server of the MCP front over the core's parts, with

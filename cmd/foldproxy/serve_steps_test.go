@@ -219,8 +219,8 @@ func TestBuildChains(t *testing.T) {
 	defer mgr.Close()
 	p := intercept.Parts{Scrubber: scrubber, Counter: counter, Brancher: mgr, Thresholds: st.Fold.Thresholds, Auditor: auditor, Metrics: intercept.NewMetrics()}
 	forward, control, err := buildChains(p)
-	if err != nil || len(forward) != 5 || len(control) != 2 {
-		t.Fatalf("buildChains = %d, %d interceptors, %v; want 5 and 2", len(forward), len(control), err)
+	if err != nil || len(forward) != 6 || len(control) != 3 {
+		t.Fatalf("buildChains = %d, %d interceptors, %v; want 6 and 3 (with the trimmer's wake)", len(forward), len(control), err)
 	}
 	p.Auditor = nil
 	if _, _, err := buildChains(p); !errors.Is(err, intercept.ErrChain) || !strings.Contains(err.Error(), "no Auditor") {

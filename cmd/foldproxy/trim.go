@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,7 +19,7 @@ import (
 // resident until the runtime's forced collection two minutes later and the
 // scavenger's slow return after it. foldproxy mostly waits for an agent
 // between calls, so once the process has allocated almost nothing for a
-// tick it collects and returns the free pages at once
+// tick after some work it collects and returns the free pages at once
 // (debug.FreeOSMemory), when there is enough to return. During a burst no
 // tick is quiet and nothing changes: GOGC stays at its default, so the
 // throughput of a busy proxy pays nothing for this.
@@ -31,7 +33,7 @@ import (
 // on the next call and stays.
 
 const (
-	// trimTick is how often the heap is sampled.
+	// trimTick is how often the heap is sampled after work.
 	trimTick = 250 * time.Millisecond
 	// trimQuiet is the most a tick may allocate and still be quiet.
 	trimQuiet = 256 << 10
@@ -87,6 +89,63 @@ func readHeap(ms []metrics.Sample) heapSample {
 	return heapSample{allocs: v(0), objects: v(1), live: v(2), free: v(3)}
 }
 
+// Waking only after work. The trimmer does not sample on a fixed tick
+// while the process idles: it samples every trimTick from start-up until
+// the first quiet tick, and after that only once woken, until the next
+// quiet tick. It is woken by activity: a tool call that ends
+// (trimActivity, from the intercept chain), and a garbage collection of a
+// process that allocated since the trimmer last looked (watchGC: a burst
+// that allocates enough to matter runs one). An idle process runs no
+// collection but the runtime's forced one every two minutes, which
+// allocated nothing, so the trimmer does not wake then.
+
+var (
+	trimWake  = make(chan struct{}, 1)
+	trimArmed atomic.Bool   // sampling every trimTick: no need to wake it
+	trimSeen  atomic.Uint64 // /gc/heap/allocs:bytes at the last sample
+)
+
+// trimActivity wakes the trimmer after some work (cheap when it is
+// already sampling).
+func trimActivity() {
+	if trimArmed.Load() {
+		return
+	}
+	select {
+	case trimWake <- struct{}{}:
+	default:
+	}
+}
+
+// watchGC calls wake after every garbage collection that follows more
+// than trimQuiet bytes of allocation since the trimmer's last sample: a
+// cleanup on an unreachable sentinel runs after each collection, and sets
+// the next one.
+func watchGC() {
+	type sentinel struct{ _ [64]byte } // not from the tiny allocator, which batches cleanups
+	ms := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	var arm func()
+	arm = func() {
+		runtime.AddCleanup(new(sentinel), func(struct{}) {
+			metrics.Read(ms)
+			if ms[0].Value.Kind() == metrics.KindUint64 && ms[0].Value.Uint64() > trimSeen.Load()+trimQuiet {
+				trimActivity()
+			}
+			arm()
+		}, struct{}{})
+	}
+	arm()
+}
+
+// trimDeps are what the trimmer's loop reads and does, replaced in tests.
+type trimDeps struct {
+	sample      func() heapSample
+	free        func() // debug.FreeOSMemory
+	dropStartup func() int64
+	wake        <-chan struct{}
+	armed       *atomic.Bool
+}
+
 // trimWhenIdle returns memory to the OS whenever the process goes quiet
 // after allocating, until ctx ends.
 func trimWhenIdle(ctx context.Context, logger *slog.Logger) {
@@ -94,19 +153,43 @@ func trimWhenIdle(ctx context.Context, logger *slog.Logger) {
 	for i, name := range trimMetrics {
 		ms[i].Name = name
 	}
-	tick := time.NewTicker(trimTick)
+	watchGC()
+	trimLoop(ctx, logger, trimDeps{
+		sample: func() heapSample {
+			s := readHeap(ms)
+			trimSeen.Store(s.allocs)
+			return s
+		},
+		free:        debug.FreeOSMemory,
+		dropStartup: dropStartupPages,
+		wake:        trimWake,
+		armed:       &trimArmed,
+	})
+}
+
+// trimLoop samples the heap every trimTick while armed: from the start,
+// and from each wake, until a quiet tick.
+func trimLoop(ctx context.Context, logger *slog.Logger, d trimDeps) {
+	tick := time.NewTimer(trimTick)
 	defer tick.Stop()
+	d.armed.Store(true)
 	var t trimmer
 	started := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-d.wake:
+			if !d.armed.Load() {
+				d.armed.Store(true)
+				tick.Reset(trimTick)
+			}
+			continue
 		case <-tick.C:
 		}
-		quiet, trim := t.step(readHeap(ms))
+		quiet, trim := t.step(d.sample())
 		if trim {
-			debug.FreeOSMemory()
+			d.free()
 		}
 		if quiet && !started {
 			// Once, when start-up is over (after its collection, which
@@ -114,13 +197,19 @@ func trimWhenIdle(ctx context.Context, logger *slog.Logger) {
 			// later trims: what calls run through is used again, and
 			// unmapping it would only move it out of the count.
 			started = true
-			n := dropStartupPages()
+			n := d.dropStartup()
 			logger.Debug("start-up over: the executable's pages it read unmapped", "resident_bytes", n, "heap_trim", trim)
 		}
 		if trim {
 			// The collection allocates a little: start the next
 			// quiet tick from here.
-			t.step(readHeap(ms))
+			t.step(d.sample())
 		}
+		if quiet {
+			// Quiet: sleep until woken.
+			d.armed.Store(false)
+			continue
+		}
+		tick.Reset(trimTick)
 	}
 }

@@ -1,8 +1,14 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"runtime/metrics"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 func TestTrimmer(t *testing.T) {
@@ -49,4 +55,103 @@ func TestReadHeap(t *testing.T) {
 	if s.allocs == 0 || s.objects == 0 {
 		t.Fatalf("heap sample %+v: allocations and objects must be counted", s)
 	}
+}
+
+// fakeHeap is the heap trimLoop reads in TestTrimLoopSleepsWhenIdle.
+type fakeHeap struct {
+	mu             sync.Mutex
+	s              heapSample
+	samples, frees int
+	startupDrops   int
+}
+
+func (h *fakeHeap) sample() heapSample {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.samples++
+	return h.s
+}
+
+func (h *fakeHeap) free() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.frees++
+	h.s.objects, h.s.free = h.s.live, 0
+}
+
+func (h *fakeHeap) alloc(n uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.s.allocs += n
+	h.s.objects += n
+}
+
+func (h *fakeHeap) counts() (samples, frees, drops int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.samples, h.frees, h.startupDrops
+}
+
+// An idle process does not wake: the trimmer samples from start-up until
+// the first quiet tick, then only after it is woken (a call ended, a
+// collection after allocation), until the next quiet tick. Before, it
+// sampled the heap four times a second for ever.
+func TestTrimLoopSleepsWhenIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const mb = 1 << 20
+		h := &fakeHeap{s: heapSample{allocs: 50 * mb, objects: 30 * mb, live: 20 * mb}}
+		wake := make(chan struct{}, 1)
+		var armed atomic.Bool
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			trimLoop(ctx, slog.New(slog.DiscardHandler), trimDeps{
+				sample: h.sample, free: h.free, wake: wake, armed: &armed,
+				dropStartup: func() int64 { h.mu.Lock(); h.startupDrops++; h.mu.Unlock(); return 0 },
+			})
+		}()
+
+		// Start-up: the first tick has nothing to compare, the second is
+		// quiet: the garbage is returned and start-up's pages dropped.
+		time.Sleep(2 * trimTick)
+		synctest.Wait()
+		samples, frees, drops := h.counts()
+		if frees != 1 || drops != 1 || armed.Load() {
+			t.Fatalf("after start-up: %d samples, %d trims, %d start-up drops, armed %v; want 1 trim, 1 drop, asleep", samples, frees, drops, armed.Load())
+		}
+
+		// Idle for an hour: no sample at all.
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if n, _, _ := h.counts(); n != samples {
+			t.Fatalf("an idle hour took %d samples of the heap; want none", n-samples)
+		}
+
+		// A burst, then the wake: sampled while busy, trimmed at the first
+		// quiet tick, asleep again.
+		h.alloc(40 * mb)
+		wake <- struct{}{}
+		synctest.Wait()
+		if !armed.Load() {
+			t.Fatal("woken, the trimmer is not sampling")
+		}
+		time.Sleep(trimTick) // busy: 40 MB since the last sample
+		synctest.Wait()
+		time.Sleep(trimTick) // quiet: trim
+		synctest.Wait()
+		samples, frees, drops = h.counts()
+		if frees != 2 || drops != 1 || armed.Load() {
+			t.Fatalf("after a burst: %d trims, %d start-up drops, armed %v; want 2 trims, still 1 drop, asleep", frees, drops, armed.Load())
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if n, _, _ := h.counts(); n != samples {
+			t.Fatalf("an idle hour after the burst took %d samples; want none", n-samples)
+		}
+
+		// A cancelled context ends the loop.
+		cancel()
+		<-done
+	})
 }
