@@ -39,6 +39,11 @@ const (
 	trimQuiet = 256 << 10
 	// trimMin is the least garbage plus free heap worth a collection.
 	trimMin = 4 << 20
+	// trimSettle is how many quiet ticks in a row end the sampling after
+	// a wake: what follows a call's reply (the store's commit, the audit
+	// record, the catalogue of an upstream that just started) allocates
+	// after its first quiet tick.
+	trimSettle = 4
 )
 
 // heapSample is what the trimmer reads of the heap.
@@ -91,8 +96,8 @@ func readHeap(ms []metrics.Sample) heapSample {
 
 // Waking only after work. The trimmer does not sample on a fixed tick
 // while the process idles: it samples every trimTick from start-up until
-// the first quiet tick, and after that only once woken, until the next
-// quiet tick. It is woken by activity: a tool call that ends
+// trimSettle quiet ticks in a row, and after that only once woken, until
+// the next such run. It is woken by activity: a tool call that ends
 // (trimActivity, from the intercept chain), and a garbage collection of a
 // process that allocated since the trimmer last looked (watchGC: a burst
 // that allocates enough to matter runs one). An idle process runs no
@@ -168,13 +173,14 @@ func trimWhenIdle(ctx context.Context, logger *slog.Logger) {
 }
 
 // trimLoop samples the heap every trimTick while armed: from the start,
-// and from each wake, until a quiet tick.
+// and from each wake, until trimSettle quiet ticks in a row.
 func trimLoop(ctx context.Context, logger *slog.Logger, d trimDeps) {
 	tick := time.NewTimer(trimTick)
 	defer tick.Stop()
 	d.armed.Store(true)
 	var t trimmer
 	started := false
+	quietRun := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -184,6 +190,7 @@ func trimLoop(ctx context.Context, logger *slog.Logger, d trimDeps) {
 				d.armed.Store(true)
 				tick.Reset(trimTick)
 			}
+			quietRun = 0
 			continue
 		case <-tick.C:
 		}
@@ -205,8 +212,10 @@ func trimLoop(ctx context.Context, logger *slog.Logger, d trimDeps) {
 			// quiet tick from here.
 			t.step(d.sample())
 		}
-		if quiet {
-			// Quiet: sleep until woken.
+		if !quiet {
+			quietRun = 0
+		} else if quietRun++; quietRun >= trimSettle {
+			// Settled: sleep until woken.
 			d.armed.Store(false)
 			continue
 		}

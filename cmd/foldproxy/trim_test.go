@@ -113,8 +113,9 @@ func TestTrimLoopSleepsWhenIdle(t *testing.T) {
 		}()
 
 		// Start-up: the first tick has nothing to compare, the second is
-		// quiet: the garbage is returned and start-up's pages dropped.
-		time.Sleep(2 * trimTick)
+		// quiet: the garbage is returned and start-up's pages dropped;
+		// trimSettle quiet ticks end the sampling.
+		time.Sleep((1 + trimSettle) * trimTick)
 		synctest.Wait()
 		samples, frees, drops := h.counts()
 		if frees != 1 || drops != 1 || armed.Load() {
@@ -138,7 +139,15 @@ func TestTrimLoopSleepsWhenIdle(t *testing.T) {
 		}
 		time.Sleep(trimTick) // busy: 40 MB since the last sample
 		synctest.Wait()
+		h.alloc(3 * mb)      // what follows the reply
+		time.Sleep(trimTick) // busy again
+		synctest.Wait()
 		time.Sleep(trimTick) // quiet: trim
+		synctest.Wait()
+		if _, frees, _ := h.counts(); frees != 2 || !armed.Load() {
+			t.Fatalf("at the first quiet tick after the burst: %d trims, armed %v; want 2, still sampling", frees, armed.Load())
+		}
+		time.Sleep(trimSettle * trimTick) // settled: asleep
 		synctest.Wait()
 		samples, frees, drops = h.counts()
 		if frees != 2 || drops != 1 || armed.Load() {
