@@ -341,7 +341,7 @@ func (s *BadgerStore) PutBranch(ctx context.Context, b *Branch) error {
 	if b == nil || b.ID == "" {
 		return fmt.Errorf("%w: fold: PutBranch needs a branch with an id", ErrInvalidArgument)
 	}
-	data, err := json.Marshal(b)
+	data, err := marshalBranch(b)
 	if err != nil {
 		return fmt.Errorf("fold: encode branch %s: %w", b.ID, err)
 	}
@@ -698,7 +698,7 @@ func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
 		sets = append(sets, set(key, data), set(timeKey(rec.Time, key), size))
 	}
 	for _, br := range b.Branches {
-		data, err := json.Marshal(br)
+		data, err := marshalBranch(br)
 		if err != nil {
 			return fmt.Errorf("fold: encode branch %s: %w", br.ID, err)
 		}

@@ -3,6 +3,7 @@ package fold
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -81,4 +82,101 @@ func BenchmarkEncodeCall(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The hand-written encoding of a branch record gives encoding/json's
+// bytes, and decodes back to the record.
+func FuzzEncodeBranch(f *testing.F) {
+	f.Add("b-0123456789abcdef", "s1", "root-1", 1, "find <the> bug & fix", "prompt\n\"q\"", "active", "", 4000, 120, "normal",
+		int64(1767225600123456789), int64(1767225700000000000), int64(0), 3600, "b-1,b-2", "", 3, "fs/read_file=40,fs/list=2", "b-1~ab",
+		"msg", `{"k":1}`, "", "m-1", false, false)
+	f.Add("root-x", "\xff\u2028", "", 0, "", "", "forced", ReasonBudget, 0, 0, "critical",
+		int64(0), int64(0), int64(-1), -7*3600-1, "", "a,,b", 0, "=1,\x00=2,é=3", "", "", "", "s", "", true, true)
+	f.Add("b", "s", "p", 2, "d", "p", "returned", "r", 1, 2, "l", int64(-1e18), int64(1<<62), int64(1), 86400, "c", "d", 1, "a=1", "x",
+		"m", "v", "s", "i", false, true)
+	f.Fuzz(func(t *testing.T, id, session, parent string, depth int, desc, prompt, status, reason string, budget, used int, level string,
+		created, deadline, closed int64, offset int, children, deps string, calls int, byTool, cuts, msg, rv, summary, injected string,
+		delivered, withMC bool) {
+		zone := time.UTC
+		if offset != 0 {
+			zone = time.FixedZone("z", offset%(48*3600))
+		}
+		at := func(ns int64) time.Time {
+			if ns == 0 {
+				return time.Time{}
+			}
+			return time.Unix(0, ns).In(zone)
+		}
+		split := func(s string) []string {
+			if s == "" {
+				return nil
+			}
+			return strings.Split(s, ",")
+		}
+		b := &Branch{
+			ID: id, Session: session, Parent: parent, Depth: depth, Description: desc, Prompt: prompt, Status: Status(status),
+			Reason: reason, Budget: budget, Used: used, Level: level, Created: at(created), Deadline: at(deadline), Closed: at(closed),
+			Children: split(children), DependsOn: split(deps), Calls: calls, Cuts: split(cuts), Message: msg, ReturnValue: rv,
+			Summary: summary, Injected: split(injected), SummaryDelivered: delivered,
+		}
+		for i, kv := range split(byTool) {
+			k, _, _ := strings.Cut(kv, "=")
+			if b.ByTool == nil {
+				b.ByTool, b.ByUpstream = map[string]int{}, map[string]int{}
+			}
+			b.ByTool[k] += i + used
+			b.ByUpstream[strings.ToUpper(k)] -= i
+		}
+		if withMC {
+			b.ModelContext = &ModelContext{TokensBefore: budget, TokensAfter: used, Folded: depth, Requests: calls, At: at(created)}
+		}
+		want, werr := json.Marshal(b)
+		got, gerr := marshalBranch(b)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("errors differ: encoding/json %v, by hand %v", werr, gerr)
+		}
+		if werr != nil {
+			return
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("encodings differ:\n by hand       %s\n encoding/json %s", got, want)
+		}
+		if _, err := decodeBranch(got); err != nil {
+			t.Fatalf("decode %s: %v", got, err)
+		}
+	})
+}
+
+// BenchmarkEncodeBranch compares the hand-written encoding of branch
+// records with encoding/json's: a branch's, as each charge writes it, and
+// a main thread's with 400 children, as each branch_create writes it.
+func BenchmarkEncodeBranch(b *testing.B) {
+	now := time.Now()
+	small := &Branch{ID: newID("b-", 8), Session: "s1", Parent: RootID("s1"), Depth: 1, Description: "find where results are cut",
+		Status: StatusActive, Budget: 32768, Used: 1200, Level: "normal", Created: now, Deadline: now.Add(time.Hour), Calls: 12,
+		ByTool: map[string]int{"fs/read_file": 1000, "fs/list_directory": 200}, ByUpstream: map[string]int{"fs": 1200}}
+	root := &Branch{ID: RootID("s1"), Session: "s1", Status: StatusActive, Level: "normal", Created: now, Calls: 800,
+		ByTool: map[string]int{"foldproxy/branch_create": 30000, "foldproxy/branch_return": 20000}, ByUpstream: map[string]int{"foldproxy": 50000}}
+	for range 400 {
+		root.Children = append(root.Children, newID("b-", 8))
+	}
+	for _, br := range []struct {
+		name string
+		b    *Branch
+	}{{"branch", small}, {"root400", root}} {
+		b.Run(br.name+"/json", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := json.Marshal(br.b); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(br.name+"/hand", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := marshalBranch(br.b); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

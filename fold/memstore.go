@@ -67,7 +67,7 @@ func (s *MemStore) PutBranch(ctx context.Context, b *Branch) error {
 	if b == nil || b.ID == "" {
 		return fmt.Errorf("%w: fold: PutBranch needs a branch with an id", ErrInvalidArgument)
 	}
-	data, err := json.Marshal(b)
+	data, err := marshalBranch(b)
 	if err != nil {
 		return fmt.Errorf("fold: encode branch %s: %w", b.ID, err)
 	}
@@ -157,7 +157,7 @@ func (s *MemStore) Batch(ctx context.Context, b *Batch) error {
 	}
 	encoded := make([][]byte, len(b.Branches))
 	for i, br := range b.Branches {
-		data, err := json.Marshal(br)
+		data, err := marshalBranch(br)
 		if err != nil {
 			return fmt.Errorf("fold: encode branch %s: %w", br.ID, err)
 		}
