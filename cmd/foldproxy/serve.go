@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -322,6 +323,12 @@ func (c *serveCommand) relay(ctx context.Context, f serveFlags, st policy.Settin
 	// The relay's own memory is small; what counts is the pages of the
 	// executable start-up read (trim.go).
 	go trimWhenIdle(ctx, logger)
+	// The relay copies lines and does little else: one P is all it needs,
+	// and with one there is no idle P for a goroutine made runnable to
+	// wake a spinning thread for, once per message, on a machine whose
+	// cores the daemon, the upstreams and the agent share. A read of stdin
+	// blocked in the kernel hands the P back for the daemon's replies.
+	runtime.GOMAXPROCS(1)
 	return proxy.Relay(ctx, c.stdin, c.stdout, relayOptions(f, st, dir, ident, c.stderr, logger))
 }
 
