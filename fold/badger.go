@@ -283,13 +283,30 @@ func branchKey(id string) []byte { return []byte("b/" + esc(id)) }
 func sessionIndexKey(session, id string) []byte {
 	return []byte("s/" + esc(session) + "/" + esc(id))
 }
-func callPrefix(branch string) []byte       { return []byte("c/" + esc(branch) + "/") }
-func callKey(branch string, seq int) []byte { return fmt.Appendf(callPrefix(branch), "%020d", seq) }
-func cutKey(handle string) []byte           { return []byte("x/" + esc(handle)) }
-func cutRefKey(handle string) []byte        { return []byte("xr/" + esc(handle)) }
-func sessionKey(id string) []byte           { return []byte("sess/" + esc(id)) }
+func callPrefix(branch string) []byte { return []byte("c/" + esc(branch) + "/") }
+func callKey(branch string, seq int) []byte {
+	e := esc(branch)
+	return append20(append(append(append(make([]byte, 0, len(e)+23), "c/"...), e...), '/'), int64(seq))
+}
+func cutKey(handle string) []byte    { return []byte("x/" + esc(handle)) }
+func cutRefKey(handle string) []byte { return []byte("xr/" + esc(handle)) }
+func sessionKey(id string) []byte    { return []byte("sess/" + esc(id)) }
 func timeKey(t time.Time, key []byte) []byte {
-	return append(fmt.Appendf(nil, "t/%020d/", max(t.UnixNano(), 0)), key...)
+	k := append20(append(make([]byte, 0, 23+len(key)), "t/"...), max(t.UnixNano(), 0))
+	return append(append(k, '/'), key...)
+}
+
+// append20 appends n in 20 digits, zero-padded (fmt's %020d).
+func append20(b []byte, n int64) []byte {
+	if n < 0 {
+		return fmt.Appendf(b, "%020d", n)
+	}
+	var d [20]byte
+	for i := len(d) - 1; i >= 0; i-- {
+		d[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return append(b, d[:]...)
 }
 
 // write makes ops durable, all or nothing, as one record of the
@@ -667,7 +684,7 @@ func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
 	if err := b.validate(); err != nil {
 		return err
 	}
-	var sets []walOp
+	sets := make([]walOp, 0, 2*(len(b.Cuts)+len(b.Calls)+len(b.Branches)))
 	var refs archiveRefs
 	defer refs.done(s.arch)
 	now := time.Now()

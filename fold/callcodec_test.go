@@ -3,6 +3,7 @@ package fold
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +179,24 @@ func BenchmarkEncodeBranch(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Keys are written as fmt's %020d wrote them.
+func TestKeyDigits(t *testing.T) {
+	for _, n := range []int64{0, 1, 42, 1<<31 - 1, 1<<62 + 12345, 1<<63 - 1, -1, -1 << 63} {
+		if got, want := string(append20([]byte("x"), n)), fmt.Sprintf("x%020d", n); got != want {
+			t.Errorf("append20(%d) = %q; want %q", n, got, want)
+		}
+	}
+	if got, want := string(callKey("b/1 x", 7)), "c/b%2F1%20x/00000000000000000007"; got != want {
+		t.Errorf("callKey = %q; want %q", got, want)
+	}
+	at := time.Unix(0, 1767225600123456789)
+	if got, want := string(timeKey(at, []byte("c/b/1"))), "t/01767225600123456789/c/b/1"; got != want {
+		t.Errorf("timeKey = %q; want %q", got, want)
+	}
+	if got, want := string(timeKey(time.Unix(-5, 0), []byte("k"))), "t/00000000000000000000/k"; got != want {
+		t.Errorf("timeKey before 1970 = %q; want %q", got, want)
 	}
 }
