@@ -8,7 +8,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -68,6 +70,27 @@ func toolResults(tb testing.TB, outs []string) []json.RawMessage {
 	return res
 }
 
+// cpuTime returns the CPU time the process has used, user and system.
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time a benchmark used since start, per op and
+// as bytes per CPU second ("cpuMB/s"): on a loaded machine, where wall
+// time depends on the other processes, the CPU time of the work itself
+// does not (much). It includes the garbage collector's.
+func reportCPU(b *testing.B, start time.Duration, bytes int) {
+	d := cpuTime(b) - start
+	b.ReportMetric(float64(d.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	if d > 0 {
+		b.ReportMetric(float64(bytes)*float64(b.N)/d.Seconds()/1e6, "cpuMB/s")
+	}
+}
+
 // The benchmarks report throughput over the real trajectory outputs. Run
 // them with -cpu 1 and -cpu 2: calls run in parallel (RunParallel, one
 // goroutine per GOMAXPROCS), as concurrent tool results do in the proxy.
@@ -83,6 +106,7 @@ func BenchmarkScrubText(b *testing.B) {
 	}
 	b.SetBytes(int64(n))
 	b.ResetTimer()
+	cpu0 := cpuTime(b)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			for _, o := range outs {
@@ -93,6 +117,7 @@ func BenchmarkScrubText(b *testing.B) {
 			}
 		}
 	})
+	reportCPU(b, cpu0, n)
 }
 
 func BenchmarkScrubJSON(b *testing.B) {
@@ -104,6 +129,7 @@ func BenchmarkScrubJSON(b *testing.B) {
 	}
 	b.SetBytes(int64(n))
 	b.ResetTimer()
+	cpu0 := cpuTime(b)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			for _, r := range res {
@@ -114,6 +140,7 @@ func BenchmarkScrubJSON(b *testing.B) {
 			}
 		}
 	})
+	reportCPU(b, cpu0, n)
 }
 
 // BenchmarkScrubTextLarge scans all outputs as one 2 MB text: one call,

@@ -105,6 +105,9 @@ type ruleScanner struct {
 	// window (stretched rules); nil for bounded and whole rules.
 	reach *[256]bool
 	whole bool
+	// filter, when set, is a condition every window the rule's regex
+	// matches in meets; windows that fail it are not handed to gitleaks.
+	filter *runFilter
 }
 
 func (rs *ruleScanner) bounded() bool { return rs.maxLen >= 0 && rs.maxLen <= maxBoundedLen }
@@ -192,6 +195,13 @@ func newEngine(cfg config.Config, pad int) (*engine, error) {
 			if len(r.RequiredRules) == 0 {
 				rs.maxLen = maxMatchLen(re)
 				rs.maxNL = maxMatchNewlines(re)
+			}
+			if len(r.RequiredRules) == 0 {
+				// The rule's detector holds this rule alone (a rule with
+				// required rules reports those rules' findings too).
+				if raw, err := syntax.Parse(r.Regex.String(), syntax.Perl); err == nil {
+					rs.filter = newRunFilter(raw)
+				}
 			}
 			if !rs.bounded() {
 				var reach [256]bool
@@ -372,6 +382,9 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 			wins = e.windows(rs, h, text, nls)
 		}
 		for _, w := range wins {
+			if rs.filter != nil && !rs.filter.pass(text[w[0]:w[1]]) {
+				continue
+			}
 			if e.onWindow != nil {
 				e.onWindow(ri, w[1]-w[0])
 			}
@@ -394,6 +407,9 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 
 // findWhole runs rule ri over the whole text.
 func (e *engine) findWhole(ctx context.Context, text string, ri int) ([]found, error) {
+	if f := e.rules[ri].filter; f != nil && !f.pass(text) {
+		return nil, ctx.Err()
+	}
 	if e.onWindow != nil {
 		e.onWindow(ri, len(text))
 	}

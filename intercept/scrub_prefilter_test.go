@@ -1,0 +1,177 @@
+package intercept
+
+import (
+	"math/rand/v2"
+	"regexp/syntax"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/foldproxy/foldproxy/policy"
+)
+
+// sampleMatch writes to b a random string that re matches (mostly: empty
+// width assertions are ignored, so callers check the sample with the real
+// regex). Repetitions are drawn from their minimum up to a few more, and
+// characters from the whole class, non-ASCII ranges included.
+func sampleMatch(rng *rand.Rand, re *syntax.Regexp, b *strings.Builder) {
+	switch re.Op {
+	case syntax.OpLiteral:
+		for _, r := range re.Rune {
+			if re.Flags&syntax.FoldCase != 0 && rng.IntN(2) == 0 {
+				r = foldOnce(r)
+			}
+			b.WriteRune(r)
+		}
+	case syntax.OpCharClass:
+		if len(re.Rune) == 0 {
+			return
+		}
+		i := 2 * rng.IntN(len(re.Rune)/2)
+		lo, hi := re.Rune[i], re.Rune[i+1]
+		if hi-lo > 1000 {
+			hi = lo + 1000
+		}
+		r := lo + rng.Int32N(hi-lo+1)
+		if !utf8.ValidRune(r) {
+			r = lo
+		}
+		b.WriteRune(r)
+	case syntax.OpAnyCharNotNL, syntax.OpAnyChar:
+		const any = "aZ9_-. \t=:\"'"
+		b.WriteByte(any[rng.IntN(len(any))])
+	case syntax.OpCapture:
+		sampleMatch(rng, re.Sub[0], b)
+	case syntax.OpStar, syntax.OpPlus, syntax.OpQuest, syntax.OpRepeat:
+		lo, hi := 0, 3
+		switch re.Op {
+		case syntax.OpPlus:
+			lo, hi = 1, 4
+		case syntax.OpQuest:
+			hi = 1
+		case syntax.OpRepeat:
+			lo, hi = re.Min, re.Max
+			if hi < 0 {
+				hi = lo + 3
+			}
+		}
+		n := lo + rng.IntN(hi-lo+1)
+		if rng.IntN(3) == 0 {
+			n = lo // the shortest matches are the ones a filter must not miss
+		}
+		for range n {
+			sampleMatch(rng, re.Sub[0], b)
+		}
+	case syntax.OpConcat:
+		for _, s := range re.Sub {
+			sampleMatch(rng, s, b)
+		}
+	case syntax.OpAlternate:
+		sampleMatch(rng, re.Sub[rng.IntN(len(re.Sub))], b)
+	}
+}
+
+// foldOnce returns r's other case, for ASCII letters.
+func foldOnce(r rune) rune {
+	switch {
+	case 'a' <= r && r <= 'z':
+		return r - 'a' + 'A'
+	case 'A' <= r && r <= 'Z':
+		return r - 'A' + 'a'
+	}
+	return r
+}
+
+// TestRunFilterNeverRejectsAMatch draws strings each rule's regex matches
+// (checked with the rule's own compiled regex, as gitleaks runs it) and
+// checks that the rule's filter passes them, alone and inside other text:
+// a window the filter rejects cannot hold a match, so skipping gitleaks
+// there changes nothing.
+func TestRunFilterNeverRejectsAMatch(t *testing.T) {
+	s := testScrubber(t, policy.Scrub{})
+	cfg, err := loadGitleaksConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(13, 13))
+	filtered, matched := 0, 0
+	for _, rs := range s.eng.rules {
+		if rs.filter == nil {
+			continue
+		}
+		filtered++
+		r := cfg.Rules[rs.id]
+		re, err := syntax.Parse(r.Regex.String(), syntax.Perl)
+		if err != nil {
+			t.Fatalf("%s: %v", rs.id, err)
+		}
+		got := 0
+		for range 100 {
+			var b strings.Builder
+			sampleMatch(rng, re, &b)
+			sample := b.String()
+			for _, text := range []string{sample, sample + "\n", "x = " + sample + " ;\n", "\t" + sample} {
+				if !r.Regex.MatchString(text) {
+					continue
+				}
+				got++
+				if !rs.filter.pass(text) {
+					t.Errorf("%s: the filter rejects %q, which the rule's regex matches", rs.id, text)
+				}
+			}
+		}
+		if got == 0 {
+			t.Errorf("%s: no sample matched the rule's regex: the rule is untested", rs.id)
+		}
+		matched += got
+	}
+	if filtered < len(s.eng.rules)/2 {
+		t.Errorf("only %d of %d rules have a filter", filtered, len(s.eng.rules))
+	}
+	t.Logf("%d rules with a filter, %d matching samples passed", filtered, matched)
+}
+
+// TestRunFilterCases checks the filter derived from a few regexes.
+func TestRunFilterCases(t *testing.T) {
+	for _, c := range []struct {
+		re         string
+		pass, fail []string
+	}{
+		{`SK[0-9a-fA-F]{32}`, []string{"SK0123456789abcdef0123456789ABCDEF"}, []string{"SK0123456789abcdef0123456789ABCDE", "task " + strings.Repeat("z", 40)}},
+		// The newline detectWindow adds to a window counts.
+		{`a[\s0-9]{9}`, []string{"a12345678"}, []string{"a1234567"}},
+		// Either branch.
+		{`(?:hvs\.[\w-]{90,120}|s\.(?i:[a-z0-9]{24}))`, []string{"s." + strings.Repeat("Ab", 12), "hvs." + strings.Repeat("-", 90)}, []string{"s." + strings.Repeat("Ab", 11) + " ", "hvs." + strings.Repeat("-", 89) + " "}},
+		// Non-ASCII letters that fold to ASCII ones (the Kelvin sign).
+		{`(?i)k[a-z]{9}`, []string{"\u212aabcdefghi"}, []string{"kabcdefgh "}},
+	} {
+		re, err := syntax.Parse(c.re, syntax.Perl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := newRunFilter(re)
+		if f == nil {
+			t.Errorf("%s: no filter", c.re)
+			continue
+		}
+		for _, s := range c.pass {
+			if !f.pass(s) {
+				t.Errorf("%s: rejects %q", c.re, s)
+			}
+		}
+		for _, s := range c.fail {
+			if f.pass(s) {
+				t.Errorf("%s: passes %q", c.re, s)
+			}
+		}
+	}
+	for _, re := range []string{`a+`, `[\w.-]{0,50}`, `(?:ab|c*)x`} {
+		p, err := syntax.Parse(re, syntax.Perl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := newRunFilter(p); f != nil {
+			t.Errorf("%s: a filter of %v, want none (too short to pay)", re, f.alts)
+		}
+	}
+}
