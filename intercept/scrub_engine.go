@@ -222,6 +222,9 @@ func newEngine(cfg config.Config, pad int) (*engine, error) {
 			continue
 		}
 		for _, k := range r.Keywords {
+			// The text is matched ignoring ASCII case, as gitleaks
+			// matches its lowered keywords in the lowered text.
+			k = string(asciiLower(k))
 			ki, ok := kwIndex[k]
 			if !ok {
 				ki = len(kws)
@@ -235,7 +238,7 @@ func newEngine(cfg config.Config, pad int) (*engine, error) {
 			}
 		}
 	}
-	e.trie = newKwMatcher(kws)
+	e.trie = newKwMatcherFold(kws)
 	e.loud = new([256][256]bool)
 	for _, rs := range e.rules {
 		if rs.reach == nil {
@@ -344,29 +347,33 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 	}
 	all := lo == 0 && hi == n
 	wend := min(hi+e.maxKw-1, n)
-	lower := asciiLower(text[lo:wend])
-	hits := make([][]int, len(e.rules))
-	e.trie.walk(lower, func(end, m, pattern int) bool {
+	// The keywords' places, by rule: (rule, place) pairs, sorted by rule
+	// below (stably: each rule's places stay in the order found).
+	hits := make([]kwHit, 0, 64)
+	e.trie.walk(text[lo:wend], func(end, m, pattern int) bool {
 		p := lo + end - m + 1
 		if p >= hi {
 			return true
 		}
 		for _, ri := range e.byKw[pattern] {
-			h := hits[ri]
-			if len(h) == 0 || h[len(h)-1] != p {
-				hits[ri] = append(h, p)
-			}
+			hits = append(hits, kwHit{rule: ri, pos: p})
 		}
 		return true
 	})
 	var out []found
 	var whole []int
 	for _, ri := range e.always {
-		hits[ri] = []int{-1} // the whole piece
+		hits = append(hits, kwHit{rule: ri, pos: -1}) // the whole piece
 	}
-	for ri, h := range hits {
-		if len(h) == 0 {
-			continue
+	slices.SortStableFunc(hits, func(a, b kwHit) int { return a.rule - b.rule })
+	var h []int
+	for i := 0; i < len(hits); {
+		ri := hits[i].rule
+		h = h[:0]
+		for ; i < len(hits) && hits[i].rule == ri; i++ {
+			if p := hits[i].pos; len(h) == 0 || h[len(h)-1] != p {
+				h = append(h, p)
+			}
 		}
 		rs := &e.rules[ri]
 		var wins [][2]int
@@ -404,6 +411,10 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 	}
 	return out, whole, ctx.Err()
 }
+
+// kwHit is a keyword of rule found at pos (-1: a rule without keywords,
+// run over the whole piece).
+type kwHit struct{ rule, pos int }
 
 // findWhole runs rule ri over the whole text.
 func (e *engine) findWhole(ctx context.Context, text string, ri int) ([]found, error) {
@@ -661,15 +672,14 @@ func encodedWindows(text string, nls []int, lo, hi int) [][2]int {
 	for i < hi {
 		c := text[i]
 		switch {
-		case isB64Byte(c):
+		case encClass[c]&encB64 != 0:
 			j := i
-			likely := false
-			for j < len(text) && isB64Byte(text[j]) {
-				if likelyB64(text[j]) {
-					likely = true
-				}
+			var seen uint8
+			for j < len(text) && encClass[text[j]]&encB64 != 0 {
+				seen |= encClass[text[j]]
 				j++
 			}
+			likely := seen&encLikely != 0
 			end := j
 			for k := 0; k < 2 && end < len(text) && text[end] == '='; k++ {
 				end++
@@ -693,16 +703,57 @@ func encodedWindows(text string, nls []int, lo, hi int) [][2]int {
 	return wins
 }
 
+// Classes of bytes for encodedWindows.
+const (
+	encB64    = 1 << iota // isB64Byte
+	encLikely             // likelyB64
+	encNotStd             // not in standard base64's alphabet: - _
+	encNotURL             // not in URL base64's alphabet: + /
+)
+
+var encClass = func() (t [256]uint8) {
+	for c := range 256 {
+		b := byte(c)
+		if isB64Byte(b) {
+			t[c] |= encB64
+		}
+		if likelyB64(b) {
+			t[c] |= encLikely
+		}
+		if b == '-' || b == '_' {
+			t[c] |= encNotStd
+		}
+		if b == '+' || b == '/' {
+			t[c] |= encNotURL
+		}
+	}
+	return t
+}()
+
 // decodesPrintable reports whether s decodes, as base64 (standard or URL)
-// or hex, to printable ASCII, as gitleaks' decoder requires.
+// or hex, to printable ASCII, as gitleaks' decoder requires. s is a run of
+// base64 bytes ([\w/+-]) and up to two '='.
 func decodesPrintable(s string) bool {
 	if isHexString(strings.TrimRight(s, "=")) && len(s) >= 32 {
 		if b, err := hex.DecodeString(s); err == nil && printableASCII(b) {
 			return true
 		}
 	}
-	if b, err := base64.StdEncoding.DecodeString(s); err == nil && printableASCII(b) {
-		return true
+	// Decoding fails, without decoding being tried, where the alphabet
+	// or the length rules it out: standard base64 is padded to a multiple
+	// of four and has no - or _; raw URL base64 has no padding, no + or /,
+	// and no length of 4k+1.
+	var seen uint8
+	for i := 0; i < len(s); i++ {
+		seen |= encClass[s[i]]
+	}
+	if seen&encNotStd == 0 && len(s)%4 == 0 {
+		if b, err := base64.StdEncoding.DecodeString(s); err == nil && printableASCII(b) {
+			return true
+		}
+	}
+	if seen&encNotURL != 0 || strings.IndexByte(s, '=') >= 0 || len(s)%4 == 1 {
+		return false
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	return err == nil && printableASCII(b)

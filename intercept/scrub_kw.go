@@ -18,20 +18,37 @@ import (
 type kwMatcher struct {
 	class  [256]uint8
 	nclass int
-	next   []int32 // state*nclass + class → next state
-	// emit is, for a state, the first state of its suffix chain (itself
-	// included) where a pattern ends, or -1: a byte costs one load of it
-	// when nothing matches.
+	// next is the transition table: next[s+class] for the state s, where
+	// states are numbered in steps of nclass (state i is i*nclass). An
+	// entry is the next state, or -(state)-1 when a pattern ends in the
+	// next state (or its suffix chain): a byte costs one load and a
+	// branch when nothing matches.
+	next []int32
+	// emit is, for a state index, the first state of its suffix chain
+	// (itself included) where a pattern ends, or -1.
 	emit []int32
-	out  []int32 // state → the pattern ending exactly there, or -1
-	link []int32 // state → the next state of its suffix chain where a pattern ends, or -1
+	out  []int32 // state index → the pattern ending exactly there, or -1
+	link []int32 // state index → the next state of its suffix chain where a pattern ends, or -1
 	plen []int32 // pattern → its length
 }
 
 // newKwMatcher builds the matcher of pats; pattern i is reported as i.
 // Empty patterns never match (as in gitleaks' trie); a repeated pattern is
 // reported under its first index.
-func newKwMatcher(pats []string) *kwMatcher {
+func newKwMatcher(pats []string) *kwMatcher { return buildKwMatcher(pats, false) }
+
+// newKwMatcherFold builds a matcher that ignores ASCII case: it finds in
+// a text what newKwMatcher of the lowered patterns finds in the lowered
+// text (asciiLower), without lowering the text.
+func newKwMatcherFold(pats []string) *kwMatcher {
+	low := make([]string, len(pats))
+	for i, p := range pats {
+		low[i] = string(asciiLower(p))
+	}
+	return buildKwMatcher(low, true)
+}
+
+func buildKwMatcher(pats []string, fold bool) *kwMatcher {
 	m := &kwMatcher{plen: make([]int32, len(pats))}
 	for _, p := range pats {
 		for i := 0; i < len(p); i++ {
@@ -116,6 +133,18 @@ func newKwMatcher(pats []string) *kwMatcher {
 			}
 		}
 	}
+	for k, t := range m.next {
+		v := t * int32(nc)
+		if m.emit[t] >= 0 {
+			v = -v - 1
+		}
+		m.next[k] = v
+	}
+	if fold {
+		for c := 'A'; c <= 'Z'; c++ {
+			m.class[c] = m.class[c-'A'+'a']
+		}
+	}
 	return m
 }
 
@@ -123,11 +152,17 @@ func newKwMatcher(pats []string) *kwMatcher {
 // their ends; at one end, the longest pattern first. fn gets the offset of
 // the occurrence's last byte, its length and the pattern's index; walk
 // stops when fn returns false.
-func (m *kwMatcher) walk(text []byte, fn func(end, n, pattern int) bool) {
-	s, nc := int32(0), m.nclass
-	for i, c := range text {
-		s = m.next[int(s)*nc+int(m.class[c])]
-		for u := m.emit[s]; u >= 0; u = m.link[u] {
+func (m *kwMatcher) walk(text string, fn func(end, n, pattern int) bool) {
+	s, nc := int32(0), int32(m.nclass)
+	next := m.next
+	for i := 0; i < len(text); i++ {
+		v := next[int(s)+int(m.class[text[i]])]
+		if v >= 0 {
+			s = v
+			continue
+		}
+		s = -v - 1
+		for u := m.emit[s/nc]; u >= 0; u = m.link[u] {
 			p := m.out[u]
 			if !fn(i, int(m.plen[p]), int(p)) {
 				return
@@ -138,10 +173,10 @@ func (m *kwMatcher) walk(text []byte, fn func(end, n, pattern int) bool) {
 
 // contains reports whether some pattern occurs in s.
 func (m *kwMatcher) contains(s string) bool {
-	st, nc := int32(0), m.nclass
+	st := int32(0)
 	for i := 0; i < len(s); i++ {
-		st = m.next[int(st)*nc+int(m.class[s[i]])]
-		if m.emit[st] >= 0 {
+		st = m.next[int(st)+int(m.class[s[i]])]
+		if st < 0 {
 			return true
 		}
 	}

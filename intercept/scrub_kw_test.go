@@ -39,17 +39,41 @@ func TestKwMatcherMatchesTrie(t *testing.T) {
 			return true
 		})
 		m := newKwMatcher(pats)
-		m.walk(text, func(end, n, p int) bool {
+		m.walk(string(text), func(end, n, p int) bool {
 			got = append(got, hit{end, n, p})
 			return true
 		})
-		if len(got) != len(want) {
-			t.Fatalf("round %d: patterns %q in %q: %d hits, the trie %d", round, pats, text, len(got), len(want))
-		}
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("round %d: patterns %q in %q: hit %d is %+v, the trie's %+v", round, pats, text, i, got[i], want[i])
+		check := func(what string, got []hit) {
+			t.Helper()
+			if len(got) != len(want) {
+				t.Fatalf("round %d: %s: patterns %q in %q: %d hits, the trie %d", round, what, pats, text, len(got), len(want))
 			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("round %d: %s: patterns %q in %q: hit %d is %+v, the trie's %+v", round, what, pats, text, i, got[i], want[i])
+				}
+			}
+		}
+		check("exact", got)
+		// The folding matcher finds the same in the text with random
+		// letters upper-cased, and with upper-case patterns.
+		mixed := []byte(string(text))
+		upPats := make([]string, len(pats))
+		for i, c := range mixed {
+			if 'a' <= c && c <= 'z' && rng.IntN(2) == 0 {
+				mixed[i] = c - 'a' + 'A'
+			}
+		}
+		for i, p := range pats {
+			upPats[i] = strings.ToUpper(p)
+		}
+		for _, ps := range [][]string{pats, upPats} {
+			got = got[:0]
+			newKwMatcherFold(ps).walk(string(mixed), func(end, n, p int) bool {
+				got = append(got, hit{end, n, p})
+				return true
+			})
+			check("fold", got)
 		}
 		for range 20 {
 			s := word(rng.IntN(12))
@@ -63,6 +87,9 @@ func TestKwMatcherMatchesTrie(t *testing.T) {
 		}
 	}
 	if m := newKwMatcher([]string{"", "ab"}); m.contains("xy") || !m.contains("xaby") {
+		t.Fatal("an empty pattern must never match, the others must")
+	}
+	if m := newKwMatcherFold([]string{"", "aB"}); m.contains("xy") || !m.contains("xAby") || !m.contains("xab") {
 		t.Fatal("an empty pattern must never match, the others must")
 	}
 }

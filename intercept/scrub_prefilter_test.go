@@ -1,6 +1,8 @@
 package intercept
 
 import (
+	"encoding/base64"
+	"encoding/hex"
 	"math/rand/v2"
 	"regexp/syntax"
 	"strings"
@@ -173,5 +175,57 @@ func TestRunFilterCases(t *testing.T) {
 		if f := newRunFilter(p); f != nil {
 			t.Errorf("%s: a filter of %v, want none (too short to pay)", re, f.alts)
 		}
+	}
+}
+
+// decodesPrintableRef is decodesPrintable without the shortcuts: it tries
+// every decoding.
+func decodesPrintableRef(s string) bool {
+	if isHexString(strings.TrimRight(s, "=")) && len(s) >= 32 {
+		if b, err := hex.DecodeString(s); err == nil && printableASCII(b) {
+			return true
+		}
+	}
+	if b, err := base64.StdEncoding.DecodeString(s); err == nil && printableASCII(b) {
+		return true
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	return err == nil && printableASCII(b)
+}
+
+// TestDecodesPrintableShortcuts checks that the shortcuts of
+// decodesPrintable (the alphabet and length tests) change none of its
+// answers: on random runs of base64 bytes, and on encodings of text.
+func TestDecodesPrintableShortcuts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	const alpha = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_"
+	var cases []string
+	for range 20000 {
+		n := 1 + rng.IntN(40)
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = alpha[rng.IntN(len(alpha))]
+		}
+		text := make([]byte, rng.IntN(30))
+		for i := range text {
+			text[i] = byte(0x20 + rng.IntN(0x60))
+		}
+		cases = append(cases, string(b), string(b)+"=", string(b)+"==",
+			base64.StdEncoding.EncodeToString(text), base64.RawStdEncoding.EncodeToString(text),
+			base64.URLEncoding.EncodeToString(text), base64.RawURLEncoding.EncodeToString(text),
+			hex.EncodeToString(text))
+	}
+	yes := 0
+	for _, c := range cases {
+		want := decodesPrintableRef(c)
+		if got := decodesPrintable(c); got != want {
+			t.Fatalf("decodesPrintable(%q) = %v, want %v", c, got, want)
+		}
+		if want {
+			yes++
+		}
+	}
+	if yes < len(cases)/10 {
+		t.Fatalf("only %d of %d cases decode: the test is weak", yes, len(cases))
 	}
 }

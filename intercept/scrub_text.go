@@ -290,7 +290,7 @@ func sweep(text string, fs []found) []found {
 		return out
 	}
 	secrets = short
-	newKwMatcher(secrets).walk([]byte(text), func(end, n, pattern int) bool {
+	newKwMatcher(secrets).walk(text, func(end, n, pattern int) bool {
 		s := secrets[pattern]
 		out = append(out, found{start: end - n + 1, end: end + 1, rule: rules[s]})
 		return true
