@@ -37,7 +37,8 @@ func unescapeView(v *view) (*view, bool) {
 	}
 	var b strings.Builder
 	b.Grow(len(s))
-	var recs []escRec
+	// One record per escape: sized once (JSON text holds many \n).
+	recs := make([]escRec, 0, strings.Count(s[i:], `\`))
 	last := 0
 	for i >= 0 {
 		i += last
