@@ -13,6 +13,7 @@ import (
 
 	"github.com/zricethezav/gitleaks/v8/config"
 	"github.com/zricethezav/gitleaks/v8/detect"
+	glregexp "github.com/zricethezav/gitleaks/v8/regexp"
 	"github.com/zricethezav/gitleaks/v8/report"
 )
 
@@ -108,6 +109,11 @@ type ruleScanner struct {
 	// filter, when set, is a condition every window the rule's regex
 	// matches in meets; windows that fail it are not handed to gitleaks.
 	filter *runFilter
+	// re, when set, is the rule's regex, and det holds that rule alone:
+	// a window it does not match is not handed to gitleaks, whose
+	// detector would find nothing there but costs more per call (it
+	// lowers and walks the window for keywords first).
+	re *glregexp.Regexp
 }
 
 func (rs *ruleScanner) bounded() bool { return rs.maxLen >= 0 && rs.maxLen <= maxBoundedLen }
@@ -202,6 +208,7 @@ func newEngine(cfg config.Config, pad int) (*engine, error) {
 				if raw, err := syntax.Parse(r.Regex.String(), syntax.Perl); err == nil {
 					rs.filter = newRunFilter(raw)
 				}
+				rs.re = r.Regex
 			}
 			if !rs.bounded() {
 				var reach [256]bool
@@ -395,7 +402,11 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 			if e.onWindow != nil {
 				e.onWindow(ri, w[1]-w[0])
 			}
-			fs, err := detectWindow(ctx, rs.det, e.stops, text, w, false)
+			win := windowText(text, w)
+			if rs.re != nil && !rs.re.MatchString(win) {
+				continue
+			}
+			fs, err := detectIn(ctx, rs.det, e.stops, win, w, false)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -424,7 +435,12 @@ func (e *engine) findWhole(ctx context.Context, text string, ri int) ([]found, e
 	if e.onWindow != nil {
 		e.onWindow(ri, len(text))
 	}
-	return detectWindow(ctx, e.rules[ri].det, e.stops, text, [2]int{0, len(text)}, false)
+	w := [2]int{0, len(text)}
+	win := windowText(text, w)
+	if re := e.rules[ri].re; re != nil && !re.MatchString(win) {
+		return nil, ctx.Err()
+	}
+	return detectIn(ctx, e.rules[ri].det, e.stops, win, w, false)
 }
 
 // pieceWindow is the window of a rule without keywords for the piece
@@ -542,14 +558,29 @@ func (e *engine) splitPoint(text string, i int) int {
 // decodedOnly, findings that were not made in a decoded segment are
 // dropped (the rule windows report those).
 func detectWindow(ctx context.Context, det *detect.Detector, stops stopWords, text string, w [2]int, decodedOnly bool) ([]found, error) {
+	return detectIn(ctx, det, stops, windowText(text, w), w, decodedOnly)
+}
+
+// windowText is the text gitleaks is given for text[w[0]:w[1]]: the
+// window with a newline at its end. A trailing newline makes gitleaks
+// report the end line and column of every match, which the offsets of
+// findings are computed from.
+func windowText(text string, w [2]int) string {
+	win := text[w[0]:w[1]]
+	switch {
+	case strings.HasSuffix(win, "\n"):
+		return win
+	case w[1] < len(text) && text[w[1]] == '\n':
+		return text[w[0] : w[1]+1] // the same string, not copied
+	default:
+		return win + "\n"
+	}
+}
+
+// detectIn is detectWindow given the window's text (windowText).
+func detectIn(ctx context.Context, det *detect.Detector, stops stopWords, win string, w [2]int, decodedOnly bool) ([]found, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
-	}
-	win := text[w[0]:w[1]]
-	// A trailing newline makes gitleaks report the end line and column of
-	// every match, which the offsets below are computed from.
-	if !strings.HasSuffix(win, "\n") {
-		win += "\n"
 	}
 	fs := det.DetectContext(ctx, detect.Fragment{Raw: win})
 	if err := ctx.Err(); err != nil {
