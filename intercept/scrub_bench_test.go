@@ -203,3 +203,21 @@ func BenchmarkScrubSpaceFree(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScrubJSONTiny scrubs one small tool result (a directory
+// listing, 150 bytes) in which no rule keyword occurs: the fixed cost of
+// a call.
+func BenchmarkScrubJSONTiny(b *testing.B) {
+	s := testScrubber(b, policy.Scrub{})
+	raw := json.RawMessage(`{"content":[{"type":"text","text":"total 4\ndrwxr-xr-x 2 root root 4096 Nov 24 04:13 .\n-rw-r--r-- 1 root root 934 Nov 24 04:13 README.md"}],"isError":false}`)
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime(b)
+	for b.Loop() {
+		if _, _, err := s.ScrubJSON(context.Background(), raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportCPU(b, cpu0, len(raw))
+}
