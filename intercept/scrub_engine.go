@@ -110,9 +110,10 @@ type ruleScanner struct {
 	// matches in meets; windows that fail it are not handed to gitleaks.
 	filter *runFilter
 	// re, when set, is the rule's regex, and det holds that rule alone:
-	// a window it does not match is not handed to gitleaks, whose
-	// detector would find nothing there but costs more per call (it
-	// lowers and walks the window for keywords first).
+	// a window of at most maxGateWindow bytes it does not match is not
+	// handed to gitleaks, whose detector would find nothing there but
+	// costs more per call (it lowers and walks the window for keywords
+	// first).
 	re *glregexp.Regexp
 }
 
@@ -132,6 +133,13 @@ const maxBoundedLen = 2048
 // assignments put them on one line, or two, and scanning nine lines around
 // every "key" or "token" of a source file costs more than half of the scan.
 const maxWindowLines = 2
+
+// maxGateWindow is the longest window a rule's regex is run over before
+// gitleaks' detector is. Over longer windows (a stretched one around a
+// token of kilobytes) the detector's own cost per call is small beside
+// the regex's, and the regex is likely to match, so running it first
+// would only double the work.
+const maxGateWindow = 2048
 
 // snapLimit bounds how far a window edge moves to reach a word boundary.
 const snapLimit = 256
@@ -403,7 +411,7 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 				e.onWindow(ri, w[1]-w[0])
 			}
 			win := windowText(text, w)
-			if rs.re != nil && !rs.re.MatchString(win) {
+			if rs.re != nil && len(win) <= maxGateWindow && !rs.re.MatchString(win) {
 				continue
 			}
 			fs, err := detectIn(ctx, rs.det, e.stops, win, w, false)
@@ -435,12 +443,7 @@ func (e *engine) findWhole(ctx context.Context, text string, ri int) ([]found, e
 	if e.onWindow != nil {
 		e.onWindow(ri, len(text))
 	}
-	w := [2]int{0, len(text)}
-	win := windowText(text, w)
-	if re := e.rules[ri].re; re != nil && !re.MatchString(win) {
-		return nil, ctx.Err()
-	}
-	return detectIn(ctx, e.rules[ri].det, e.stops, win, w, false)
+	return detectWindow(ctx, e.rules[ri].det, e.stops, text, [2]int{0, len(text)}, false)
 }
 
 // pieceWindow is the window of a rule without keywords for the piece
