@@ -23,7 +23,7 @@ var ErrNotCuttable = errors.New("result cannot be cut")
 
 // Counter counts tokens in the configured encoding and cuts text and results
 // to a token limit. It is safe for concurrent use: the codec it wraps keeps
-// no per-call state, and its caches are either per goroutine or locked.
+// no per-call state, and its piece cache takes no lock (tokens_fast.go).
 //
 // Counts are exactly the codec's, but most of the work is done without it:
 // ASCII text is split into the encoding's pieces by hand and the count of

@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Fast counting.
@@ -13,8 +14,9 @@ import (
 // (BPE). The splitter is most of the cost, and the merge is wasted work for
 // the many pieces that repeat ("\n", " the", "    ", " return"). So ASCII
 // text is split here by hand, into exactly the pieces the library's pattern
-// yields, and each piece's token count comes from a cache, or on a miss from
-// the library, which splits a lone piece into itself. Text with a non-ASCII
+// yields, and each piece's token count comes from a cache (Piece cache,
+// below), or on a miss from a merge with the encoding's ranks, exactly as
+// the library merges (tokens_bpe.go). Text with a non-ASCII
 // byte is handed to the library around that byte, from the split point
 // before it to the split point after it (see splitsAt), which keeps the sum
 // exact because the count of a text is the sum of the counts of the parts
@@ -242,67 +244,163 @@ func (t *splitter) white(s string, p int) int {
 	return e - 1
 }
 
-// Piece caches. A piece's count is looked up first in a local cache, which
-// one goroutine uses at a time (a Counter keeps them in a sync.Pool, so that
-// counting on many cores shares nothing in the common case, and the
-// collector frees the caches nobody uses), then in the Counter's shared
-// cache, sharded by hash under a mutex, which is warmed once for all the
-// local ones and holds the long tail. Pieces longer than maxCachedPiece
-// (long runs of white space or punctuation, long words) are rare and go to
-// the library every time. A local cache holds two generations of at most
-// localShort pieces of up to maxPacked bytes and localLong longer ones,
-// about 1.5 MB when full; the shared one at most sharedShards ×
-// shardEntries pieces, a few MB. The sizes hold the working set of the
-// trajectory file (18,500 distinct pieces in 2 MB); a quarter of them made
-// warm counting a third slower on it.
+// Piece cache. A piece's count is cached in the Counter's pieceCache, one
+// for all goroutines and never emptied by the collector: tables of fixed
+// size, read and written with single atomic loads and stores, so that a
+// lookup takes no lock and allocates nothing, and a count taken on any
+// core serves every other.
+//
+//   - A piece of 2 to 8 bytes, most of them, is one 64-bit word: its bytes,
+//     7 bits each (it is ASCII), its length and its count. The word is its
+//     own key, so a lookup is a multiply, a load and a compare, and a word
+//     is never seen half written.
+//   - A piece of 9 to maxCachedPiece bytes is a pointer to an immutable
+//     entry holding a copy of the piece and its count, next to a tag, the
+//     piece's hash, which spares looking at entries of other pieces.
+//
+// A piece goes to one bucket of cacheWays slots, a cache line of words or
+// of tags. A new piece takes the first empty slot, or when there is none a
+// slot picked by its hash. Writers that race lose an entry, never a count:
+// every entry is whole and compared in full (a tag only rules entries out),
+// so the cache only ever returns the count of the very piece asked for.
+// Pieces longer than maxCachedPiece (long runs of white space or
+// punctuation, long words) are rare and merged every time. The tables hold
+// the working set of the trajectory file (13,500 distinct pieces of 2 to 8
+// bytes and 4,800 of 9 to 64 in 2 MB) with room to spare: 512 KB of words,
+// and 256 KB of tags and pointers plus the long entries, at most 16,384 of
+// at most 96 bytes (1.5 MB in the worst case, a few hundred KB on real
+// output).
 const (
-	localShort     = 1 << 14
-	localLong      = 1 << 13
-	sharedShards   = 64
-	shardEntries   = 1 << 10
+	cacheWays      = 8
+	shortBits      = 13
+	shortBuckets   = 1 << shortBits
+	longBuckets    = 1 << 11
 	maxCachedPiece = 64
 	// maxExactPiece is the longest piece merged whole. Longer pieces
 	// (only runs of several KB of letters of one case, of white space or
 	// of punctuation make them) are merged a window at a time, with the
 	// same result in linear time (see countLongPiece).
 	maxExactPiece = 4 << 10
-	// maxPacked is the longest piece a local cache keys by a packed
-	// integer rather than by a string.
+	// maxPacked is the longest piece kept in a word (and the longest
+	// token tokens_bpe.go keys by pack).
 	maxPacked = 8
 )
 
-// generations is a map of bounded size: when the current generation is
-// full it becomes the old one, and pieces found in the old one move to the
-// new one, so that the pieces in use stay.
-type generations[K comparable] struct {
-	cur, old map[K]uint16
-	size     int // the most pieces in a generation
+// pieceCache is a Counter's cache of piece counts, safe for concurrent use.
+type pieceCache struct {
+	short [shortBuckets][cacheWays]atomic.Uint64
+	tags  [longBuckets][cacheWays]atomic.Uint64
+	long  [longBuckets][cacheWays]atomic.Pointer[longPiece]
+	seed  maphash.Seed
 }
 
-func (g *generations[K]) get(k K) (uint16, bool) {
-	if n, ok := g.cur[k]; ok {
-		return n, true
+// longPiece is an entry of the long table; it never changes once stored.
+type longPiece struct {
+	s string
+	n int32
+}
+
+// A short word: bits 0-55 the piece's bytes, 7 bits each, the first
+// lowest; bits 56-58 its length minus one (1 to 7: a piece of one byte is
+// never cached, so no word is zero, the empty slot); bits 59-63 its count
+// (at most its length).
+const (
+	shortKeyBits = 59
+	shortKeyMask = 1<<shortKeyBits - 1
+	hashMul      = 0x9e3779b97f4a7c15
+)
+
+// shortKey returns the key of the ASCII piece s[p:e] of 2 to maxPacked
+// bytes: the bits of its word but the count.
+func shortKey(s string, p, e int) uint64 {
+	n := e - p
+	var w uint64
+	if p+8 <= len(s) {
+		// One load of 8 bytes, the bytes after the piece masked off.
+		b := s[p : p+8]
+		w = uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+		w &= ^uint64(0) >> (64 - 8*n)
+	} else {
+		for i := e - 1; i >= p; i-- {
+			w = w<<8 | uint64(s[i])
+		}
 	}
-	if n, ok := g.old[k]; ok {
-		g.put(k, n)
-		return n, true
+	// Squeeze the 7 bits of each byte together: pairs, then fours, then
+	// all eight.
+	w = w&0x007f007f007f007f | (w&0x7f007f007f007f00)>>1
+	w = w&0x00003fff00003fff | (w&0x3fff00003fff0000)>>2
+	w = w&0x000000000fffffff | (w&0x0fffffff00000000)>>4
+	return w | uint64(n-1)<<56
+}
+
+// getShort returns the count of the piece whose key is key.
+func (pc *pieceCache) getShort(key uint64) (int, bool) {
+	b := &pc.short[key*hashMul>>(64-shortBits)]
+	for i := range b {
+		w := b[i].Load()
+		if w&shortKeyMask == key {
+			return int(w >> shortKeyBits), true
+		}
+		if w == 0 {
+			break // slots fill in order
+		}
 	}
 	return 0, false
 }
 
-func (g *generations[K]) put(k K, n uint16) {
-	if g.cur == nil || len(g.cur) >= g.size {
-		g.old, g.cur = g.cur, make(map[K]uint16, g.size/4)
-	}
-	g.cur[k] = n
+// putShort stores the count n of the piece whose key is key.
+func (pc *pieceCache) putShort(key uint64, n int) {
+	h := key * hashMul
+	b := &pc.short[h>>(64-shortBits)]
+	b[victim(b, h)].Store(key | uint64(n)<<shortKeyBits)
 }
 
-// localCache is a goroutine's own cache. Pieces of up to maxPacked bytes,
-// most of them, are keyed by their bytes packed in an integer, which is
-// cheaper to hash and compare than a string.
-type localCache struct {
-	short generations[uint64]
-	long  generations[string]
+// victim returns the slot of bucket b a new entry takes: the first empty
+// one, else one picked by bits 32-34 of its hash h (the bucket is picked
+// by other bits).
+func victim(b *[cacheWays]atomic.Uint64, h uint64) int {
+	for i := range b {
+		if b[i].Load() == 0 {
+			return i
+		}
+	}
+	return int(h >> 32 % cacheWays)
+}
+
+// longHash returns the hash of piece, never zero (the empty tag).
+func (pc *pieceCache) longHash(piece string) uint64 {
+	return maphash.String(pc.seed, piece) | 1
+}
+
+// getLong returns the count of a piece of more than maxPacked bytes and
+// its hash.
+func (pc *pieceCache) getLong(piece string) (n int, h uint64, ok bool) {
+	h = pc.longHash(piece)
+	bi := h / 2 % longBuckets
+	tags := &pc.tags[bi]
+	for i := range tags {
+		t := tags[i].Load()
+		if t == h {
+			if e := pc.long[bi][i].Load(); e != nil && e.s == piece {
+				return int(e.n), h, true
+			}
+		}
+		if t == 0 {
+			break
+		}
+	}
+	return 0, h, false
+}
+
+// putLong stores the count n of piece, whose hash is h. The entry holds a
+// copy: it must not keep the counted text alive. The tag is stored after
+// the entry, so that a reader that sees it finds the entry (or a newer).
+func (pc *pieceCache) putLong(h uint64, piece string, n int) {
+	bi := h / 2 % longBuckets
+	i := victim(&pc.tags[bi], h)
+	pc.long[bi][i].Store(&longPiece{s: strings.Clone(piece), n: int32(n)})
+	pc.tags[bi][i].Store(h)
 }
 
 // pack packs an ASCII piece of 1 to 8 bytes: its bytes, the high bit of the
@@ -315,40 +413,10 @@ func pack(p string) uint64 {
 	return k | 0x80<<(8*(len(p)-1))
 }
 
-// sharedCache is the Counter's cache, safe for concurrent use.
-type sharedCache struct {
-	seed   maphash.Seed
-	shards [sharedShards]struct {
-		mu sync.Mutex
-		m  map[string]uint16
-		_  [48]byte // a shard to a cache line
-	}
-}
-
-func (sc *sharedCache) get(p string) (uint16, bool) {
-	sh := &sc.shards[maphash.String(sc.seed, p)%sharedShards]
-	sh.mu.Lock()
-	n, ok := sh.m[p]
-	sh.mu.Unlock()
-	return n, ok
-}
-
-func (sc *sharedCache) put(p string, n uint16) {
-	sh := &sc.shards[maphash.String(sc.seed, p)%sharedShards]
-	sh.mu.Lock()
-	if sh.m == nil || len(sh.m) >= shardEntries {
-		sh.m = make(map[string]uint16, shardEntries/4)
-	}
-	// The key must not keep the counted text alive.
-	sh.m[strings.Clone(p)] = n
-	sh.mu.Unlock()
-}
-
 // fastCounter is the state of fast counting held by a Counter.
 type fastCounter struct {
-	split  splitter
-	shared sharedCache
-	locals sync.Pool // of *localCache
+	split splitter
+	cache *pieceCache
 	// ranks are the encoding's merge ranks (tokens_bpe.go), loaded on
 	// first use.
 	ranksOnce sync.Once
@@ -356,28 +424,25 @@ type fastCounter struct {
 }
 
 func newFastCounter(o200k bool) *fastCounter {
-	return &fastCounter{split: newSplitter(o200k), shared: sharedCache{seed: maphash.MakeSeed()}}
-}
-
-func (f *fastCounter) local() *localCache {
-	if lc, ok := f.locals.Get().(*localCache); ok {
-		return lc
-	}
-	return &localCache{short: generations[uint64]{size: localShort}, long: generations[string]{size: localLong}}
+	return &fastCounter{split: newSplitter(o200k), cache: &pieceCache{seed: maphash.MakeSeed()}}
 }
 
 // countFast returns the tokens of s, exactly as the codec counts them.
 func (c *Counter) countFast(s string) int {
-	lc := c.fast.local()
 	n := 0
-	c.eachSegment(s, func(seg string, ascii bool) {
-		if ascii {
-			n += c.countASCII(seg, lc)
-		} else {
-			n += c.countLib(seg)
+	start := 0
+	for start < len(s) {
+		i := indexNonASCII(s, start)
+		if i < 0 {
+			return n + c.countASCII(s[start:])
 		}
-	})
-	c.fast.locals.Put(lc)
+		a, b := nonASCIISegment(s, start, i)
+		if a > start {
+			n += c.countASCII(s[start:a])
+		}
+		n += c.countLib(s[a:b])
+		start = b
+	}
 	return n
 }
 
@@ -392,20 +457,28 @@ func (c *Counter) eachSegment(s string, f func(seg string, ascii bool)) {
 			f(s[start:], true)
 			return
 		}
-		a := i
-		for a > start && !splitsAt(s, a) {
-			a--
-		}
+		a, b := nonASCIISegment(s, start, i)
 		if a > start {
 			f(s[start:a], true)
-		}
-		b := i + 1
-		for b < len(s) && !splitsAt(s, b) {
-			b++
 		}
 		f(s[a:b], false)
 		start = b
 	}
+}
+
+// nonASCIISegment returns the segment around the non-ASCII byte s[i], not
+// starting before start: from the last split point at or before i to the
+// first after it (or the ends of s).
+func nonASCIISegment(s string, start, i int) (a, b int) {
+	a = i
+	for a > start && !splitsAt(s, a) {
+		a--
+	}
+	b = i + 1
+	for b < len(s) && !splitsAt(s, b) {
+		b++
+	}
+	return a, b
 }
 
 // indexNonASCII returns the index of the first byte of s at or after i
@@ -427,44 +500,45 @@ func indexNonASCII(s string, i int) int {
 }
 
 // countASCII returns the tokens of the ASCII text s.
-func (c *Counter) countASCII(s string, lc *localCache) int {
+func (c *Counter) countASCII(s string) int {
 	n := 0
 	for p := 0; p < len(s); {
 		e := c.fast.split.next(s, p)
-		n += c.pieceTokens(s[p:e], lc)
+		n += c.pieceTokens(s, p, e)
 		p = e
 	}
 	return n
 }
 
-// pieceTokens returns the tokens of one piece of the splitter.
-func (c *Counter) pieceTokens(piece string, lc *localCache) int {
-	switch {
-	case len(piece) == 1:
+// pieceTokens returns the tokens of the piece s[p:e] of the splitter.
+func (c *Counter) pieceTokens(s string, p, e int) int {
+	switch n := e - p; {
+	case n == 1:
 		// Every byte is a token of both encodings; DEL is skipped.
-		if piece[0] == 0x7f {
+		if s[p] == 0x7f {
 			return 0
 		}
 		return 1
-	case len(piece) > maxExactPiece:
-		return c.countLongPiece(piece)
-	case len(piece) > maxCachedPiece:
-		return c.countPiece(piece)
-	case len(piece) <= maxPacked:
-		k := pack(piece)
-		if n, ok := lc.short.get(k); ok {
-			return int(n)
+	case n <= maxPacked:
+		key := shortKey(s, p, e)
+		if k, ok := c.fast.cache.getShort(key); ok {
+			return k
 		}
-		n := c.sharedTokens(piece)
-		lc.short.put(k, n)
-		return int(n)
+		k := c.countPiece(s[p:e])
+		c.fast.cache.putShort(key, k)
+		return k
+	case n <= maxCachedPiece:
+		piece := s[p:e]
+		k, h, ok := c.fast.cache.getLong(piece)
+		if !ok {
+			k = c.countPiece(piece)
+			c.fast.cache.putLong(h, piece, k)
+		}
+		return k
+	case n <= maxExactPiece:
+		return c.countPiece(s[p:e])
 	}
-	if n, ok := lc.long.get(piece); ok {
-		return int(n)
-	}
-	n := c.sharedTokens(piece)
-	lc.long.put(strings.Clone(piece), n)
-	return int(n)
+	return c.countLongPiece(s[p:e])
 }
 
 // countLongPiece counts a piece of more than maxExactPiece bytes (only
@@ -480,18 +554,6 @@ func (c *Counter) longPieceEnds(piece string) []int32 {
 	f := c.fast
 	f.ranksOnce.Do(func() { f.ranks = ranksOf(c.codec) })
 	return bpeLongEnds(f.ranks, piece, c.libHook)
-}
-
-// sharedTokens returns the tokens of a piece of at most maxCachedPiece
-// bytes from the shared cache, or else from the library.
-func (c *Counter) sharedTokens(piece string) uint16 {
-	if n, ok := c.fast.shared.get(piece); ok {
-		return n
-	}
-	// A piece of at most maxCachedPiece bytes has at most as many tokens.
-	n := uint16(c.countPiece(piece))
-	c.fast.shared.put(piece, n)
-	return n
 }
 
 // countPiece returns the tokens of one ASCII piece of the splitter, as the
@@ -529,7 +591,6 @@ func (c *Counter) countLib(s string) int {
 // only the pieces of more than one token and the segments with non-ASCII
 // bytes.
 func (c *Counter) encodeFast(s string) ([]string, error) {
-	lc := c.fast.local()
 	var toks []string
 	var err error
 	add := func(seg string) {
@@ -560,7 +621,7 @@ func (c *Counter) encodeFast(s string) ([]string, error) {
 				p = e
 				continue
 			}
-			switch c.pieceTokens(piece, lc) {
+			switch c.pieceTokens(seg, p, e) {
 			case 0:
 			case 1:
 				toks = append(toks, piece)
@@ -570,6 +631,5 @@ func (c *Counter) encodeFast(s string) ([]string, error) {
 			p = e
 		}
 	})
-	c.fast.locals.Put(lc)
 	return toks, err
 }

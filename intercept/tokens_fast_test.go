@@ -203,31 +203,138 @@ func TestFastCountConcurrent(t *testing.T) {
 	}
 }
 
-// TestPieceCacheBounds fills the caches past their bounds.
-func TestPieceCacheBounds(t *testing.T) {
-	const size = 100
-	g := generations[string]{size: size}
-	for i := range 3 * size {
-		g.put(fmt.Sprint("piece", i), uint16(i%7))
-		if len(g.cur) > size || len(g.old) > size {
-			t.Fatalf("after %d puts: %d+%d entries", i+1, len(g.cur), len(g.old))
+// TestPieceCache fills the piece cache far past its size with pieces
+// whose counts are known, and checks that a lookup returns the count of
+// the very piece asked for or nothing, never another piece's, and that the
+// last piece put is found.
+func TestPieceCache(t *testing.T) {
+	pc := &pieceCache{seed: maphash.MakeSeed()}
+	rng := rand.New(rand.NewPCG(1, 2))
+	want := map[string]int{}
+	var order []string
+	for range 8 * shortBuckets {
+		n := 2 + rng.IntN(maxCachedPiece-1)
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.IntN(128))
+		}
+		s := string(b)
+		// A piece has one count, at most its length.
+		k := 1 + int(maphash.String(pc.seed, s)%uint64(n))
+		want[s] = k
+		order = append(order, s)
+		if n <= maxPacked {
+			pc.putShort(shortKey(s, 0, n), k)
+			if got, ok := pc.getShort(shortKey(s, 0, n)); !ok || got != k {
+				t.Fatalf("getShort(%q) just after put = %d, %v; want %d", s, got, ok, k)
+			}
+		} else {
+			_, h, _ := pc.getLong(s)
+			pc.putLong(h, s, k)
+			if got, _, ok := pc.getLong(s); !ok || got != k {
+				t.Fatalf("getLong(%q) just after put = %d, %v; want %d", s, got, ok, k)
+			}
 		}
 	}
-	last := fmt.Sprint("piece", 3*size-1)
-	if n, ok := g.get(last); !ok || n != uint16((3*size-1)%7) {
-		t.Fatalf("get(%q) = %d, %v", last, n, ok)
-	}
-	if _, ok := g.get("piece0"); ok {
-		t.Fatal("piece0 survived two generations")
-	}
-	sc := sharedCache{seed: maphash.MakeSeed()}
-	for i := range 2 * sharedShards * shardEntries {
-		sc.put(fmt.Sprint("piece", i), 1)
-	}
-	for i := range sc.shards {
-		if n := len(sc.shards[i].m); n > shardEntries {
-			t.Fatalf("shard %d holds %d pieces", i, n)
+	found := 0
+	for _, s := range order {
+		var got int
+		var ok bool
+		if len(s) <= maxPacked {
+			got, ok = pc.getShort(shortKey(s, 0, len(s)))
+		} else {
+			got, _, ok = pc.getLong(s)
 		}
+		if ok {
+			found++
+			if got != want[s] {
+				t.Fatalf("lookup of %q = %d, want %d", s, got, want[s])
+			}
+		}
+	}
+	if found == 0 || found > cacheWays*(shortBuckets+longBuckets) {
+		t.Fatalf("%d of %d pieces found after filling; want some, at most the slots", found, len(order))
+	}
+}
+
+// TestPieceCacheConcurrent has goroutines put and get pieces that share
+// a few buckets at once (run with -race): a lookup returns the count of
+// the piece asked for or nothing, whatever the writers do.
+func TestPieceCacheConcurrent(t *testing.T) {
+	pc := &pieceCache{seed: maphash.MakeSeed()}
+	count := func(s string) int { return 1 + int(maphash.String(pc.seed, s)%uint64(len(s))) }
+	// Pieces that fill a few short buckets many times over, and long
+	// pieces in as many long buckets.
+	var short, long []string
+	for i := 0; len(short) < 64; i++ {
+		s := fmt.Sprintf("p%06d", i)
+		if k := shortKey(s, 0, len(s)); k*hashMul>>(64-shortBits) < 4 {
+			short = append(short, s)
+		}
+	}
+	for i := 0; len(long) < 64; i++ {
+		s := fmt.Sprintf("a long piece %06d", i)
+		if h := pc.longHash(s); h/2%longBuckets < 4 {
+			long = append(long, s)
+		}
+	}
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			for i := range 2000 {
+				s := short[(i*7+g)%len(short)]
+				k := shortKey(s, 0, len(s))
+				if n, ok := pc.getShort(k); !ok {
+					pc.putShort(k, count(s))
+				} else if n != count(s) {
+					errs <- fmt.Errorf("getShort(%q) = %d, want %d", s, n, count(s))
+					return
+				}
+				l := long[(i*5+g)%len(long)]
+				if n, h, ok := pc.getLong(l); !ok {
+					pc.putLong(h, l, count(l))
+				} else if n != count(l) {
+					errs <- fmt.Errorf("getLong(%q) = %d, want %d", l, n, count(l))
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestShortKey checks that the keys of pieces of 2 to 8 bytes tell apart
+// pieces that differ in a byte or in length (trailing NULs), and that the
+// key is the same whether the piece is read with one load or byte by byte.
+func TestShortKey(t *testing.T) {
+	seen := map[uint64]string{}
+	pieces := []string{"ab", "a\x00", "\x00\x00", "ab\x00", "abcdefgh", "abcdefg", "\x00abcdefg", "zzzzzzzz", "\x7f\x7f", "  ", "   ", "\x00\x00\x00\x00\x00\x00\x00\x00"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		b := make([]byte, 2+rng.IntN(7))
+		for i := range b {
+			b[i] = byte(rng.IntN(128))
+		}
+		pieces = append(pieces, string(b))
+	}
+	for _, p := range pieces {
+		k := shortKey(p, 0, len(p))
+		if k&shortKeyMask != k || k == 0 {
+			t.Fatalf("shortKey(%q) = %#x: out of the key bits", p, k)
+		}
+		// Read with one load, from inside a longer text.
+		if k2 := shortKey("x"+p+"yyyyyyyy", 1, 1+len(p)); k2 != k {
+			t.Fatalf("shortKey(%q) = %#x alone, %#x inside a text", p, k, k2)
+		}
+		if q, dup := seen[k]; dup && q != p {
+			t.Fatalf("shortKey(%q) = shortKey(%q) = %#x", p, q, k)
+		}
+		seen[k] = p
 	}
 }
 
