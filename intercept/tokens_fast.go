@@ -3,7 +3,6 @@ package intercept
 import (
 	"hash/maphash"
 	"strings"
-	"sync"
 	"sync/atomic"
 )
 
@@ -417,14 +416,51 @@ func pack(p string) uint64 {
 type fastCounter struct {
 	split splitter
 	cache *pieceCache
-	// ranks are the encoding's merge ranks (tokens_bpe.go), loaded on
-	// first use.
-	ranksOnce sync.Once
-	ranks     *bpeTable
+	// ranks are the encoding's merge ranks (tokens_bpe.go) once loaded;
+	// until then the library counts the pieces the cache misses, at most
+	// libLeft more of them (see countPiece).
+	ranks   atomic.Pointer[bpeTable]
+	libLeft atomic.Int64
+	// libOnly (tests only) has the library count every piece missed, of
+	// up to maxCachedPiece bytes, even with the ranks loaded.
+	libOnly bool
 }
 
+// libPieces is how many pieces missed by the cache the library counts
+// before the merge ranks are loaded. The library counts a short piece in
+// about 1.4 µs (it splits it again); loading the ranks costs about 130 ms
+// of CPU and keeps 7 MB, worth it only for a proxy that keeps seeing new
+// pieces: one that sees few (small results, the same kind of output) never
+// loads them.
+const libPieces = 8192
+
 func newFastCounter(o200k bool) *fastCounter {
-	return &fastCounter{split: newSplitter(o200k), cache: &pieceCache{seed: maphash.MakeSeed()}}
+	f := &fastCounter{split: newSplitter(o200k), cache: &pieceCache{seed: maphash.MakeSeed()}}
+	f.libLeft.Store(libPieces)
+	return f
+}
+
+// rankTable returns the encoding's merge ranks, loading them if need be.
+func (c *Counter) rankTable() *bpeTable {
+	if t := c.fast.ranks.Load(); t != nil {
+		return t
+	}
+	t := ranksOf(c.codec)
+	c.fast.ranks.Store(t)
+	return t
+}
+
+// loadedRankTable returns the encoding's merge ranks if they are loaded
+// (by this Counter or another of the same encoding), or nil.
+func (c *Counter) loadedRankTable() *bpeTable {
+	if t := c.fast.ranks.Load(); t != nil {
+		return t
+	}
+	t := loadedRanks(c.codec.GetName())
+	if t != nil {
+		c.fast.ranks.Store(t)
+	}
+	return t
 }
 
 // countFast returns the tokens of s, exactly as the codec counts them.
@@ -551,21 +587,30 @@ func (c *Counter) countLongPiece(piece string) int {
 
 // longPieceEnds returns the end offsets of the tokens of a long piece.
 func (c *Counter) longPieceEnds(piece string) []int32 {
-	f := c.fast
-	f.ranksOnce.Do(func() { f.ranks = ranksOf(c.codec) })
-	return bpeLongEnds(f.ranks, piece, c.libHook)
+	return bpeLongEnds(c.rankTable(), piece, c.libHook)
 }
 
 // countPiece returns the tokens of one ASCII piece of the splitter, as the
-// library counts it, by merging it with the encoding's ranks (the library's
-// Count would split it again first, which costs more than the merge).
+// library counts it: by merging it with the encoding's ranks (the library's
+// Count would split it again first, which costs more than the merge), or,
+// for the first libPieces pieces of up to maxCachedPiece bytes while the
+// ranks are not loaded, with the library's Count, which splits a lone piece
+// into itself.
 func (c *Counter) countPiece(piece string) int {
 	if c.libHook != nil {
 		c.libHook(len(piece))
 	}
 	f := c.fast
-	f.ranksOnce.Do(func() { f.ranks = ranksOf(c.codec) })
-	return bpeCount(f.ranks, piece)
+	t := c.loadedRankTable()
+	if (t == nil || f.libOnly) && len(piece) <= maxCachedPiece && f.libLeft.Add(-1) >= 0 {
+		if n, err := c.codec.Count(piece); err == nil {
+			return n
+		}
+	}
+	if t == nil {
+		t = c.rankTable()
+	}
+	return bpeCount(t, piece)
 }
 
 // countLib returns the tokens of s as the library counts them.

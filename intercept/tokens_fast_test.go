@@ -3,6 +3,7 @@ package intercept
 import (
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -23,12 +24,14 @@ var splitPatterns = map[string]string{
 }
 
 // exactCase holds what the exactness tests need for one encoding: the fast
-// counter, a counter that always asks the library, and the library's split
+// counter, both ways it counts a piece its cache misses (fast merges with
+// the ranks, libMiss asks the library's Count as it does before it loads
+// them), a counter that always asks the library, and the library's split
 // pattern.
 type exactCase struct {
-	enc       string
-	fast, lib *Counter
-	re        *regexp2.Regexp
+	enc                string
+	fast, libMiss, lib *Counter
+	re                 *regexp2.Regexp
 }
 
 func exactCases(tb testing.TB) []exactCase {
@@ -41,7 +44,13 @@ func exactCases(tb testing.TB) []exactCase {
 		if !ok {
 			tb.Fatalf("no split pattern for %s", enc)
 		}
-		cs = append(cs, exactCase{enc: enc, fast: newCounter(tb, enc), lib: lib, re: regexp2.MustCompile(pat, regexp2.None)})
+		fast := newCounter(tb, enc)
+		fast.rankTable()
+		fast.fast.libLeft.Store(0)
+		libMiss := newCounter(tb, enc)
+		libMiss.fast.libOnly = true
+		libMiss.fast.libLeft.Store(math.MaxInt64 / 2)
+		cs = append(cs, exactCase{enc: enc, fast: fast, libMiss: libMiss, lib: lib, re: regexp2.MustCompile(pat, regexp2.None)})
 	}
 	return cs
 }
@@ -81,6 +90,9 @@ func (ec exactCase) check(tb testing.TB, s string) {
 	want := ec.lib.CountText(s)
 	if got := ec.fast.CountText(s); got != want {
 		tb.Fatalf("%s: CountText(%q) = %d, library %d", ec.enc, clip(s), got, want)
+	}
+	if got := ec.libMiss.CountText(s); got != want {
+		tb.Fatalf("%s: CountText(%q), pieces counted by the library, = %d, library %d", ec.enc, clip(s), got, want)
 	}
 	if allASCII(s) {
 		if got, want := ec.fastPieces(s), ec.libPieces(tb, s); !slices.Equal(got, want) {
@@ -308,6 +320,35 @@ func TestPieceCacheConcurrent(t *testing.T) {
 	}
 }
 
+// TestRanksLoadedLate: until libPieces pieces have missed the cache, the
+// library counts them and the merge ranks are not loaded (unless another
+// Counter of the encoding loaded them, which this one then uses); after
+// that, the next miss loads them.
+func TestRanksLoadedLate(t *testing.T) {
+	c := newCounter(t, "cl100k_base")
+	wasLoaded := loadedRanks(c.Encoding()) != nil
+	c.fast.libLeft.Store(10)
+	if got := c.CountText("alpha beta gamma delta"); got != 4 {
+		t.Fatalf("CountText = %d, want 4", got)
+	}
+	ranks, left := c.fast.ranks.Load(), c.fast.libLeft.Load()
+	switch {
+	case wasLoaded && (ranks == nil || left != 10):
+		t.Fatalf("ranks already loaded: the counter has ranks %v and %d library counts left, want them and 10", ranks != nil, left)
+	case !wasLoaded && (ranks != nil || left != 6):
+		t.Fatalf("ranks not loaded yet: the counter has ranks %v and %d library counts left, want none and 6", ranks != nil, left)
+	}
+	c.fast.libLeft.Store(0)
+	lib := newCounter(t, "cl100k_base")
+	lib.lib = true
+	if got, want := c.CountText(" epsilonzeta"), lib.CountText(" epsilonzeta"); got != want {
+		t.Fatalf("CountText(\" epsilonzeta\") = %d, the library counts %d", got, want)
+	}
+	if c.fast.ranks.Load() == nil || loadedRanks(c.Encoding()) == nil {
+		t.Fatal("the library's share is used up, and the ranks are still not loaded")
+	}
+}
+
 // TestShortKey checks that the keys of pieces of 2 to 8 bytes tell apart
 // pieces that differ in a byte or in length (trailing NULs), and that the
 // key is the same whether the piece is read with one load or byte by byte.
@@ -506,8 +547,7 @@ func TestCountLongPieces(t *testing.T) {
 // the real window no join fails on these texts, and none is merged whole.
 func TestLongPieceJoins(t *testing.T) {
 	c := newCounter(t, "o200k_base")
-	c.CountText("warm")
-	ranks := c.fast.ranks
+	ranks := c.rankTable()
 	mendedSmall := 0
 	for name, s := range longPieceTexts(12 << 10) {
 		want := bpeEnds(ranks, s, nil)
@@ -577,7 +617,8 @@ func BenchmarkCountSpaceFree(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			c := newCounter(b, "o200k_base")
 			s := cases[name]
-			c.CountText(s[:64<<10]) // the ranks loaded, the caches warm
+			c.rankTable()
+			c.CountText(s[:64<<10]) // the caches warm
 			b.SetBytes(int64(len(s)))
 			for b.Loop() {
 				c.CountText(s)
@@ -594,8 +635,7 @@ func BenchmarkCountSpaceFree(b *testing.B) {
 //	go test -tags gore2regex ./intercept -run '^$' -bench LongPiece
 func BenchmarkLongPiece(b *testing.B) {
 	c := newCounter(b, "o200k_base")
-	c.CountText("warm")
-	ranks := c.fast.ranks
+	ranks := c.rankTable()
 	texts := longPieceTexts(2 << 20)
 	for _, name := range []string{"lower", "punct", "spaces", "period13"} {
 		s := texts[name]
