@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -408,18 +409,7 @@ func Tokens(c *Counter) Interceptor {
 			if c == nil || ex.Result == nil {
 				return err
 			}
-			args, res, method, remaining := ex.Args, ex.Result, ex.Method, ex.Remaining
-			count := func() tokenCounts {
-				var tc tokenCounts
-				tc.args = c.CountArgs(args)
-				var cerr error
-				tc.n, tc.over, cerr = c.CountResult(method, res, remaining)
-				if cerr != nil {
-					tc.n, tc.over = c.CountUpTo(string(res), remaining)
-				}
-				return tc
-			}
-			tc, ok := countBy(ex.WorkDeadline, len(args)+len(res), count)
+			tc, ok := c.countBy(ex.WorkDeadline, ex.Args, ex.Result, ex.Method, ex.Remaining)
 			if !ok {
 				ex.Result, ex.RPCError = nil, nil
 				ex.Outcome = OutcomeWithheld
@@ -430,6 +420,19 @@ func Tokens(c *Counter) Interceptor {
 			return err
 		}
 	}
+}
+
+// countExchange counts a call's arguments and its result against
+// remaining, the result as raw JSON text when it cannot be parsed.
+func (c *Counter) countExchange(args, res json.RawMessage, method string, remaining int) tokenCounts {
+	var tc tokenCounts
+	tc.args = c.CountArgs(args)
+	var err error
+	tc.n, tc.over, err = c.CountResult(method, res, remaining)
+	if err != nil {
+		tc.n, tc.over = c.CountUpTo(string(res), remaining)
+	}
+	return tc
 }
 
 // tokenCounts are what Tokens counts of one exchange.
@@ -446,19 +449,19 @@ type tokenCounts struct {
 // wait.
 const inlineCountBytes = 64 << 10
 
-// countBy runs count, of a text of size bytes, and reports whether it
+// countBy counts an exchange (countExchange) and reports whether the count
 // finished by deadline (always, when deadline is zero). A count that
 // overruns is left to finish on its own, its result discarded: counting
-// takes time linear in size, so it ends soon after. It reads the texts it
-// was given, which nothing writes once an upstream has answered. A count
-// that panics on its own goroutine reports false rather than killing the
-// process.
-func countBy(deadline time.Time, size int, count func() tokenCounts) (tokenCounts, bool) {
+// takes time linear in the texts' size, so it ends soon after. It reads the
+// texts it was given, which nothing writes once an upstream has answered. A
+// count that panics on its own goroutine reports false rather than killing
+// the process.
+func (c *Counter) countBy(deadline time.Time, args, res json.RawMessage, method string, remaining int) (tokenCounts, bool) {
 	if deadline.IsZero() {
-		return count(), true
+		return c.countExchange(args, res, method, remaining), true
 	}
-	if size < inlineCountBytes {
-		tc := count()
+	if len(args)+len(res) < inlineCountBytes {
+		tc := c.countExchange(args, res, method, remaining)
 		return tc, !time.Now().After(deadline)
 	}
 	type outcome struct {
@@ -472,7 +475,7 @@ func countBy(deadline time.Time, size int, count func() tokenCounts) (tokenCount
 				done <- outcome{}
 			}
 		}()
-		done <- outcome{count(), true}
+		done <- outcome{c.countExchange(args, res, method, remaining), true}
 	}()
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
@@ -789,8 +792,8 @@ type shape struct {
 	desc    int // index of a prompt's description member; -1 when absent
 	sc      int // index of tools/call structuredContent; -1 when absent
 	items   []item
-	values  []string          // completion values
-	ends    *jsonscan.Scanner // long strings already scanned
+	values  []string         // completion values
+	ends    jsonscan.Scanner // long strings already scanned
 }
 
 // value returns the raw value of member i.
@@ -817,6 +820,10 @@ func (it *item) body() []byte { return it.raw[it.ts+1 : it.te-1] }
 
 // fullText decodes the whole text.
 func (it *item) fullText() (string, error) {
+	if !it.decoded && bytes.IndexByte(it.body(), '\\') < 0 && utf8.Valid(it.body()) {
+		// Nothing to decode: one copy.
+		it.text, it.decoded = string(it.body()), true
+	}
 	if !it.decoded {
 		b, _, err := jsonscan.AppendUnquoted(make([]byte, 0, len(it.body())), it.body(), -1)
 		if err != nil {
@@ -926,7 +933,7 @@ func (c *Counter) itemTokens(it *item, limit int) (int, bool, error) {
 // parseResult parses a result of method into its shape.
 func (c *Counter) parseResult(method string, result []byte) (*shape, error) {
 	raw := jsonscan.TrimSpace(result)
-	sh := &shape{kind: shapeRaw, raw: raw, arr: -1, desc: -1, sc: -1, ends: new(jsonscan.Scanner)}
+	sh := &shape{kind: shapeRaw, raw: raw, arr: -1, desc: -1, sc: -1}
 	if len(raw) == 0 || raw[0] != '{' {
 		if err := jsonscan.Check(raw); err != nil {
 			return nil, fmt.Errorf("%s result: %w", method, err)
@@ -956,14 +963,14 @@ func (c *Counter) parseResult(method string, result []byte) (*shape, error) {
 		if j := find("structuredContent"); j >= 0 && string(sh.value(j)) != "null" {
 			sh.sc = j
 		}
-		err = sh.parseItems(func(b []byte) (item, error) { return c.parseBlock(b, sh.ends) })
+		err = sh.parseItems(func(b []byte) (item, error) { return c.parseBlock(b, &sh.ends) })
 	case "resources/read":
 		i := find("contents")
 		if i < 0 || !isArray(sh.value(i)) {
 			return sh, nil
 		}
 		sh.arr = i
-		err = sh.parseItems(func(b []byte) (item, error) { return c.parseContents(b, sh.ends) })
+		err = sh.parseItems(func(b []byte) (item, error) { return c.parseContents(b, &sh.ends) })
 	case "prompts/get":
 		i := find("messages")
 		if i < 0 || !isArray(sh.value(i)) {
@@ -975,7 +982,7 @@ func (c *Counter) parseResult(method string, result []byte) (*shape, error) {
 			sh.desc = j
 			sh.items = append(sh.items, item{raw: v, isText: true, isDesc: true, ts: 0, te: len(v)})
 		}
-		err = sh.parseItems(func(b []byte) (item, error) { return c.parseMessage(b, sh.ends) })
+		err = sh.parseItems(func(b []byte) (item, error) { return c.parseMessage(b, &sh.ends) })
 	case "completion/complete":
 		i := find("completion")
 		if i < 0 {
@@ -1022,9 +1029,13 @@ func (sh *shape) parseItems(parse func([]byte) (item, error)) error {
 	return nil
 }
 
-// fields returns the members of an object as a map from key to the span of
-// the value; ok is false when b is not an object.
-func fields(b []byte, e *jsonscan.Scanner) (map[string][2]int, bool, error) {
+// objFields are the members of an object, looked up by key: the few
+// members of a block are searched faster than a map is built.
+type objFields []jsonscan.Member
+
+// fields returns the members of an object; ok is false when b is not an
+// object.
+func fields(b []byte, e *jsonscan.Scanner) (objFields, bool, error) {
 	if len(b) == 0 || b[0] != '{' {
 		return nil, false, nil
 	}
@@ -1032,18 +1043,22 @@ func fields(b []byte, e *jsonscan.Scanner) (map[string][2]int, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	f := make(map[string][2]int, len(ms))
-	for _, m := range ms {
-		if _, dup := f[m.Key]; !dup {
-			f[m.Key] = [2]int{m.Value.Start, m.Value.End}
+	return ms, true, nil
+}
+
+// get returns the span of the value of key, the first when it repeats.
+func (f objFields) get(key string) ([2]int, bool) {
+	for _, m := range f {
+		if m.Key == key {
+			return [2]int{m.Value.Start, m.Value.End}, true
 		}
 	}
-	return f, true, nil
+	return [2]int{}, false
 }
 
 // str returns the string value of key in f, "" when absent or not a string.
-func str(b []byte, f map[string][2]int, key string) string {
-	sp, ok := f[key]
+func str(b []byte, f objFields, key string) string {
+	sp, ok := f.get(key)
 	if !ok || b[sp[0]] != '"' {
 		return ""
 	}
@@ -1054,10 +1069,30 @@ func str(b []byte, f map[string][2]int, key string) string {
 	return s
 }
 
+// blockTypes are the content block types parseBlock tells apart.
+var blockTypes = [...]string{"text", "image", "audio", "resource_link", "resource"}
+
+// blockType returns str(b, f, "type"), without decoding a copy when the
+// value is one of blockTypes written without escapes.
+func blockType(b []byte, f objFields) string {
+	sp, ok := f.get("type")
+	if !ok || b[sp[0]] != '"' {
+		return ""
+	}
+	if body := b[sp[0]+1 : sp[1]-1]; bytes.IndexByte(body, '\\') < 0 {
+		for _, t := range blockTypes {
+			if string(body) == t {
+				return t
+			}
+		}
+	}
+	return str(b, f, "type")
+}
+
 // textItem returns the item of b whose text is the string value of key in f,
 // offset by off within the item's raw JSON. The text is decoded lazily.
-func textItem(raw, b []byte, f map[string][2]int, key string, off int) (item, bool, error) {
-	sp, ok := f[key]
+func textItem(raw, b []byte, f objFields, key string, off int) (item, bool, error) {
+	sp, ok := f.get(key)
 	if !ok || b[sp[0]] != '"' {
 		return item{}, false, nil
 	}
@@ -1074,7 +1109,7 @@ func (c *Counter) parseBlock(b []byte, e *jsonscan.Scanner) (item, error) {
 	if !ok {
 		return item{raw: b, texts: []string{string(b)}}, nil
 	}
-	switch str(b, f, "type") {
+	switch blockType(b, f) {
 	case "text":
 		if it, ok, err := textItem(b, b, f, "text", 0); ok || err != nil {
 			return it, err
@@ -1086,7 +1121,7 @@ func (c *Counter) parseBlock(b []byte, e *jsonscan.Scanner) (item, error) {
 	case "resource_link":
 		return item{raw: b, texts: []string{str(b, f, "uri"), str(b, f, "name"), str(b, f, "description")}}, nil
 	case "resource":
-		if sp, ok := f["resource"]; ok {
+		if sp, ok := f.get("resource"); ok {
 			rb := b[sp[0]:sp[1]]
 			rf, ok, err := fields(rb, e)
 			if err != nil {
@@ -1096,7 +1131,7 @@ func (c *Counter) parseBlock(b []byte, e *jsonscan.Scanner) (item, error) {
 				if it, ok, err := textItem(b, rb, rf, "text", sp[0]); ok || err != nil {
 					return it, err
 				}
-				if bs, ok := rf["blob"]; ok {
+				if bs, ok := rf.get("blob"); ok {
 					return item{raw: b, est: c.blobTokens(str(rb, rf, "mimeType"), bs[1]-bs[0]-2)}, nil
 				}
 			}
@@ -1115,7 +1150,7 @@ func (c *Counter) parseContents(b []byte, e *jsonscan.Scanner) (item, error) {
 		if it, ok, err := textItem(b, b, f, "text", 0); ok || err != nil {
 			return it, err
 		}
-		if bs, ok := f["blob"]; ok {
+		if bs, ok := f.get("blob"); ok {
 			return item{raw: b, est: c.blobTokens(str(b, f, "mimeType"), bs[1]-bs[0]-2)}, nil
 		}
 	}
@@ -1130,7 +1165,7 @@ func (c *Counter) parseMessage(b []byte, e *jsonscan.Scanner) (item, error) {
 		return item{}, err
 	}
 	if ok {
-		if sp, ok := f["content"]; ok && b[sp[0]] == '{' {
+		if sp, ok := f.get("content"); ok && b[sp[0]] == '{' {
 			it, err := c.parseBlock(b[sp[0]:sp[1]], e)
 			if err != nil {
 				return item{}, fmt.Errorf("content: %w", err)
