@@ -5,7 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // The archived call's record is encoded by hand (issue 13: it is written
@@ -25,22 +26,22 @@ func marshalStoredCall(sc *storedCall) ([]byte, error) {
 	b = append(b, `,"time":"`...)
 	b = sc.Time.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","upstream":`...)
-	b = appendJSONString(b, sc.Upstream)
+	b = jsonscan.AppendQuoteHTML(b, sc.Upstream)
 	b = append(b, `,"method":`...)
-	b = appendJSONString(b, sc.Method)
+	b = jsonscan.AppendQuoteHTML(b, sc.Method)
 	b = append(b, `,"name":`...)
-	b = appendJSONString(b, sc.Name)
+	b = jsonscan.AppendQuoteHTML(b, sc.Name)
 	if sc.Args != "" {
 		b = append(b, `,"args":`...)
-		b = appendJSONString(b, sc.Args)
+		b = jsonscan.AppendQuoteHTML(b, sc.Args)
 	}
 	b = append(b, `,"result":`...)
-	b = appendJSONString(b, sc.Result)
+	b = jsonscan.AppendQuoteHTML(b, sc.Result)
 	b = append(b, `,"tokens":`...)
 	b = strconv.AppendInt(b, int64(sc.Tokens), 10)
 	if sc.Handle != "" {
 		b = append(b, `,"handle":`...)
-		b = appendJSONString(b, sc.Handle)
+		b = jsonscan.AppendQuoteHTML(b, sc.Handle)
 	}
 	if r := sc.Ref; r != nil {
 		b = append(b, `,"ref":{"seg":`...)
@@ -65,72 +66,6 @@ func rfc3339able(t time.Time) bool {
 	}
 	_, off := t.Zone()
 	return off > -24*3600 && off < 24*3600
-}
-
-// jsonSafe marks the ASCII bytes encoding/json writes as they are (it
-// escapes control characters, the quote, the backslash, and <, > and &).
-var jsonSafe = func() (t [utf8.RuneSelf]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = true
-	}
-	for _, c := range `"\<>&` {
-		t[c] = false
-	}
-	return t
-}()
-
-// appendJSONString appends s as a JSON string, escaped as encoding/json
-// escapes it: invalid UTF-8 becomes U+FFFD, and U+2028 and U+2029 are
-// escaped.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if jsonSafe[c] {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // marshalBranch returns the JSON of b, as json.Marshal(b) would: a branch
@@ -204,7 +139,7 @@ func (e *jsonWriter) str(key, v string, omitEmpty bool) {
 		return
 	}
 	e.b = append(e.b, key...)
-	e.b = appendJSONString(e.b, v)
+	e.b = jsonscan.AppendQuoteHTML(e.b, v)
 }
 
 func (e *jsonWriter) num(key string, v int) {
@@ -230,7 +165,7 @@ func (e *jsonWriter) list(key string, l []string) {
 	e.b = append(e.b, key...)
 	for i, s := range l {
 		e.b = append(e.b, sep(i, '['))
-		e.b = appendJSONString(e.b, s)
+		e.b = jsonscan.AppendQuoteHTML(e.b, s)
 	}
 	e.b = append(e.b, ']')
 }
@@ -249,7 +184,7 @@ func (e *jsonWriter) counts(key string, m map[string]int) {
 	e.b = append(e.b, key...)
 	for i, k := range keys {
 		e.b = append(e.b, sep(i, '{'))
-		e.b = appendJSONString(e.b, k)
+		e.b = jsonscan.AppendQuoteHTML(e.b, k)
 		e.b = append(e.b, ':')
 		e.b = strconv.AppendInt(e.b, int64(m[k]), 10)
 	}
