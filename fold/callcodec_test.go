@@ -32,16 +32,9 @@ func FuzzEncodeStoredCall(f *testing.F) {
 		if withRef {
 			sc.Ref = &archiveRef{Seg: seg, Off: off, Len: n, CRC: crc}
 		}
-		want, werr := json.Marshal(&sc)
-		got, gerr := marshalStoredCall(&sc)
-		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("errors differ: encoding/json %v, by hand %v", werr, gerr)
-		}
-		if werr != nil {
+		got, ok := matchesMarshal(t, &sc, marshalStoredCall)
+		if !ok {
 			return
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("encodings differ:\n by hand       %s\n encoding/json %s", got, want)
 		}
 		var back storedCall
 		if err := json.Unmarshal(got, &back); err != nil {
@@ -131,16 +124,9 @@ func FuzzEncodeBranch(f *testing.F) {
 		if withMC {
 			b.ModelContext = &ModelContext{TokensBefore: budget, TokensAfter: used, Folded: depth, Requests: calls, At: at(created)}
 		}
-		want, werr := json.Marshal(b)
-		got, gerr := marshalBranch(b)
-		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("errors differ: encoding/json %v, by hand %v", werr, gerr)
-		}
-		if werr != nil {
+		got, ok := matchesMarshal(t, b, marshalBranch)
+		if !ok {
 			return
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("encodings differ:\n by hand       %s\n encoding/json %s", got, want)
 		}
 		if _, err := decodeBranch(got); err != nil {
 			t.Fatalf("decode %s: %v", got, err)
@@ -199,4 +185,23 @@ func TestKeyDigits(t *testing.T) {
 	if got, want := string(timeKey(time.Unix(-5, 0), []byte("k"))), "t/00000000000000000000/k"; got != want {
 		t.Errorf("timeKey before 1970 = %q; want %q", got, want)
 	}
+}
+
+// matchesMarshal fails t unless byHand(v) gives the bytes json.Marshal(v)
+// gives, or an error where it does. It returns those bytes, and false when
+// both refused v.
+func matchesMarshal[T any](t *testing.T, v T, byHand func(T) ([]byte, error)) ([]byte, bool) {
+	t.Helper()
+	want, werr := json.Marshal(v)
+	got, gerr := byHand(v)
+	if (werr == nil) != (gerr == nil) {
+		t.Fatalf("errors differ: encoding/json %v, by hand %v", werr, gerr)
+	}
+	if werr != nil {
+		return nil, false
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("encodings differ:\n by hand       %s\n encoding/json %s", got, want)
+	}
+	return got, true
 }
