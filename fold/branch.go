@@ -683,16 +683,13 @@ func (m *Manager) closeWithLocked(ctx context.Context, n *node, st Status, reaso
 		nb.Summary = m.summarize(nb, closed)
 	}
 	if with == nil {
-		if err := m.put(ctx, n, nb); err != nil {
-			return closed, err
-		}
-	} else {
-		with.Branches = append(with.Branches, nb)
-		if err := m.commit(ctx, with); err != nil {
-			return closed, err
-		}
-		n.cur.Store(nb)
+		with = &Batch{}
 	}
+	with.Branches = append(with.Branches, nb)
+	if err := m.commit(ctx, with); err != nil {
+		return closed, err
+	}
+	n.cur.Store(nb)
 	if n.timer != nil {
 		n.timer.Stop()
 		n.timer = nil
