@@ -59,8 +59,7 @@ type BadgerStore struct {
 	arch     *archiveFiles
 	readOnly bool
 	dir      string
-	minFree  int64      // writes are refused while less is free under dir
-	free     *freeGuard // checks it for the writes
+	free     *freeGuard // refuses writes while less than the reserve is free under dir
 
 	mu  sync.Mutex
 	seq map[string]int // last sequence number by branch, loaded lazily
@@ -207,11 +206,12 @@ func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOpti
 		WithNumGoroutines(2).
 		WithMetricsEnabled(false).
 		WithDetectConflicts(false)
-	if !readOnly && minFree > 0 {
+	free := newFreeGuard(dir, minFree)
+	if !readOnly && free.on() {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("fold: open store %s: %w", dir, err)
 		}
-		if err := checkFree(dir, minFree, 0); err != nil {
+		if err := free.checkNow(0); err != nil {
 			return nil, fmt.Errorf("fold: open store %s: %w", dir, err)
 		}
 	}
@@ -232,7 +232,7 @@ func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOpti
 		}
 		return nil, fmt.Errorf("fold: open store %s: %w (is another foldproxy using this state directory?)", dir, err)
 	}
-	s := &BadgerStore{db: db, arch: openArchiveFiles(dir, fsync), readOnly: readOnly, dir: dir, minFree: minFree, free: newFreeGuard(dir, minFree), seq: make(map[string]int), flushes: flushes}
+	s := &BadgerStore{db: db, arch: openArchiveFiles(dir, fsync), readOnly: readOnly, dir: dir, free: free, seq: make(map[string]int), flushes: flushes}
 	s.dirInfo, _ = os.Stat(dir)
 	if !readOnly {
 		if err := s.openWAL(fsync, o.HoldCommits, logger); err != nil {
@@ -318,7 +318,7 @@ func (s *BadgerStore) write(ctx context.Context, what string, ops ...walOp) erro
 	if s.readOnly || s.wal == nil {
 		return fmt.Errorf("fold: %s: the store was opened read-only", what)
 	}
-	if s.minFree > 0 {
+	if s.free.on() {
 		size := 0
 		for _, op := range ops {
 			size += len(op.k) + len(op.v)
@@ -600,10 +600,8 @@ func (s *BadgerStore) toArchive(ctx context.Context, what string, data []byte, r
 	if s.readOnly {
 		return nil, fmt.Errorf("fold: %s: the store was opened read-only", what)
 	}
-	if s.minFree > 0 {
-		if err := s.free.check(int64(len(data)) + 4096); err != nil {
-			return nil, fmt.Errorf("fold: %s: %w", what, err)
-		}
+	if err := s.free.check(int64(len(data)) + 4096); err != nil {
+		return nil, fmt.Errorf("fold: %s: %w", what, err)
 	}
 	ref, err := s.arch.append(data)
 	if err != nil {
@@ -983,7 +981,7 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 	}
 	for ctx.Err() == nil {
 		// Garbage collection rewrites the live part of a value log file.
-		if s.minFree > 0 && checkFree(s.dir, s.minFree, valueLogFileSize) != nil {
+		if s.free.checkNow(valueLogFileSize) != nil {
 			break
 		}
 		if err := s.db.RunValueLogGC(0.5); err != nil {

@@ -42,12 +42,23 @@ func newFreeGuard(dir string, minFree int64) *freeGuard {
 // check returns an error wrapping ErrStoreFull when writing size more
 // bytes would leave less than the reserve free.
 func (g *freeGuard) check(size int64) error {
-	if g == nil || g.minFree <= 0 {
+	return g.checkFresh(size, false)
+}
+
+// checkNow is check measuring now, whatever the last measurement showed:
+// for opening the store and for work that may write much at once (a value
+// log rewrite), which a throttled check could let through.
+func (g *freeGuard) checkNow(size int64) error {
+	return g.checkFresh(size, true)
+}
+
+func (g *freeGuard) checkFresh(size int64, fresh bool) error {
+	if !g.on() {
 		return nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.valid && g.since+size <= freeRecheckBytes && g.free-g.since-size >= g.minFree+freeHeadroom &&
+	if !fresh && g.valid && g.since+size <= freeRecheckBytes && g.free-g.since-size >= g.minFree+freeHeadroom &&
 		g.now().Sub(g.at) < freeRecheckAfter {
 		g.since += size
 		return nil
@@ -65,15 +76,8 @@ func (g *freeGuard) check(size int64) error {
 	return nil
 }
 
-// checkFree returns an error wrapping ErrStoreFull when writing size more
-// bytes under dir would leave less than minFree free, measuring now.
-func checkFree(dir string, minFree, size int64) error {
-	free, ok := freeBytes(dir)
-	if !ok || free-size >= minFree {
-		return nil
-	}
-	return fullErr(dir, free, minFree)
-}
+// on reports whether writes are checked at all (a reserve was set).
+func (g *freeGuard) on() bool { return g != nil && g.minFree > 0 }
 
 func fullErr(dir string, free, minFree int64) error {
 	return fmt.Errorf("%w: the disk holding %s has %s free and foldproxy keeps %s free for its store; "+

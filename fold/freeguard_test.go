@@ -63,6 +63,16 @@ func TestFreeGuard(t *testing.T) {
 		t.Errorf("after %d MiB of writes: %d measurements; want 3", freeRecheckBytes>>20, stats)
 	}
 
+	// checkNow measures whatever the last measurement showed.
+	for range 2 {
+		if err := g.checkNow(valueLogFileSize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if stats != 5 {
+		t.Errorf("after two checkNow: %d measurements; want 5", stats)
+	}
+
 	// The disk filled meanwhile (another process): the next measurement
 	// refuses, and so does every write until space is freed.
 	free = reserve - 1
@@ -88,5 +98,8 @@ func TestFreeGuard(t *testing.T) {
 	g.stat = func(string) (int64, bool) { t.Fatal("measured with no reserve"); return 0, false }
 	if err := g.check(1 << 40); err != nil {
 		t.Fatal(err)
+	}
+	if err := g.checkNow(1 << 40); err != nil || g.on() {
+		t.Fatalf("checkNow with no reserve: %v, on %v", err, g.on())
 	}
 }
