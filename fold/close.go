@@ -31,9 +31,8 @@ const badgerFlushFailed = "error flushing memtable to disk"
 // flushWatch passes Badger's reports of a failed memtable flush (through
 // its logger) to a Close waiting on them.
 type flushWatch struct {
-	mu   sync.Mutex
-	ch   chan string   // armed by Close; nil before
-	done chan struct{} // closed when Badger's close has returned
+	mu sync.Mutex
+	ch chan string // armed by Close; nil before
 }
 
 func (f *flushWatch) arm() <-chan string {
@@ -90,11 +89,7 @@ func (s *BadgerStore) closeBounded() error {
 	}
 	failed := s.flushes.arm()
 	done := make(chan error, 1)
-	s.flushes.done = make(chan struct{})
-	go func() {
-		defer close(s.flushes.done)
-		done <- errors.Join(s.closeWAL(), s.db.Close())
-	}()
+	go func() { done <- errors.Join(s.closeWAL(), s.db.Close()) }()
 	select {
 	case err := <-done:
 		return errors.Join(err, s.arch.close())
