@@ -266,7 +266,7 @@ type badgerLogger struct {
 func (b badgerLogger) Errorf(f string, v ...any) {
 	msg := strings.TrimSpace(fmt.Sprintf(f, v...))
 	b.l.Error(msg)
-	if b.flushes != nil && strings.HasPrefix(msg, badgerFlushFailed) {
+	if b.flushes != nil && strings.Contains(msg, badgerFlushFailed) {
 		b.flushes.failed(msg)
 	}
 }

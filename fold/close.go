@@ -25,7 +25,15 @@ import (
 //     committed to Badger is in Badger's own log (its memtable's file),
 //     which the next open replays, as after a crash.
 
-// badgerFlushFailed begins Badger's log line for a failed memtable flush.
+// badgerFlushFailed is in Badger's log line for a failed memtable flush.
+// Badger has no other signal of it: its flushMemtable (db.go) retries a
+// failed flush once a second, forever, and says so only through
+// Options.Logger's Errorf, as "error flushing memtable to disk: %v,
+// retrying" (no error value, callback or metric reaches the caller, and
+// DB.Close does not return meanwhile). The logger matches the phrase
+// anywhere in the line, whatever Badger wraps around it.
+// TestBadgerFlushFailedText pins the Badger version this was read in: a
+// dependency update fails it until the text is checked again.
 const badgerFlushFailed = "error flushing memtable to disk"
 
 // flushWatch passes Badger's reports of a failed memtable flush (through

@@ -1,10 +1,13 @@
 package fold
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -61,7 +64,13 @@ func TestCloseFolderRemoved(t *testing.T) {
 func TestCloseFlushFailsKeepsWrites(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "badger")
 	ctx := t.Context()
-	s := openWALStore(t, dir, nil)
+	// Badger's errors, to fail at once (instead of hanging in Close) if
+	// its flush failure no longer reads as badgerFlushFailed.
+	badgerErrs := make(chan string, 100)
+	s, err := OpenBadgerFsync(dir, slog.New(errorsTo(badgerErrs)), false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range 10 {
 		if err := s.PutBranch(ctx, &Branch{ID: fmt.Sprint("b-", i), Session: "s", Status: StatusActive}); err != nil {
 			t.Fatal(err)
@@ -86,8 +95,25 @@ func TestCloseFlushFailsKeepsWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	err := s.Close()
-	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "could not write") {
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	for err == nil {
+		select {
+		case err = <-closed:
+			if err == nil {
+				t.Fatal("Close with a memtable flush failing returned no error")
+			}
+		case msg := <-badgerErrs:
+			if !strings.Contains(msg, badgerFlushFailed) {
+				for _, o := range obstacles {
+					os.Remove(o)
+				}
+				<-closed
+				t.Fatalf("Badger logged %q while its flush failed, without %q: Close cannot tell; see badgerFlushFailed", msg, badgerFlushFailed)
+			}
+		}
+	}
+	if !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "could not write") {
 		t.Fatalf("Close with a memtable flush failing: %v; want an error naming %s", err, dir)
 	}
 
@@ -111,6 +137,82 @@ func TestCloseFlushFailsKeepsWrites(t *testing.T) {
 		t.Fatalf("after the failed close: %d branches, %v; want all 20", len(bs), err)
 	}
 }
+
+// The Badger version whose flushMemtable (db.go) badgerFlushFailed was
+// read in. A new version fails TestBadgerFlushFailedText until its text is
+// checked again.
+const badgerFlushFailedChecked = "v4.9.6"
+
+// Close learns that Badger's memtable flush failed only from Badger's log
+// line (see badgerFlushFailed): the line, as Badger's format makes it,
+// reaches a Close waiting on it, other errors do not, and the Badger
+// version in go.mod is the one the text was read in; its source, when the
+// module cache has it, still holds the text.
+func TestBadgerFlushFailedText(t *testing.T) {
+	const badgerFormat = "error flushing memtable to disk: %v, retrying" // badger v4.9.6 db.go, flushMemtable
+	w := &flushWatch{}
+	l := badgerLogger{l: slog.New(slog.DiscardHandler), flushes: w}
+	l.Errorf(badgerFormat, errors.New("before Close")) // not armed: dropped
+	failed := w.arm()
+	l.Errorf("while compacting: %v", errors.New("disk"))
+	l.Warningf(badgerFormat, errors.New("a warning"))
+	select {
+	case msg := <-failed:
+		t.Fatalf("reported as a failed flush: %q", msg)
+	default:
+	}
+	l.Errorf(badgerFormat+"\n", errors.New("open 000002.sst: is a directory"))
+	select {
+	case msg := <-failed:
+		if !strings.Contains(msg, "000002.sst") {
+			t.Errorf("reported %q; want the flush's error in it", msg)
+		}
+	default:
+		t.Fatal("Badger's flush failure line was not reported")
+	}
+
+	mod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := ""
+	for line := range strings.Lines(string(mod)) {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "github.com/dgraph-io/badger/v4" {
+			version = f[1]
+		}
+	}
+	if version != badgerFlushFailedChecked {
+		t.Fatalf("go.mod has Badger %q; badgerFlushFailed was read in %s: check that %s's flushMemtable (db.go) still logs %q "+
+			"on a failed flush, then set badgerFlushFailedChecked (and this test's badgerFormat)",
+			version, badgerFlushFailedChecked, version, badgerFlushFailed)
+	}
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		t.Skipf("the Badger source could not be located (go env GOMODCACHE: %v); the version check passed", err)
+	}
+	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "github.com/dgraph-io/badger/v4@"+version, "db.go"))
+	if err != nil {
+		t.Skipf("the Badger source is not in the module cache (%v); the version check passed", err)
+	}
+	if !strings.Contains(string(src), `db.opt.Errorf("`+badgerFormat+`"`) {
+		t.Errorf("Badger %s's db.go has no db.opt.Errorf(%q): see badgerFlushFailed", version, badgerFormat)
+	}
+}
+
+// errorsTo is a slog handler sending the messages of error records to ch
+// (dropped when ch is full).
+type errorsTo chan string
+
+func (h errorsTo) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelError }
+func (h errorsTo) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h <- r.Message:
+	default:
+	}
+	return nil
+}
+func (h errorsTo) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h errorsTo) WithGroup(string) slog.Handler      { return h }
 
 // copyTree copies the regular files under src to dst, and the folders
 // holding one.
