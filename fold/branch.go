@@ -236,7 +236,7 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 		ID: newID("b-", 8), Session: s.id, Parent: parent.id, Depth: parent.depth + 1,
 		Description: desc, Prompt: prompt, Status: StatusActive, Budget: budget,
 		Level: policy.Normal.String(), Created: now, Deadline: now.Add(timeout),
-		Used: injectedTokens,
+		Used: injectedTokens, Ord: len(m.children(parent)) + 1,
 	}
 	b.Level = policy.LevelOf(b.Used, b.Budget, m.set.Thresholds).String()
 	for _, it := range injected {
@@ -278,7 +278,6 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	// that the store never holds half a creation.
 	wctx := context.WithoutCancel(ctx)
 	npb := pb.clone()
-	npb.Children = append(npb.Children, b.ID)
 	npb.Used += tokens
 	npb.Calls++
 	addUsage(npb, "foldproxy", ToolCreate, tokens)
@@ -298,6 +297,7 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	parent.cur.Store(npb)
 	n := m.newNode(b)
 	m.mu.Lock()
+	parent.kids = append(parent.kids, b.ID)
 	m.nodes[b.ID] = n
 	s.nodes[b.ID] = n
 	s.active[b.ID] = n
@@ -498,7 +498,7 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 	// activeDescendants lists them.
 	ans := &returnAnswer{
 		TokensUsed: b.Used, Message: msg, ReturnValue: rawValue(rv),
-		ChildrenForceReturned: m.activeDescendants(b),
+		ChildrenForceReturned: m.activeDescendants(n),
 	}
 	extract := m.mem != nil && (a.ExtractMemory || m.mem.Settings().ExtractAll)
 	if a.ExtractMemory && m.mem == nil {
@@ -593,17 +593,18 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 	return ans, nil
 }
 
-// activeDescendants lists the active descendants of b in the order
+// activeDescendants lists the active descendants of n in the order
 // closeLocked closes them: children last created first, each after its own
 // descendants.
-func (m *Manager) activeDescendants(b *Branch) []string {
+func (m *Manager) activeDescendants(n *node) []string {
 	var out []string
-	for i := len(b.Children) - 1; i >= 0; i-- {
-		c := m.lookup(b.Children[i])
+	kids := m.children(n)
+	for i := len(kids) - 1; i >= 0; i-- {
+		c := m.lookup(kids[i])
 		if c == nil || !c.active() {
 			continue
 		}
-		out = append(out, m.activeDescendants(c.cur.Load())...)
+		out = append(out, m.activeDescendants(c)...)
 		out = append(out, c.id)
 	}
 	return out
@@ -659,8 +660,9 @@ func (m *Manager) closeWithLocked(ctx context.Context, n *node, st Status, reaso
 		cst, creason = st, reason
 	}
 	var closed []string
-	for i := len(b.Children) - 1; i >= 0; i-- {
-		c := m.lookup(b.Children[i])
+	kids := m.children(n)
+	for i := len(kids) - 1; i >= 0; i-- {
+		c := m.lookup(kids[i])
 		if c == nil || !c.active() {
 			continue
 		}

@@ -155,6 +155,17 @@ func (e *testEnv) branch(t testing.TB, id string) *Branch {
 	return b
 }
 
+// children returns the children of id as the Manager holds them (they are
+// not in the stored record).
+func (e *testEnv) children(t testing.TB, id string) []string {
+	t.Helper()
+	n := e.m.lookup(id)
+	if n == nil {
+		t.Fatalf("branch %s is not loaded", id)
+	}
+	return e.m.children(n)
+}
+
 // charge charges tokens to a branch through Charge, as the budget
 // interceptor would, cutting to fit when the result does not.
 func (e *testEnv) charge(t testing.TB, session, branch string, tokens int) (*ChargeResult, Budget, error) {

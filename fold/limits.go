@@ -65,13 +65,16 @@ func (m *Manager) checkCreateLocked(s *session, now time.Time, reserve bool) err
 	if held := len(s.active) + s.reserved; !m.set.MayExceedShare(held, m.active, m.owedLocked(s)) {
 		return fmt.Errorf("%w: this session holds %d active branches, beyond the %d every session is sure of, and the proxy keeps its last %d free slots for other sessions; return a branch first, or do the work in the current branch", ErrTooManyBranches, held, m.set.Guaranteed(), m.set.MaxActiveInstance-m.active)
 	}
-	keep := s.creates[:0]
-	for _, t := range s.creates {
-		if now.Sub(t) < time.Minute {
-			keep = append(keep, t)
-		}
+	// The times are in the order of the reservations (each taken just
+	// before its own; two concurrent creations may swap by the moment
+	// between reading the clock and taking m.mu): drop the ones a minute
+	// old from the front, rather than pass over all of them at every
+	// creation.
+	old := 0
+	for old < len(s.creates) && now.Sub(s.creates[old]) >= time.Minute {
+		old++
 	}
-	s.creates = keep
+	s.creates = s.creates[old:]
 	if len(s.creates) >= m.set.CreatesPerMinute {
 		retry := max(time.Minute-now.Sub(s.creates[0]), time.Second).Round(time.Second)
 		return fmt.Errorf("%w: this session created %d branches in the last minute, the limit; retry in %s, or keep working in the current branch", ErrRateLimited, len(s.creates), retry)

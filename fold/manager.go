@@ -1,6 +1,7 @@
 package fold
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -111,6 +112,10 @@ type node struct {
 	timer *time.Timer // deadline timer; guarded by sem
 
 	pending []string // children whose forced summary is undelivered; guarded by Manager.mu
+	// kids are the branch's children, in creation order; guarded by
+	// Manager.mu. Only ever appended to (children), so that a copy of the
+	// slice header is a stable view.
+	kids []string
 }
 
 // lock takes the branch's lock, or gives up when ctx is done.
@@ -329,10 +334,34 @@ func (m *Manager) put(ctx context.Context, n *node, b *Branch) error {
 	return nil
 }
 
+// childrenFromParents returns the children of the branches of one session,
+// loaded from the store, by parent id, from their Parent: in the order of
+// Ord, then (records written before Ord was kept) of creation, then of id.
+func childrenFromParents(bs []*Branch) map[string][]string {
+	kids := slices.Clone(bs)
+	slices.SortStableFunc(kids, func(x, y *Branch) int {
+		return cmp.Or(cmp.Compare(x.Ord, y.Ord), x.Created.Compare(y.Created), cmp.Compare(x.ID, y.ID))
+	})
+	out := make(map[string][]string)
+	for _, b := range kids {
+		if b.Parent != "" && b.Parent != b.ID {
+			out[b.Parent] = append(out[b.Parent], b.ID)
+		}
+	}
+	return out
+}
+
+// children returns n's children, in creation order. The slice is shared:
+// the caller must not change it.
+func (m *Manager) children(n *node) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clip(n.kids)
+}
+
 // clone returns a deep copy of b.
 func (b *Branch) clone() *Branch {
 	c := *b
-	c.Children = slices.Clone(b.Children)
 	c.DependsOn = slices.Clone(b.DependsOn)
 	c.Cuts = slices.Clone(b.Cuts)
 	c.ByTool = maps.Clone(b.ByTool)
@@ -555,23 +584,13 @@ func (m *Manager) loadSession(ctx context.Context, rec *SessionRecord) (*session
 		nodes:  make(map[string]*node, len(bs)),
 		active: make(map[string]*node),
 	}
+	kids := childrenFromParents(bs)
 	for _, b := range bs {
-		s.nodes[b.ID] = m.newNode(b)
+		n := m.newNode(b)
+		n.kids = kids[b.ID]
+		s.nodes[b.ID] = n
 	}
 	s.root = s.nodes[rootID]
-	// A crash between writing a new branch and its parent leaves the
-	// parent without the child in its list: repair it from the child.
-	for _, b := range bs {
-		p := s.nodes[b.Parent]
-		if p == nil || slices.Contains(p.cur.Load().Children, b.ID) {
-			continue
-		}
-		nb := p.cur.Load().clone()
-		nb.Children = append(nb.Children, b.ID)
-		if err := m.put(ctx, p, nb); err != nil {
-			return nil, fmt.Errorf("fold: repair branch %s: %w", p.id, err)
-		}
-	}
 	for _, b := range bs {
 		p := s.nodes[b.Parent]
 		if p != nil && p.active() && b.Status != StatusActive && b.Status != StatusReturned &&

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -57,10 +58,11 @@ func TestStateMachine(t *testing.T) {
 				if got, want := root.Used, 5; got != want {
 					t.Errorf("root used: got %d, want %d (the answers' words)", got, want)
 				}
-				if len(root.Children) != 1 {
-					t.Fatalf("root children: got %v", root.Children)
+				kids := e.children(t, root.ID)
+				if len(kids) != 1 {
+					t.Fatalf("root children: got %v", kids)
 				}
-				child := e.branch(t, root.Children[0])
+				child := e.branch(t, kids[0])
 				if child.Status != StatusReturned || child.Message != "found it in a.go" {
 					t.Errorf("child: got %s %q", child.Status, child.Message)
 				}
@@ -75,7 +77,7 @@ func TestStateMachine(t *testing.T) {
 				{ToolCreate, map[string]any{"description": "inner again", "budget": 100}, true, `"depth":2`},
 			},
 			check: func(t *testing.T, e *testEnv) {
-				outer := e.branch(t, e.branch(t, RootID("s1")).Children[0])
+				outer := e.branch(t, e.children(t, RootID("s1"))[0])
 				ans := e.mustCall(t, "s1", ToolReturn, map[string]any{"branch_id": outer.ID, "message": "outer done"})
 				forced := ans["children_force_returned"].([]any)
 				if len(forced) != 1 {
@@ -94,7 +96,7 @@ func TestStateMachine(t *testing.T) {
 				{ToolReturn, map[string]any{"message": "key SECRET", "return_value": "SECRET"}, true, `"message":"key [REDACTED:test]","return_value":"[REDACTED:test]"`},
 			},
 			check: func(t *testing.T, e *testEnv) {
-				b := e.branch(t, e.branch(t, RootID("s1")).Children[0])
+				b := e.branch(t, e.children(t, RootID("s1"))[0])
 				if b.Description != "use [REDACTED:test]" || b.Prompt != "the [REDACTED:test] is x" || b.ReturnValue != `"[REDACTED:test]"` {
 					t.Errorf("stored: %q %q %q", b.Description, b.Prompt, b.ReturnValue)
 				}
@@ -755,5 +757,98 @@ func TestCreateAndReturnEventsCarryAnswerTokens(t *testing.T) {
 	}
 	if rt[0].Tokens <= 0 || rt[0].Tokens != afterReturn-afterCreate {
 		t.Errorf("returned event tokens = %d, want the %d charged to the root", rt[0].Tokens, afterReturn-afterCreate)
+	}
+}
+
+// A parent's record does not hold its children: they are rebuilt from the
+// children's records when a session is loaded, in creation order, even
+// when the clock gave them all the same creation time.
+func TestChildrenRebuiltOnLoad(t *testing.T) {
+	ctx := t.Context()
+	store := NewMemStore()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	open := func() *testEnv {
+		m, err := NewManager(ctx, Options{Settings: policy.Fold{CreatesPerMinute: 100}, Store: store, Scanner: fakeScanner{}, Counter: wordCounter{}, PruneInterval: -1,
+			Now: func() time.Time { return at }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		if _, err := m.ResumeSession(ctx, "s1"); err != nil {
+			if err := m.OpenSession(ctx, SessionRecord{ID: "s1", Transport: "http"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return &testEnv{m: m, store: store}
+	}
+	e := open()
+	root := RootID("s1")
+	var want []string
+	for i := range 5 {
+		want = append(want, e.create(t, map[string]any{"description": "top", "parent_branch_id": root}))
+		if i == 1 {
+			e.mustCall(t, "s1", ToolReturn, map[string]any{"branch_id": want[1], "message": "done"})
+		}
+	}
+	inner := e.create(t, map[string]any{"description": "inner", "parent_branch_id": want[2]})
+	if got := e.children(t, root); !slices.Equal(got, want) {
+		t.Fatalf("children before the restart: got %v, want %v", got, want)
+	}
+	data, err := marshalBranch(e.branch(t, root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range want {
+		if strings.Contains(string(data), id) {
+			t.Fatalf("the root's record names its child %s: %s", id, data)
+		}
+	}
+	e.m.Close()
+
+	e = open()
+	if got := e.children(t, root); !slices.Equal(got, want) {
+		t.Fatalf("children after the restart: got %v, want %v", got, want)
+	}
+	if got := e.children(t, want[2]); !slices.Equal(got, []string{inner}) {
+		t.Fatalf("children of %s after the restart: got %v, want [%s]", want[2], got, inner)
+	}
+	// A new child comes after them.
+	last := e.create(t, map[string]any{"description": "after", "parent_branch_id": root})
+	if got := e.children(t, root); !slices.Equal(got, append(slices.Clone(want), last)) {
+		t.Fatalf("children after a new creation: got %v", got)
+	}
+	e.m.Close()
+	e = open()
+	if got := e.children(t, root); !slices.Equal(got, append(slices.Clone(want), last)) {
+		t.Fatalf("children after a second restart: got %v", got)
+	}
+}
+
+// Records written before Ord was kept are ordered by creation time, then id.
+func TestChildrenOfLegacyRecords(t *testing.T) {
+	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	bs := []*Branch{
+		{ID: "root", Session: "s"},
+		{ID: "b-z", Session: "s", Parent: "root", Depth: 1, Created: t0},
+		{ID: "b-a", Session: "s", Parent: "root", Depth: 1, Created: t0.Add(time.Second)},
+		{ID: "b-b", Session: "s", Parent: "root", Depth: 1, Created: t0.Add(time.Second)},
+		{ID: "b-n", Session: "s", Parent: "root", Depth: 1, Created: t0, Ord: 1},
+		{ID: "b-c", Session: "s", Parent: "b-a", Depth: 2, Created: t0},
+	}
+	// Their parents' records listed the children: the list is ignored.
+	root, err := decodeBranch([]byte(`{"id":"root","session":"s","depth":0,"status":"active","budget":0,"used":0,"level":"normal","created":"2025-01-02T03:04:05Z","children":["b-z","b-a"],"calls":0}`))
+	if err != nil {
+		t.Fatalf("a record with a list of children: %v", err)
+	}
+	bs[0] = root
+	kids := childrenFromParents(bs)
+	if want := []string{"b-z", "b-a", "b-b", "b-n"}; !slices.Equal(kids["root"], want) {
+		t.Errorf("root: got %v, want %v", kids["root"], want)
+	}
+	if want := []string{"b-c"}; !slices.Equal(kids["b-a"], want) {
+		t.Errorf("b-a: got %v, want %v", kids["b-a"], want)
+	}
+	if len(kids) != 2 {
+		t.Errorf("children of %d branches, want 2: %v", len(kids), kids)
 	}
 }

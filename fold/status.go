@@ -104,12 +104,13 @@ const (
 // callHandle names an archived call, for branch_recall.
 func callHandle(branch string, seq int) string { return branch + "#" + strconv.Itoa(seq) }
 
-func (m *Manager) view(b *Branch, full bool) *branchView {
+func (m *Manager) view(n *node, full bool) *branchView {
+	b := n.cur.Load()
 	v := &branchView{
 		BranchID: b.ID, Description: b.Description, Status: b.Status, Reason: b.Reason,
 		BudgetTotal: b.Budget, BudgetUsed: b.Used, BudgetRemaining: remaining(b),
 		WarningLevel: policy.LevelOf(b.Used, b.Budget, m.set.Thresholds).String(),
-		Depth:        b.Depth, Parent: b.Parent, Children: b.Children, DependsOn: b.DependsOn,
+		Depth:        b.Depth, Parent: b.Parent, Children: m.children(n), DependsOn: b.DependsOn,
 		Created:     b.Created.UTC().Format(time.RFC3339),
 		UsageByTool: b.ByTool, UsageByUpstream: b.ByUpstream, Calls: b.Calls, Cuts: b.Cuts,
 		Summary: b.Summary,
@@ -159,7 +160,7 @@ func (m *Manager) status(ctx context.Context, sess string, a statusArgs) (any, e
 		if err != nil {
 			return nil, err
 		}
-		v := m.view(n.cur.Load(), true)
+		v := m.view(n, true)
 		if a.Detailed {
 			if err := m.addCalls(ctx, v, detailCalls); err != nil {
 				return nil, err
@@ -190,7 +191,7 @@ func (m *Manager) status(ctx context.Context, sess string, a statusArgs) (any, e
 	var closedTops []*Branch
 	var walk func(n *node, depth int) (*branchView, error)
 	walk = func(n *node, depth int) (*branchView, error) {
-		v := m.view(n.cur.Load(), false)
+		v := m.view(n, false)
 		if a.Detailed {
 			if err := m.addCalls(ctx, v, detailTreeCalls); err != nil {
 				return nil, err
@@ -235,7 +236,11 @@ func (m *Manager) status(ctx context.Context, sess string, a statusArgs) (any, e
 		if depth > m.set.MaxDepth+1 {
 			return cv
 		}
-		for _, id := range b.Children {
+		var kids []string
+		if n := nodes[b.ID]; n != nil {
+			kids = m.children(n)
+		}
+		for _, id := range kids {
 			if c := nodes[id]; c != nil {
 				cv.Branches = append(cv.Branches, compact(c.cur.Load(), depth+1))
 			}

@@ -48,21 +48,28 @@ var (
 // Branch is the durable record of one branch. The root of a session is a
 // Branch too, with Depth 0 and ID RootID(session).
 type Branch struct {
-	ID          string         `json:"id"`
-	Session     string         `json:"session"`
-	Parent      string         `json:"parent,omitempty"`
-	Depth       int            `json:"depth"`
-	Description string         `json:"description,omitempty"`
-	Prompt      string         `json:"prompt,omitempty"`
-	Status      Status         `json:"status"`
-	Reason      string         `json:"reason,omitempty"`
-	Budget      int            `json:"budget"` // 0: unlimited (the root by default)
-	Used        int            `json:"used"`
-	Level       string         `json:"level"` // last warning level reached
-	Created     time.Time      `json:"created"`
-	Deadline    time.Time      `json:"deadline,omitzero"`
-	Closed      time.Time      `json:"closed,omitzero"`
-	Children    []string       `json:"children,omitempty"`
+	ID          string    `json:"id"`
+	Session     string    `json:"session"`
+	Parent      string    `json:"parent,omitempty"`
+	Depth       int       `json:"depth"`
+	Description string    `json:"description,omitempty"`
+	Prompt      string    `json:"prompt,omitempty"`
+	Status      Status    `json:"status"`
+	Reason      string    `json:"reason,omitempty"`
+	Budget      int       `json:"budget"` // 0: unlimited (the root by default)
+	Used        int       `json:"used"`
+	Level       string    `json:"level"` // last warning level reached
+	Created     time.Time `json:"created"`
+	Deadline    time.Time `json:"deadline,omitzero"`
+	Closed      time.Time `json:"closed,omitzero"`
+	// Ord is the branch's place among its parent's children, from 1 in
+	// creation order; 0 in records written before it was kept, which are
+	// ordered by creation time. A parent's record does not list its
+	// children (it would grow with every child and be rewritten whole by
+	// every branch_create and branch_return): the Manager keeps the list
+	// in memory and rebuilds it from the children's Parent and Ord when a
+	// session is loaded (childrenFromParents).
+	Ord         int            `json:"ord,omitempty"`
 	DependsOn   []string       `json:"dependsOn,omitempty"`
 	Calls       int            `json:"calls"`
 	ByTool      map[string]int `json:"byTool,omitempty"`      // tokens by "<upstream>/<tool>"

@@ -341,7 +341,7 @@ func writeStoreFixture(tb testing.TB) string {
 	ctx := context.Background()
 	t0 := time.Date(2025, 6, 1, 9, 0, 0, 0, time.UTC)
 	branches := []*fold.Branch{
-		{ID: "root-s1", Session: "s1", Status: fold.StatusActive, Created: t0, Children: []string{"b1"},
+		{ID: "root-s1", Session: "s1", Status: fold.StatusActive, Created: t0,
 			ModelContext: &fold.ModelContext{TokensBefore: 48210, TokensAfter: 9120, Folded: 3, Requests: 41, At: t0}},
 		{ID: "b1", Session: "s1", Parent: "root-s1", Depth: 1, Description: "read\tfiles", Status: fold.StatusForced,
 			Reason: fold.ReasonBudget, Budget: 500, Used: 500, Calls: 2, Cuts: []string{"b1~abc"}, Created: t0.Add(time.Second), Closed: t0.Add(2 * time.Second)},
