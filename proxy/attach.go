@@ -104,13 +104,14 @@ type AttachServer struct {
 
 type attachConn struct {
 	c  net.Conn
-	mu sync.Mutex // one writer at a time
+	rw io.ReadWriter // c's reader and writer (rawConnIO)
+	mu sync.Mutex    // one writer at a time
 }
 
 func (a *attachConn) Write(p []byte) (int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.c.Write(p)
+	return a.rw.Write(p)
 }
 
 // NewAttachServer returns an attach front for ep.
@@ -140,7 +141,7 @@ func (a *AttachServer) Write(p []byte) (int, error) {
 	for _, c := range conns {
 		if c.mu.TryLock() {
 			_ = c.c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			_, _ = c.c.Write(line)
+			_, _ = c.rw.Write(line)
 			_ = c.c.SetWriteDeadline(time.Time{})
 			c.mu.Unlock()
 		}
@@ -215,11 +216,13 @@ func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
 			return
 		}
 	}
-	br := bufio.NewReaderSize(c, 64<<10)
+	// The relay's lines are read, and the daemon's written, by raw system
+	// calls through the poller (rawio_unix.go).
+	ac := &attachConn{c: c, rw: rawConnIO(c)}
+	br := bufio.NewReaderSize(ac.rw, 64<<10)
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	line, tooLarge, err := stdioReadLine(br, attachHelloMax)
 	_ = c.SetReadDeadline(time.Time{})
-	ac := &attachConn{c: c}
 	welcome := func(w AttachWelcome) error {
 		b, _ := json.Marshal(w)
 		_, err := ac.Write(append(b, '\n'))
@@ -263,11 +266,9 @@ func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
 	a.conns[ac] = true
 	a.mu.Unlock()
 	a.log.Info("process attached", "session", id, "resumed", hello.Session != "", "attached", a.Attached())
-	// The relay's lines are read by blocking system calls; stop, deferred
-	// after detachConn's last word, ends a read still waiting.
-	rd, stop := attachReader(c, br)
-	defer stop()
-	err = ServeStdio(ctx, a.ep, rd, ac, StdioOptions{
+	// br goes on with what it read past the hello; a read still waiting
+	// when the session is over ends when the connection is closed.
+	err = ServeStdio(ctx, a.ep, br, ac, StdioOptions{
 		MaxMessageBytes: a.opts.MaxMessageBytes, Logger: a.log,
 		SessionID: id, Transport: TransportAttach, Detach: true,
 	})
@@ -359,6 +360,10 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 	if opts.Stderr == nil {
 		opts.Stderr = io.Discard
 	}
+	// Pipes and sockets are read and written through the poller by raw
+	// system calls (rawio_unix.go); restored last, once the rest is done.
+	stdin, stdout, restore := pollableStdio(stdin, stdout)
+	defer restore()
 	r := &relay{opts: opts, log: frontLogger(opts.Logger), out: &stdioWriter{w: stdout, broken: make(chan struct{})},
 		pending: make(map[string]*relayPending), lost: make(chan relayLost, 4)}
 	if err := r.connect(ctx); err != nil {
@@ -479,6 +484,7 @@ type relay struct {
 	// the new daemon or is answered.
 	connMu    sync.Mutex
 	conn      net.Conn
+	connW     io.Writer // conn's writer (rawConnIO)
 	gen       int
 	stdinDone atomic.Bool // stdin has ended; set under connMu
 	session   string
@@ -511,7 +517,8 @@ func (r *relay) connect(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		w, br, err := r.hello(c)
+		rw := rawConnIO(c)
+		w, br, err := r.hello(c, rw)
 		if err != nil {
 			c.Close()
 			lastErr = err
@@ -533,6 +540,7 @@ func (r *relay) connect(ctx context.Context) error {
 			r.conn.Close()
 		}
 		r.conn = c
+		r.connW = rw
 		r.gen++
 		r.session = w.Session
 		go r.readDaemon(br, r.gen)
@@ -545,14 +553,16 @@ func (r *relay) connect(ctx context.Context) error {
 	}
 }
 
-func (r *relay) hello(c net.Conn) (AttachWelcome, *bufio.Reader, error) {
+// hello sends the hello on c and reads the welcome from rw, c's reader, on
+// which the returned reader goes on.
+func (r *relay) hello(c net.Conn, rw io.Reader) (AttachWelcome, *bufio.Reader, error) {
 	b, _ := json.Marshal(AttachHello{Version: AttachVersion, Session: r.session, Config: r.opts.Config})
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	defer c.SetDeadline(time.Time{})
 	if _, err := c.Write(append(b, '\n')); err != nil {
 		return AttachWelcome{}, nil, fmt.Errorf("sending the attach hello: %w", err)
 	}
-	br := bufio.NewReaderSize(c, 64<<10)
+	br := bufio.NewReaderSize(rw, 64<<10)
 	line, _, err := stdioReadLine(br, attachHelloMax)
 	if len(line) == 0 && err != nil {
 		return AttachWelcome{}, nil, fmt.Errorf("reading the daemon's welcome: %w", err)
@@ -659,7 +669,7 @@ func relayRequestOf(line []byte) (id json.RawMessage, method string, ok bool) {
 func (r *relay) send(line []byte) {
 	// One write for the line and its line break; line is the relay's own
 	// copy (read from stdin, or noted), so it may be extended in place.
-	if _, err := r.conn.Write(append(line, '\n')); err != nil {
+	if _, err := r.connW.Write(append(line, '\n')); err != nil {
 		r.log.Debug("relay: writing to the daemon", "err", err)
 	}
 }

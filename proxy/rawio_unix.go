@@ -1,0 +1,170 @@
+//go:build unix
+
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+)
+
+// The default mode's second hop (relay <-> daemon over the attach socket)
+// cost a tiny call more in the Go runtime's work around each blocking
+// system call than in the system calls themselves (CPU profiles of both
+// processes): a read blocked in the kernel holds its P "in a system call",
+// so the runtime's monitor thread (sysmon) stays awake, polling every
+// 20 µs, takes the P back and wakes a thread to look for work that is not
+// there, and each return from a system call wakes the monitor again. Both
+// ends of the hop therefore read and write through the runtime's poller,
+// by read(2) and write(2) made as raw system calls on non-blocking
+// descriptors, which never block: the relay waits in one epoll_wait with
+// its P idle and the monitor asleep, and a message costs the wake-up, its
+// read and its write. The relay's stdin and stdout get the same treatment
+// when they are pipes or sockets (pollableStdio).
+
+// rawIO reads and writes a non-blocking descriptor through the runtime's
+// poller (rc), with raw system calls. Deadlines set on the descriptor's
+// net.Conn or os.File apply, and closing it ends a wait.
+type rawIO struct {
+	rc syscall.RawConn
+}
+
+func (r *rawIO) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n int
+	var rerr error
+	err := r.rc.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = rawRead(int(fd), p)
+			if !errors.Is(rerr, syscall.EINTR) {
+				return !errors.Is(rerr, syscall.EAGAIN)
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != nil:
+		return 0, rerr
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (r *rawIO) Write(p []byte) (int, error) {
+	written := 0
+	var werr error
+	err := r.rc.Write(func(fd uintptr) bool {
+		for written < len(p) {
+			n, e := rawWrite(int(fd), p[written:])
+			switch {
+			case errors.Is(e, syscall.EINTR):
+				continue
+			case errors.Is(e, syscall.EAGAIN):
+				return false
+			case e != nil:
+				werr = e
+				return true
+			}
+			written += n
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	if err == nil && written < len(p) {
+		err = io.ErrShortWrite
+	}
+	return written, err
+}
+
+// rawConnIO returns c's reader and writer by raw system calls through the
+// poller when c is a unix socket, else c itself.
+func rawConnIO(c net.Conn) io.ReadWriter {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return c
+	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	return &rawIO{rc: rc}
+}
+
+// pollableStdio returns what a relay reads the agent's messages from and
+// writes its answers to: for stdin and stdout that are pipes or sockets
+// (as an agent starts an MCP server), the descriptors set non-blocking and
+// read and written by raw system calls through the poller; anything else
+// (a terminal, a file, a test's reader) as it is. restore puts the
+// descriptors back in blocking mode; call it once the relay is done.
+func pollableStdio(stdin io.Reader, stdout io.Writer) (io.Reader, io.Writer, func()) {
+	var restores []func()
+	in, out := stdin, stdout
+	if f, ok := stdin.(*os.File); ok {
+		if rw, restore := pollableFile(f); rw != nil {
+			in = rw
+			restores = append(restores, restore)
+		}
+	}
+	if f, ok := stdout.(*os.File); ok {
+		if rw, restore := pollableFile(f); rw != nil {
+			out = rw
+			restores = append(restores, restore)
+		}
+	}
+	return in, out, func() {
+		for _, r := range restores {
+			r()
+		}
+	}
+}
+
+// pollableFile returns a duplicate of f's descriptor, non-blocking and
+// registered with the poller, when it is a pipe or a socket; nil otherwise.
+// Non-blocking mode belongs to the open file that both descriptors share:
+// restore makes it blocking again and closes the duplicate (ending a read
+// still waiting on it); f and its descriptor are left as they were.
+func pollableFile(f *os.File) (*rawIO, func()) {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return nil, nil
+	}
+	dup := -1
+	var derr error
+	if err := sc.Control(func(d uintptr) {
+		var st syscall.Stat_t
+		if derr = syscall.Fstat(int(d), &st); derr != nil {
+			return
+		}
+		if t := st.Mode & syscall.S_IFMT; t != syscall.S_IFIFO && t != syscall.S_IFSOCK {
+			derr = errors.New("neither a pipe nor a socket")
+			return
+		}
+		dup, derr = dupCloexec(int(d))
+	}); err != nil || derr != nil || dup < 0 {
+		return nil, nil
+	}
+	if err := syscall.SetNonblock(dup, true); err != nil {
+		syscall.Close(dup)
+		return nil, nil
+	}
+	// Made non-blocking, the new file is registered with the poller.
+	pf := os.NewFile(uintptr(dup), f.Name())
+	rc, err := pf.SyscallConn()
+	if err != nil {
+		_ = syscall.SetNonblock(dup, false)
+		pf.Close()
+		return nil, nil
+	}
+	return &rawIO{rc: rc}, func() {
+		_ = rc.Control(func(d uintptr) { _ = syscall.SetNonblock(int(d), false) })
+		pf.Close()
+	}
+}

@@ -1,0 +1,236 @@
+//go:build unix
+
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// unixPair returns the two ends of a connected unix socket.
+func unixPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	client, err = net.Dial("unix", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = <-accepted
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { server.Close(); client.Close() })
+	return server, client
+}
+
+// TestRawConnIOReadsWhatCameAndWhatComes checks how the daemon reads an
+// attached relay: one buffered reader over the socket's raw reader, the
+// hello first, then line by line as they come, then EOF when the relay
+// closes; the daemon still writes after the relay's EOF (its last words).
+func TestRawConnIOReadsWhatCameAndWhatComes(t *testing.T) {
+	server, client := unixPair(t)
+	rw := rawConnIO(server)
+	if _, ok := rw.(*rawIO); !ok {
+		t.Fatalf("rawConnIO of a unix socket is a %T, want *rawIO", rw)
+	}
+	if _, err := client.Write([]byte("hello\nfirst\n")); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewReaderSize(rw, 16)
+	want := func(s string) {
+		t.Helper()
+		if l, err := lines.ReadString('\n'); err != nil || l != s {
+			t.Fatalf("read %q, %v; want %q", l, err, s)
+		}
+	}
+	want("hello\n")
+	want("first\n")
+	for _, s := range []string{"second\n", "a longer third line than the buffer\n"} {
+		if _, err := client.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+		want(s)
+	}
+	client.(*net.UnixConn).CloseWrite()
+	if l, err := lines.ReadString('\n'); !errors.Is(err, io.EOF) || l != "" {
+		t.Fatalf("after the relay closed: %q, %v; want EOF", l, err)
+	}
+	if _, err := rw.Write([]byte("bye\n")); err != nil {
+		t.Fatalf("writing after the relay's EOF: %v", err)
+	}
+	if l, err := bufio.NewReader(client).ReadString('\n'); err != nil || l != "bye\n" {
+		t.Fatalf("the relay read %q, %v; want bye", l, err)
+	}
+}
+
+// TestRawIOCloseAndDeadlineEndAWaitingRead: a read waiting for a peer that
+// sends nothing ends at the connection's deadline, and when it is closed;
+// the peer then sees the end.
+func TestRawIOCloseAndDeadlineEndAWaitingRead(t *testing.T) {
+	server, client := unixPair(t)
+	rw := rawConnIO(server)
+	if err := server.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.Read(make([]byte, 64)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a read past the deadline returned %v; want the deadline's error", err)
+	}
+	if err := server.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := rw.Read(make([]byte, 64))
+		done <- err
+	}()
+	if err := server.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("the waiting read returned %v; want net.ErrClosed", err)
+	}
+	if n, err := client.Read(make([]byte, 8)); n != 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("the peer read %d, %v; want EOF", n, err)
+	}
+}
+
+// TestRawIOWritesAllOfALargeMessage: a message larger than the socket's
+// buffer is written whole, waiting in the poller while the peer reads.
+func TestRawIOWritesAllOfALargeMessage(t *testing.T) {
+	server, client := unixPair(t)
+	rw := rawConnIO(server)
+	msg := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(client)
+		got <- b
+	}()
+	n, err := rw.Write(msg)
+	if err != nil || n != len(msg) {
+		t.Fatalf("Write: %d, %v; want %d", n, err, len(msg))
+	}
+	server.(*net.UnixConn).CloseWrite()
+	if b := <-got; !bytes.Equal(b, msg) {
+		t.Fatalf("the peer read %d bytes, want the %d written", len(b), len(msg))
+	}
+}
+
+// nonblocking reports whether f's open file is in non-blocking mode.
+func nonblocking(t *testing.T, f *os.File) bool {
+	t.Helper()
+	sc, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fl int
+	var ferr error
+	if err := sc.Control(func(fd uintptr) {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_GETFL, 0)
+		fl = int(r)
+		if e != 0 {
+			ferr = e
+		}
+	}); err != nil || ferr != nil {
+		t.Fatal(err, ferr)
+	}
+	return fl&syscall.O_NONBLOCK != 0
+}
+
+// TestRelayOnPipes runs Relay on real pipes, as an agent starts it: it
+// reads and writes them through the poller, and leaves them as it found
+// them (blocking, open) when it returns.
+func TestRelayOnPipes(t *testing.T) {
+	d := newFakeDaemon(t)
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inR.Close(); inW.Close(); outR.Close(); outW.Close() })
+	done := make(chan error, 1)
+	go func() {
+		done <- Relay(context.Background(), inR, outW, RelayOptions{Dial: d.dial, Config: "cfg"})
+	}()
+	c := <-d.conns
+	agentOut := bufio.NewReader(outR)
+	for i := range 3 {
+		req := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"a"}}`, i)
+		if _, err := io.WriteString(inW, req+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.line(t); got != req {
+			t.Fatalf("daemon got %q, want %q", got, req)
+		}
+		resp := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{"text":"%s"}}`, i, strings.Repeat("x", i*100_000))
+		if _, err := io.WriteString(c.c, resp+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := agentOut.ReadString('\n'); err != nil || got != resp+"\n" {
+			t.Fatalf("agent got %.100q, %v; want %.100q", got, err, resp)
+		}
+	}
+	if !nonblocking(t, inR) || !nonblocking(t, outW) {
+		t.Errorf("while the relay runs, its pipes are not read and written through the poller")
+	}
+	inW.Close()
+	if _, err := c.br.ReadByte(); err != io.EOF {
+		t.Errorf("the daemon's connection was not closed for writing at the end of stdin: %v", err)
+	}
+	c.c.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("Relay: %v", err)
+	}
+	if nonblocking(t, inR) || nonblocking(t, outW) {
+		t.Errorf("the relay left its stdin or stdout non-blocking")
+	}
+	// Both are still open, and blocking: a write to stdout and a read of
+	// what it wrote work as before.
+	if _, err := io.WriteString(outW, "after\n"); err != nil {
+		t.Fatalf("stdout after the relay: %v", err)
+	}
+	if got, err := agentOut.ReadString('\n'); err != nil || got != "after\n" {
+		t.Fatalf("read %q, %v after the relay", got, err)
+	}
+}
+
+// TestPollableStdioLeavesOtherFilesAlone: a regular file, or a reader that
+// is not a file, is used as it is.
+func TestPollableStdioLeavesOtherFilesAlone(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var buf bytes.Buffer
+	in, out, restore := pollableStdio(f, &buf)
+	defer restore()
+	if in != io.Reader(f) || out != io.Writer(&buf) {
+		t.Fatalf("pollableStdio(file, buffer) = %T, %T; want them as they were", in, out)
+	}
+	if nonblocking(t, f) {
+		t.Errorf("a regular file was made non-blocking")
+	}
+}
