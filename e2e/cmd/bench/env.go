@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/foldproxy/foldproxy/e2e/cost"
@@ -180,8 +179,8 @@ func startStdio(name, command string, args ...string) (*mcpPeer, error) {
 			cmd := exec.CommandContext(ctx, command, args...)
 			cmd.Env = append(os.Environ(), env...)
 			cmd.Stderr = p.stderr
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+			ownGroup(cmd)
+			cmd.Cancel = func() error { return killGroup(cmd) }
 			cmd.WaitDelay = 5 * time.Second
 			p.cmd = cmd
 			return cmd, nil
@@ -236,7 +235,7 @@ func (p *mcpPeer) close() {
 	}
 	p.stop()
 	if p.cmd != nil && p.cmd.Process != nil {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		_ = killGroup(p.cmd)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -192,18 +191,18 @@ func runMemory(ctx context.Context, e *env, res *results) error {
 	stderr := &tailBuffer{max: 16 << 10}
 	cmd := exec.Command(e.proxy, "serve", "--config", cfg, "--listen", addr, "--state", state, "--log-level", "warn")
 	cmd.Stderr = stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	ownGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = terminate(cmd)
 		select {
 		case <-exited:
 		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = killGroup(cmd)
 			<-exited
 		}
 	}()

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -268,18 +267,18 @@ func startBackground(ctx context.Context, name, probe string, command string, ar
 	stderr := &tailBuffer{max: 16 << 10}
 	cmd := exec.Command(command, args...)
 	cmd.Stderr = stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	ownGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		return "", nil, fmt.Errorf("%s: %w", name, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = terminate(cmd)
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = killGroup(cmd)
 			<-exited
 		}
 	}

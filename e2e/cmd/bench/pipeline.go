@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/foldproxy/foldproxy/intercept"
@@ -276,7 +275,7 @@ func startScrubChild(ctx context.Context, e *env) (*scrubChild, error) {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, bin, "-scrub-worker", "-data", e.data)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	ownGroup(cmd)
 	ch := &scrubChild{cmd: cmd, err: &tailBuffer{max: 8 << 10}}
 	cmd.Stderr = ch.err
 	in, err := cmd.StdinPipe()
@@ -328,7 +327,7 @@ func (c *scrubChild) close() {
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		_ = killGroup(c.cmd)
 		<-done
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -231,18 +230,18 @@ func startTransparentProxy(ctx context.Context, bin, cfg, state, caFile string) 
 	cmd := exec.Command(bin, "serve", "--config", cfg, "--listen", addrs[0], "--proxy-listen", addrs[1], "--state", state, "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+caFile)
 	cmd.Stderr = stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	ownGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	fp := &transparentProxy{listenAddr: addrs[0], proxyAddr: addrs[1], pid: cmd.Process.Pid, stop: func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = terminate(cmd)
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = killGroup(cmd)
 			<-exited
 		}
 	}}

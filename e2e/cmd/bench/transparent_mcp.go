@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -43,7 +42,7 @@ func startRemoteMCP(ctx context.Context, e *env, certFile, keyFile string) (*rem
 	}
 	cmd := exec.Command(e.node, script, "streamableHttp")
 	cmd.Env = append(cmd.Environ(), fmt.Sprintf("PORT=%d", port))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	ownGroup(cmd)
 	stderr := &tailBuffer{max: 16 << 10}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
@@ -52,11 +51,11 @@ func startRemoteMCP(ctx context.Context, e *env, certFile, keyFile string) (*rem
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	kill := func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		_ = termGroup(cmd)
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = killGroup(cmd)
 			<-exited
 		}
 	}
