@@ -9,7 +9,7 @@
 #   make fuzz-ci the fronts' fuzz targets for $(FUZZCITIME) each (CI runs it)
 #   make drills  the operational drills: kill -9, crashing upstream, soak, frame fuzzing
 #   make drills-quick the same drills, shortened for CI (a minute or two)
-#   make lint    gofmt and go vet
+#   make lint    gofmt, go vet (every build tag), and a build for windows and darwin
 #   make clean   remove what the targets above made
 
 GO        ?= go
@@ -112,10 +112,18 @@ drills-quick:
 	FOLDPROXY_DRILL_FRAMES=400 FOLDPROXY_DRILL_SOAK_SESSIONS=40 FOLDPROXY_DRILL_SOAK_CALLS=5 \
 		$(GO) test -race -tags '$(TAGS) drills' -run Drill -timeout 8m -v ./e2e/
 
+# Besides the default tags: the test hooks the e2e suite builds the binary
+# with (foldproxy_e2e), the drills (drills), and the bench's stdlib-regexp
+# child (built without gore2regex). The product and the bench build for
+# windows and darwin too (test files are unix-only: not built there).
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt: these files need formatting:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet -tags $(TAGS) ./...
+	$(GO) vet -tags '$(TAGS) foldproxy_e2e drills' ./cmd/foldproxy/ ./e2e/...
+	$(GO) vet ./e2e/cmd/bench/
+	GOOS=windows $(GO) build -tags $(TAGS) ./...
+	GOOS=darwin $(GO) build -tags $(TAGS) ./...
 
 clean:
 	rm -rf bin
