@@ -567,35 +567,76 @@ func TestLongPieceJoins(t *testing.T) {
 }
 
 // FuzzLongPieceExact checks counts and encodings of long pieces against
-// the library: the input, mapped to an alphabet of letters of one case
-// (so that the text is one piece) or of punctuation, and repeated to more
-// than maxExactPiece bytes.
+// the library: the input, mapped to an alphabet whose runs are one piece
+// (letters of one case, ASCII or not, CJK, white space, punctuation,
+// symbols and emoji; mixed case for cl100k_base), and repeated to more
+// than maxExactPiece bytes. data[0] picks the alphabet and the encoding,
+// extra the length; multi-byte alphabets put rune boundaries everywhere
+// relative to the windows (longWindow, longMargin) a long piece is merged
+// in.
 func FuzzLongPieceExact(f *testing.F) {
 	f.Add([]byte("abc"), uint16(0))
 	f.Add([]byte("the quick brown fox"), uint16(3000))
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, uint16(777))
 	f.Add([]byte("zzzzzzzzzy"), uint16(65535))
-	c := newCounter(f, "o200k_base")
-	lib := newCounter(f, "o200k_base")
-	lib.lib = true
-	alphabets := []string{"abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "!#$%&()*+,-./:;<=>?@[]^_{|}~", "ae", "abcde"}
+	encodings := []string{"o200k_base", "cl100k_base"}
+	alphabets := [][]rune{
+		[]rune("abcdefghijklmnopqrstuvwxyz"),
+		[]rune("ABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+		[]rune("!#$%&()*+,-./:;<=>?@[]^_{|}~"),
+		[]rune("ae"),
+		[]rune("abcde"),
+		[]rune("éèàùçñößøåæœ"), // Latin lower case, 2 bytes each
+		[]rune("абвгдежзийклмнопрстуфхцчшщыэюя"), // Cyrillic lower case
+		[]rune("的一是不了人我在有他这中大来上国"),               // CJK (Lo): one piece in either case class
+		[]rune(" \t"),        // white space
+		[]rune("→✓★•…—“”"),   // symbols, 3 bytes each
+		[]rune("😀🎉🔥👍🚀"),      // emoji, 4 bytes each
+		[]rune("aBcDeFgHiJ"), // mixed case: one piece in cl100k_base only
+		[]rune("aé的😀"),       // 1 to 4 bytes
+	}
+	// Hard cases: runs of one rune, short periods, and a long aperiodic
+	// input, for each alphabet and encoding, at lengths just over
+	// maxExactPiece, around the window and at the most extra allows.
+	rng := rand.New(rand.NewPCG(13, 17))
+	combos := len(alphabets) * len(encodings)
+	for k := range combos {
+		random := make([]byte, 4096)
+		for i := range random {
+			random[i] = byte(rng.IntN(256))
+		}
+		random[0] = byte(k)
+		f.Add([]byte{byte(k)}, uint16(0))
+		f.Add([]byte{byte(k), byte(k + 1), byte(k + 1), byte(k + 2)}, uint16(longWindow-1))
+		f.Add([]byte{byte(k), 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 3}, uint16(longWindow+longMargin))
+		f.Add(random, uint16(8<<10-1))
+	}
+	counters := map[string][2]*Counter{}
+	for _, enc := range encodings {
+		lib := newCounter(f, enc)
+		lib.lib = true
+		counters[enc] = [2]*Counter{newCounter(f, enc), lib}
+	}
 	f.Fuzz(func(t *testing.T, data []byte, extra uint16) {
 		if len(data) == 0 || len(data) > 4096 {
 			t.Skip()
 		}
 		alpha := alphabets[int(data[0])%len(alphabets)]
+		enc := encodings[int(data[0])/len(alphabets)%len(encodings)]
+		c, lib := counters[enc][0], counters[enc][1]
 		n := maxExactPiece + 1 + int(extra)%(8<<10)
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = alpha[int(data[i%len(data)])%len(alpha)]
+		var b strings.Builder
+		b.Grow(n + utf8.UTFMax)
+		for i := 0; b.Len() < n; i++ {
+			b.WriteRune(alpha[int(data[i%len(data)])%len(alpha)])
 		}
-		s := string(b)
+		s := b.String()
 		if got, want := c.CountText(s), lib.CountText(s); got != want {
-			t.Fatalf("%d bytes of %q: %d tokens, the library counts %d", n, alpha, got, want)
+			t.Fatalf("%s, %d bytes of %q: %d tokens, the library counts %d", enc, len(s), string(alpha), got, want)
 		}
 		toks, err := c.encode(s)
 		if err != nil || strings.Join(toks, "") != s || len(toks) != lib.CountText(s) {
-			t.Fatalf("%d bytes of %q: encode gives %d tokens (err %v)", n, alpha, len(toks), err)
+			t.Fatalf("%s, %d bytes of %q: encode gives %d tokens (err %v)", enc, len(s), string(alpha), len(toks), err)
 		}
 	})
 }
