@@ -6,7 +6,7 @@
 #   make test    all tests, with the race detector (installs e2e/node_modules first)
 #   make bench   the benchmarks
 #   make fuzz    every fuzz target in the tree for $(FUZZTIME) each
-#   make fuzz-ci the fronts' fuzz targets for $(FUZZCITIME) each (CI runs it)
+#   make fuzz-ci the fronts' and the long-piece counter's fuzz targets for $(FUZZCITIME) each (CI runs it)
 #   make drills  the operational drills: kill -9, crashing upstream, soak, frame fuzzing
 #   make drills-quick the same drills, shortened for CI (a minute or two)
 #   make lint    gofmt, go vet (every build tag), and a build for windows and darwin
@@ -91,13 +91,16 @@ fuzz:
 	done; \
 	echo "fuzzed $$found targets"
 
-# The fronts parse everything the agent sends: CI fuzzes them briefly on
-# every run (make test runs only their seed corpus).
-FUZZCI_TARGETS := FuzzStdioFront FuzzHTTPFront FuzzModelFront
+# The fronts parse everything the agent sends, and the counter's long-piece
+# merge must equal the library's on any text: CI fuzzes them briefly on
+# every run (make test runs only their seed corpus). package:target pairs.
+FUZZCI_TARGETS := ./proxy/:FuzzStdioFront ./proxy/:FuzzHTTPFront ./proxy/:FuzzModelFront \
+	./intercept/:FuzzLongPieceExact
 fuzz-ci:
-	@set -e; for target in $(FUZZCI_TARGETS); do \
-		echo "== ./proxy $$target ($(FUZZCITIME))"; \
-		$(GO) test -tags $(TAGS) -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZCITIME) ./proxy/; \
+	@set -e; for pair in $(FUZZCI_TARGETS); do \
+		pkg=$${pair%%:*}; target=$${pair#*:}; \
+		echo "== $$pkg $$target ($(FUZZCITIME))"; \
+		$(GO) test -tags $(TAGS) -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZCITIME) $$pkg; \
 	done
 
 # Issue 5's drills against the real binary (e2e/drill*_test.go, build tag
