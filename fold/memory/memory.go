@@ -139,3 +139,12 @@ type Store interface {
 	Count(ctx context.Context, project string) (int, error)
 	Close() error
 }
+
+// BatchStore is an optional extension of Store: PutAll inserts or replaces
+// several memories in one durable write, all or nothing. The Service uses
+// it when its store has it, so that the memories injected into a branch
+// (MarkUsed) or moved by its outcome (Outcome) cost one commit, not one
+// each, on the branch_create and branch_return they belong to.
+type BatchStore interface {
+	PutAll(ctx context.Context, ms []*Memory) error
+}

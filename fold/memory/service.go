@@ -336,6 +336,7 @@ func (s *Service) Inject(ctx context.Context, text string, budget int) ([]Item, 
 func (s *Service) MarkUsed(ctx context.Context, ids []string, injected bool) error {
 	now := s.now()
 	var errs []error
+	var ms []*Memory
 	for _, id := range ids {
 		m, err := s.store.Get(ctx, id)
 		if err != nil {
@@ -346,14 +347,34 @@ func (s *Service) MarkUsed(ctx context.Context, ids []string, injected bool) err
 		if injected {
 			m.Injected++
 		}
-		if err := s.store.Put(ctx, m); err != nil {
-			errs = append(errs, err)
-		}
+		ms = append(ms, m)
 	}
+	errs = append(errs, s.putAll(ctx, ms)...)
 	if len(errs) > 0 {
 		return fmt.Errorf("memory: mark used: %w", errs[0])
 	}
 	return nil
+}
+
+// putAll stores ms: in one write when the store is a BatchStore, else one
+// by one. It returns the failures.
+func (s *Service) putAll(ctx context.Context, ms []*Memory) []error {
+	if len(ms) == 0 {
+		return nil
+	}
+	if bs, ok := s.store.(BatchStore); ok && len(ms) > 1 {
+		if err := bs.PutAll(ctx, ms); err != nil {
+			return []error{err}
+		}
+		return nil
+	}
+	var errs []error
+	for _, m := range ms {
+		if err := s.store.Put(ctx, m); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 // Search answers memory_search: the memories most relevant to query, of
@@ -395,6 +416,7 @@ func Adjust(c float64, success bool, reward, penalty float64) float64 {
 // returned (success) or was force-returned (failure). Memories deleted
 // since are skipped.
 func (s *Service) Outcome(ctx context.Context, ids []string, success bool) error {
+	var ms []*Memory
 	for _, id := range ids {
 		m, err := s.store.Get(ctx, id)
 		if err != nil {
@@ -406,9 +428,10 @@ func (s *Service) Outcome(ctx context.Context, ids []string, success bool) error
 		} else {
 			m.Failures++
 		}
-		if err := s.store.Put(ctx, m); err != nil {
-			return fmt.Errorf("memory: outcome of %s: %w", id, err)
-		}
+		ms = append(ms, m)
+	}
+	if errs := s.putAll(ctx, ms); len(errs) > 0 {
+		return fmt.Errorf("memory: outcome of %d memories: %w", len(ms), errs[0])
 	}
 	return nil
 }

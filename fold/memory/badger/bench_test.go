@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/foldproxy/foldproxy/fold/memory"
 	"github.com/foldproxy/foldproxy/fold/memory/storetest"
 )
 
@@ -22,5 +23,39 @@ func BenchmarkInject(b *testing.B) {
 			}
 			storetest.BenchInject(b, s, storetest.Corpus(b, trajs, "p", n), queries)
 		})
+	}
+}
+
+// BenchmarkPutFive: what a branch_create that injects five memories writes
+// for them (MarkUsed), one Put each against one PutAll, on a database in a
+// folder as the proxy's (go test -tags gore2regex -run '^$' -bench PutFive ./fold/memory/badger/).
+func BenchmarkPutFive(b *testing.B) {
+	for _, sync := range []bool{false, true} {
+		db := openDBSync(b, b.TempDir(), sync)
+		s, err := Open(b.Context(), db)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var ms []*memory.Memory
+		for i := range 5 {
+			ms = append(ms, storetest.Mem(fmt.Sprintf("m-%d", i), "p", fmt.Sprintf("lesson %d", i), "use the fixture in tests", 0.8))
+		}
+		b.Run(fmt.Sprintf("fsync=%v/put", sync), func(b *testing.B) {
+			for b.Loop() {
+				for _, m := range ms {
+					if err := s.Put(b.Context(), m); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("fsync=%v/putall", sync), func(b *testing.B) {
+			for b.Loop() {
+				if err := s.PutAll(b.Context(), ms); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		db.Close()
 	}
 }

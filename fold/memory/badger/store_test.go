@@ -12,7 +12,14 @@ import (
 
 func openDB(t testing.TB, dir string) *badgerdb.DB {
 	t.Helper()
-	o := badgerdb.DefaultOptions(dir).WithLogger(nil).WithMemTableSize(4 << 20).WithNumMemtables(1).WithBlockCacheSize(1 << 20).WithValueThreshold(64 << 10)
+	return openDBSync(t, dir, false)
+}
+
+// openDBSync is openDB with Badger's SyncWrites (fold.fsync) set to sync.
+func openDBSync(t testing.TB, dir string, sync bool) *badgerdb.DB {
+	t.Helper()
+	o := badgerdb.DefaultOptions(dir).WithLogger(nil).WithMemTableSize(4 << 20).WithNumMemtables(1).WithBlockCacheSize(1 << 20).WithValueThreshold(64 << 10).
+		WithSyncWrites(sync)
 	if dir == "" {
 		o = o.WithInMemory(true)
 	}

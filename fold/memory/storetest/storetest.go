@@ -66,6 +66,41 @@ func Run(t *testing.T, open func(t *testing.T) memory.Store) {
 			t.Fatalf("Search after Delete = %v, %v; want nothing", ids(hits), err)
 		}
 	})
+	t.Run("PutAll", func(t *testing.T) {
+		s := open(t)
+		defer s.Close()
+		bs, ok := s.(memory.BatchStore)
+		if !ok {
+			t.Skip("not a BatchStore")
+		}
+		ctx := t.Context()
+		a := Mem("a", "p", "Django migrations", "Run makemigrations before migrate", 0.8)
+		if err := s.Put(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		a2 := Mem("a", "p", "Django migrations", "Run makemigrations before migrate", 0.85)
+		a2.Successes = 1
+		b := Mem("b", "p", "Pytest fixtures", "Use tmp_path in pytest tests", 0.7)
+		if err := bs.PutAll(ctx, []*memory.Memory{a2, b}); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []*memory.Memory{a2, b} {
+			got, err := s.Get(ctx, want.ID)
+			if err != nil || got.Confidence != want.Confidence || got.Successes != want.Successes || got.Content != want.Content {
+				t.Fatalf("Get(%s) = %+v, %v; want %+v", want.ID, got, err, want)
+			}
+		}
+		if n, _ := s.Count(ctx, "p"); n != 2 {
+			t.Fatalf("Count = %d, want 2", n)
+		}
+		hits, err := s.Search(ctx, memory.Query{Sparse: memory.QueryVector("pytest tmp_path"), Project: "p", Limit: 5})
+		if err != nil || !slices.Equal(ids(hits), []string{"b"}) {
+			t.Fatalf("Search = %v, %v; want [b]", ids(hits), err)
+		}
+		if err := bs.PutAll(ctx, []*memory.Memory{b, {}}); !errors.Is(err, memory.ErrInvalid) {
+			t.Fatalf("PutAll with a memory without id: %v, want ErrInvalid", err)
+		}
+	})
 	t.Run("Ranking", func(t *testing.T) {
 		s := open(t)
 		defer s.Close()
