@@ -129,8 +129,9 @@ func pollableStdio(stdin io.Reader, stdout io.Writer) (io.Reader, io.Writer, fun
 // pollableFile returns a duplicate of f's descriptor, non-blocking and
 // registered with the poller, when it is a pipe or a socket; nil otherwise.
 // Non-blocking mode belongs to the open file that both descriptors share:
-// restore makes it blocking again and closes the duplicate (ending a read
-// still waiting on it); f and its descriptor are left as they were.
+// restore closes the duplicate (ending a read still waiting on it) and
+// makes the open file blocking again; f and its descriptor are left as
+// they were.
 func pollableFile(f *os.File) (*rawIO, func()) {
 	sc, err := f.SyscallConn()
 	if err != nil {
@@ -164,7 +165,10 @@ func pollableFile(f *os.File) (*rawIO, func()) {
 		return nil, nil
 	}
 	return &rawIO{rc: rc}, func() {
-		_ = rc.Control(func(d uintptr) { _ = syscall.SetNonblock(int(d), false) })
+		// Closed first: a read or write on the duplicate then ends (it
+		// never blocks, the open file being non-blocking until below),
+		// and Close returns once none is left.
 		pf.Close()
+		_ = sc.Control(func(d uintptr) { _ = syscall.SetNonblock(int(d), false) })
 	}
 }

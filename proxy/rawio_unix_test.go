@@ -234,3 +234,51 @@ func TestPollableStdioLeavesOtherFilesAlone(t *testing.T) {
 		t.Errorf("a regular file was made non-blocking")
 	}
 }
+
+// TestRelayStoppedWhileReadingStdin: a relay stopped (its context ends)
+// while it waits for the agent leaves no read of stdin behind, and the
+// pipe blocking: what is written to it next is read here, whole.
+func TestRelayStoppedWhileReadingStdin(t *testing.T) {
+	d := newFakeDaemon(t)
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inR.Close(); inW.Close(); outR.Close(); outW.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Relay(ctx, inR, outW, RelayOptions{Dial: d.dial, Config: "cfg"})
+	}()
+	c := <-d.conns
+	req := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+	if _, err := io.WriteString(inW, req+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.line(t); got != req {
+		t.Fatalf("daemon got %q, want %q", got, req)
+	}
+	cancel()
+	// As a daemon does: the session ends when the relay closes for writing.
+	if _, err := c.br.ReadByte(); err != io.EOF {
+		t.Errorf("the stopped relay did not close its connection for writing: %v", err)
+	}
+	c.c.Close()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Relay: %v; want context.Canceled", err)
+	}
+	if nonblocking(t, inR) || nonblocking(t, outW) {
+		t.Errorf("the relay left its stdin or stdout non-blocking")
+	}
+	if _, err := io.WriteString(inW, "after\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := bufio.NewReader(inR).ReadString('\n'); err != nil || got != "after\n" {
+		t.Fatalf("stdin after the relay: %q, %v", got, err)
+	}
+}
