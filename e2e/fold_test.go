@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bufio"
-	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/internal/trajectory"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -266,51 +265,20 @@ func replayEntry(t testing.TB) map[string]any {
 // the real agent tool output described in its README).
 func trajectoriesPath(t testing.TB) string {
 	t.Helper()
-	p := filepath.Join(repoDir, "e2e", "testdata", "trajectories", "swe-dev.jsonl.gz")
+	p := filepath.Join(repoDir, filepath.FromSlash(trajectory.File))
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("the trajectories: %v", err)
 	}
 	return p
 }
 
-// replayTrajectory is one recorded run, as the replay server reads it.
-type replayTrajectory struct {
-	ID    string `json:"id"`
-	Task  string `json:"task"`
-	Steps []struct {
-		Command string `json:"command"`
-		Output  string `json:"output"`
-	} `json:"steps"`
-}
-
-func loadTrajectories(t testing.TB) []replayTrajectory {
+func loadTrajectories(t testing.TB) []trajectory.Trajectory {
 	t.Helper()
-	f, err := os.Open(trajectoriesPath(t))
+	trajs, err := trajectory.Load(trajectoriesPath(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
-	var out []replayTrajectory
-	for sc.Scan() {
-		if strings.TrimSpace(sc.Text()) == "" {
-			continue
-		}
-		var tr replayTrajectory
-		if err := json.Unmarshal(sc.Bytes(), &tr); err != nil {
-			t.Fatalf("trajectories: %v", err)
-		}
-		out = append(out, tr)
-	}
-	if err := sc.Err(); err != nil || len(out) == 0 {
-		t.Fatalf("trajectories: %d read, %v", len(out), err)
-	}
-	return out
+	return trajs
 }
 
 // isNotice reports whether a text block is one of foldproxy's notices.

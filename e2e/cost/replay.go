@@ -1,12 +1,9 @@
 package cost
 
 import (
-	"bufio"
-	"compress/gzip"
-	"encoding/json"
-	"fmt"
-	"os"
 	"strings"
+
+	"github.com/foldproxy/foldproxy/internal/trajectory"
 )
 
 // Step is one step of a recorded agent trajectory: the shell command the
@@ -166,38 +163,19 @@ func ReplayShare(c Counter, trajectories [][]Step, f Fold) Share {
 	return s
 }
 
-// LoadTrajectories reads the steps of every trajectory of a gzipped JSONL
-// file (e2e/testdata/trajectories/swe-dev.jsonl.gz).
+// LoadTrajectories reads the steps of every trajectory of a trajectory
+// file (trajectory.File).
 func LoadTrajectories(path string) ([][]Step, error) {
-	f, err := os.Open(path)
+	trajs, err := trajectory.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(nil, 256<<20)
-	var out [][]Step
-	for sc.Scan() {
-		if len(strings.TrimSpace(sc.Text())) == 0 {
-			continue
+	out := make([][]Step, len(trajs))
+	for i, tr := range trajs {
+		out[i] = make([]Step, len(tr.Steps))
+		for j, st := range tr.Steps {
+			out[i][j] = Step{Command: st.Command, Output: st.Output}
 		}
-		var rec struct {
-			Steps []Step `json:"steps"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		out = append(out, rec.Steps)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no trajectories", path)
 	}
 	return out, nil
 }

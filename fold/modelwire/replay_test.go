@@ -1,8 +1,6 @@
 package modelwire_test
 
 import (
-	"bufio"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +13,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/fold/modelwire"
 	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/internal/trajectory"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -28,43 +27,13 @@ import (
 // played by an agent that never branches show how often guidance fires
 // where it is needed.
 
-const replayPath = "../../e2e/testdata/trajectories/swe-dev.jsonl.gz"
-
-type trajectory struct {
-	ID    string `json:"id"`
-	Task  string `json:"task"`
-	Steps []struct {
-		Command    string `json:"command"`
-		ReturnCode int    `json:"returncode"`
-		Output     string `json:"output"`
-	} `json:"steps"`
-}
-
-func loadTrajectories(t testing.TB) []trajectory {
+func loadTrajectories(t testing.TB) []trajectory.Trajectory {
 	t.Helper()
-	f, err := os.Open(replayPath)
+	trajs, err := trajectory.LoadRepo()
 	if err != nil {
 		t.Fatalf("trajectory data: %v", err)
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []trajectory
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
-	for sc.Scan() {
-		var tr trajectory
-		if err := json.Unmarshal(sc.Bytes(), &tr); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, tr)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return trajs
 }
 
 // memoCounter memoizes a counter: the context manager counts a request

@@ -18,26 +18,23 @@
 package main
 
 import (
-	"bufio"
-	"compress/gzip"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/foldproxy/foldproxy/internal/trajectory"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
 
 // defaultData is the data file, relative to the repository root.
-const defaultData = "e2e/testdata/trajectories/swe-dev.jsonl.gz"
+const defaultData = trajectory.File
 
 // maxEmit bounds emit's size argument.
 const maxEmit = 64 << 20
@@ -51,7 +48,7 @@ func main() {
 		log.Error("replay: locating the data file", "err", err)
 		os.Exit(1)
 	}
-	trajs, err := loadFile(path)
+	trajs, err := trajectory.Load(path)
 	if err != nil {
 		log.Error("replay: loading trajectories", "err", err)
 		os.Exit(1)
@@ -61,20 +58,6 @@ func main() {
 		log.Error("replay: serving stdio", "err", err)
 		os.Exit(1)
 	}
-}
-
-// Step is one recorded shell step.
-type Step struct {
-	Command    string `json:"command"`
-	ReturnCode int    `json:"returncode"`
-	Output     string `json:"output"`
-}
-
-// Trajectory is one recorded agent run.
-type Trajectory struct {
-	ID    string `json:"id"`
-	Task  string `json:"task"`
-	Steps []Step `json:"steps"`
 }
 
 // resolveData makes a relative data path absolute against the repository
@@ -99,64 +82,13 @@ func resolveData(p string) (string, error) {
 	return "", fmt.Errorf("data path %q is relative and no go.mod was found above %s: pass -data with an absolute path", p, wd)
 }
 
-func loadFile(path string) ([]Trajectory, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("opening trajectories: %w", err)
-	}
-	defer f.Close()
-	trajs, err := load(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return trajs, nil
-}
-
-// load reads gzip-compressed JSONL trajectories.
-func load(r io.Reader) ([]Trajectory, error) {
-	zr, err := gzip.NewReader(r)
-	if err != nil {
-		return nil, fmt.Errorf("not gzip data: %w", err)
-	}
-	defer zr.Close()
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
-	var out []Trajectory
-	seen := map[string]bool{}
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" {
-			continue
-		}
-		var t Trajectory
-		if err := json.Unmarshal([]byte(text), &t); err != nil {
-			return nil, fmt.Errorf("line %d: %w", line, err)
-		}
-		if t.ID == "" {
-			return nil, fmt.Errorf("line %d: trajectory without an id", line)
-		}
-		if seen[t.ID] {
-			return nil, fmt.Errorf("line %d: duplicate trajectory id %q", line, t.ID)
-		}
-		seen[t.ID] = true
-		out = append(out, t)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading: %w", err)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no trajectories")
-	}
-	return out, nil
-}
-
 type replay struct {
-	byID map[string]Trajectory
+	byID map[string]trajectory.Trajectory
 	ids  []string
 }
 
-func newServer(trajs []Trajectory) *server.MCPServer {
-	r := &replay{byID: make(map[string]Trajectory, len(trajs))}
+func newServer(trajs []trajectory.Trajectory) *server.MCPServer {
+	r := &replay{byID: make(map[string]trajectory.Trajectory, len(trajs))}
 	for _, t := range trajs {
 		r.byID[t.ID] = t
 		r.ids = append(r.ids, t.ID)

@@ -1,64 +1,26 @@
 package storetest
 
 import (
-	"bufio"
-	"compress/gzip"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/foldproxy/foldproxy/fold/memory"
+	"github.com/foldproxy/foldproxy/internal/trajectory"
 )
 
-// trajectories locates e2e/testdata/trajectories/swe-dev.jsonl.gz from
-// this file's own folder, so that every backend's tests find it.
-func trajectories(t testing.TB) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("storetest: cannot locate the source folder")
-	}
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "e2e", "testdata", "trajectories", "swe-dev.jsonl.gz")
-}
-
 // Trajectory is one recorded task of the trajectory data.
-type Trajectory struct {
-	ID    string `json:"id"`
-	Task  string `json:"task"`
-	Steps []struct {
-		Command string `json:"command"`
-		Output  string `json:"output"`
-	} `json:"steps"`
-}
+type Trajectory = trajectory.Trajectory
 
-// Trajectories reads the trajectory data.
+// Trajectories reads the repository's trajectory data.
 func Trajectories(t testing.TB) []Trajectory {
 	t.Helper()
-	f, err := os.Open(trajectories(t))
+	trajs, err := trajectory.LoadRepo()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 0, 1<<20), 256<<20)
-	var out []Trajectory
-	for sc.Scan() {
-		var tr Trajectory
-		if err := json.Unmarshal(sc.Bytes(), &tr); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, tr)
-	}
-	return out
+	return trajs
 }
 
 // Corpus returns n memories of project made from real tool output: windows
