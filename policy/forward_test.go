@@ -1,9 +1,7 @@
 package policy
 
 import (
-	"errors"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -30,7 +28,7 @@ func TestProxyDefaultsAndValues(t *testing.T) {
 }
 
 func TestProxyErrorsNameTheField(t *testing.T) {
-	tests := []struct{ in, field, why string }{
+	tests := []parseErrorCase{
 		{`{"proxy":{"interceptHosts":["https://api.anthropic.com"]}}`, "proxy.interceptHosts[0]", "not a URL"},
 		{`{"proxy":{"interceptHosts":["ok.com"," a"]}}`, "proxy.interceptHosts[1]", "spaces"},
 		{`{"proxy":{"interceptHosts":["a b"]}}`, "proxy.interceptHosts[0]", "not a valid host"},
@@ -49,19 +47,7 @@ func TestProxyErrorsNameTheField(t *testing.T) {
 		{`{"proxy":{"mcp":[{"url":"https://a.com/mcp"},{"url":"https://a.com/sse"}]}}`, "proxy.mcp[1].name", "already the name of proxy.mcp[0]"},
 		{`{"proxy":{"mcp":[{"url":"https://a.com/mcp","name":"a b"}]}}`, "proxy.mcp[0].name", "without spaces"},
 	}
-	for _, tt := range tests {
-		_, err := Parse([]byte(tt.in))
-		if err == nil {
-			t.Errorf("Parse(%s): no error, want one naming %s", tt.in, tt.field)
-			continue
-		}
-		if !errors.Is(err, ErrInvalid) {
-			t.Errorf("Parse(%s): %v does not wrap ErrInvalid", tt.in, err)
-		}
-		if !strings.Contains(err.Error(), tt.field) || !strings.Contains(err.Error(), tt.why) {
-			t.Errorf("Parse(%s) = %q, want it to name %s and say %q", tt.in, err, tt.field, tt.why)
-		}
-	}
+	checkParseErrors(t, tests)
 }
 
 func TestParseHostPattern(t *testing.T) {

@@ -1,8 +1,6 @@
 package policy
 
 import (
-	"errors"
-	"strings"
 	"testing"
 )
 
@@ -32,7 +30,7 @@ func TestModelValues(t *testing.T) {
 }
 
 func TestModelErrorsNameTheField(t *testing.T) {
-	tests := []struct{ in, field, why string }{
+	tests := []parseErrorCase{
 		{`{"model":{"anthropicURL":"api.anthropic.com"}}`, "model.anthropicURL", "http"},
 		{`{"model":{"anthropicURL":"ftp://x"}}`, "model.anthropicURL", "http"},
 		{`{"model":{"openaiURL":"https://"}}`, "model.openaiURL", "no host"},
@@ -42,17 +40,5 @@ func TestModelErrorsNameTheField(t *testing.T) {
 		{`{"model":{"maxRequestBytes":10}}`, "model.maxRequestBytes", "minimum"},
 		{`{"model":{"anthropicBase":"https://x"}}`, `unknown field "anthropicBase"`, ""},
 	}
-	for _, tt := range tests {
-		_, err := Parse([]byte(tt.in))
-		if err == nil {
-			t.Errorf("Parse(%s): no error, want one naming %s", tt.in, tt.field)
-			continue
-		}
-		if !errors.Is(err, ErrInvalid) {
-			t.Errorf("Parse(%s): %v does not wrap ErrInvalid", tt.in, err)
-		}
-		if !strings.Contains(err.Error(), tt.field) || !strings.Contains(err.Error(), tt.why) {
-			t.Errorf("Parse(%s) = %q, want it to name %s and say %q", tt.in, err, tt.field, tt.why)
-		}
-	}
+	checkParseErrors(t, tests)
 }

@@ -39,34 +39,43 @@ func TestParseValues(t *testing.T) {
 }
 
 func TestParseErrorsNameTheField(t *testing.T) {
-	tests := []struct{ in, field string }{
-		{`{"fold":{"defaultBudget":-1}}`, "fold.defaultBudget"},
-		{`{"fold":{"defaultBudget":50000}}`, "fold.defaultBudget"},
-		{`{"fold":{"defaultTimeout":"20m"}}`, "fold.defaultTimeout"},
-		{`{"fold":{"defaultTimeout":"soon"}}`, "soon"},
-		{`{"fold":{"thresholds":[0.9,0.8,0.95]}}`, "fold.thresholds[1]"},
-		{`{"fold":{"thresholds":[0.5]}}`, "fold.thresholds"},
-		{`{"fold":{"guaranteedPerSession":-1}}`, "fold.guaranteedPerSession"},
-		{`{"fold":{"guaranteedPerSession":101}}`, "fold.guaranteedPerSession"},
-		{`{"tokens":{"encoding":"p50k"}}`, "tokens.encoding"},
-		{`{"audit":{"fsync":"sometimes"}}`, "audit.fsync"},
-		{`{"scrub":{"chunkBytes":100,"overlapBytes":200}}`, "scrub.overlapBytes"},
-		{`{"separator":"a b"}`, "separator"},
-		{`{"budget":1}`, `unknown field "budget"`},
-		{`{"fold":{"maxDepth":"3"}}`, "maxDepth"},
-		{`{"upstreams":{"fs":{"denyTools":["[x"]}}}`, "upstreams.fs"},
-		{`[1]`, "foldproxy"},
-		{`{"upstreams":{"fs":{"prefix":"a b"}}}`, "upstreams.fs.prefix"},
-		{`{"upstreams":{"fs":{"callTimeout":"-1s"}}}`, "upstreams.fs.callTimeout"},
-		{`{"memory":{"backend":"sqlite"}}`, "memory.backend"},
-		{`{"memory":{"maxItems":-1}}`, "memory.maxItems"},
-		{`{"memory":{"minConfidence":1.5}}`, "memory.minConfidence"},
-		{`{"memory":{"injectionRatio":-0.2}}`, "memory.injectionRatio"},
-		{`{"memory":{"penalty":2}}`, "memory.penalty"},
-		{`{"memory":{"maxUnused":"-1h"}}`, "memory.maxUnused"},
-		{`{"memory":{"qdrant":{"collection":"a/b"}}}`, "memory.qdrant.collection"},
-		{`{"memory":{"embeddings":{"url":"localhost:8080"}}}`, "memory.embeddings.url"},
+	tests := []parseErrorCase{
+		{`{"fold":{"defaultBudget":-1}}`, "fold.defaultBudget", ""},
+		{`{"fold":{"defaultBudget":50000}}`, "fold.defaultBudget", ""},
+		{`{"fold":{"defaultTimeout":"20m"}}`, "fold.defaultTimeout", ""},
+		{`{"fold":{"defaultTimeout":"soon"}}`, "soon", ""},
+		{`{"fold":{"thresholds":[0.9,0.8,0.95]}}`, "fold.thresholds[1]", ""},
+		{`{"fold":{"thresholds":[0.5]}}`, "fold.thresholds", ""},
+		{`{"fold":{"guaranteedPerSession":-1}}`, "fold.guaranteedPerSession", ""},
+		{`{"fold":{"guaranteedPerSession":101}}`, "fold.guaranteedPerSession", ""},
+		{`{"tokens":{"encoding":"p50k"}}`, "tokens.encoding", ""},
+		{`{"audit":{"fsync":"sometimes"}}`, "audit.fsync", ""},
+		{`{"scrub":{"chunkBytes":100,"overlapBytes":200}}`, "scrub.overlapBytes", ""},
+		{`{"separator":"a b"}`, "separator", ""},
+		{`{"budget":1}`, `unknown field "budget"`, ""},
+		{`{"fold":{"maxDepth":"3"}}`, "maxDepth", ""},
+		{`{"upstreams":{"fs":{"denyTools":["[x"]}}}`, "upstreams.fs", ""},
+		{`[1]`, "foldproxy", ""},
+		{`{"upstreams":{"fs":{"prefix":"a b"}}}`, "upstreams.fs.prefix", ""},
+		{`{"upstreams":{"fs":{"callTimeout":"-1s"}}}`, "upstreams.fs.callTimeout", ""},
+		{`{"memory":{"backend":"sqlite"}}`, "memory.backend", ""},
+		{`{"memory":{"maxItems":-1}}`, "memory.maxItems", ""},
+		{`{"memory":{"minConfidence":1.5}}`, "memory.minConfidence", ""},
+		{`{"memory":{"injectionRatio":-0.2}}`, "memory.injectionRatio", ""},
+		{`{"memory":{"penalty":2}}`, "memory.penalty", ""},
+		{`{"memory":{"maxUnused":"-1h"}}`, "memory.maxUnused", ""},
+		{`{"memory":{"qdrant":{"collection":"a/b"}}}`, "memory.qdrant.collection", ""},
+		{`{"memory":{"embeddings":{"url":"localhost:8080"}}}`, "memory.embeddings.url", ""},
 	}
+	checkParseErrors(t, tests)
+}
+
+// parseErrorCase is a configuration Parse refuses: its error wraps
+// ErrInvalid, names field and says why (when not empty).
+type parseErrorCase struct{ in, field, why string }
+
+func checkParseErrors(t *testing.T, tests []parseErrorCase) {
+	t.Helper()
 	for _, tt := range tests {
 		_, err := Parse([]byte(tt.in))
 		if err == nil {
@@ -76,8 +85,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		if !errors.Is(err, ErrInvalid) {
 			t.Errorf("Parse(%s): %v does not wrap ErrInvalid", tt.in, err)
 		}
-		if !strings.Contains(err.Error(), tt.field) {
-			t.Errorf("Parse(%s) = %q, want it to name %s", tt.in, err, tt.field)
+		if !strings.Contains(err.Error(), tt.field) || !strings.Contains(err.Error(), tt.why) {
+			t.Errorf("Parse(%s) = %q, want it to name %s and say %q", tt.in, err, tt.field, tt.why)
 		}
 	}
 }
