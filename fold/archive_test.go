@@ -22,7 +22,7 @@ func bigResult(n int, tag string) string {
 	return b.String()
 }
 
-// Results and remainders over 4 KiB live in the archive files, not in
+// Results and remainders over archiveInlineMax live in the archive files, not in
 // Badger, and read back byte for byte: through the store that wrote them,
 // after a reopen, and through a read-only store (foldproxy report).
 func TestBadgerArchiveFiles(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
@@ -37,11 +38,11 @@ import (
 //
 //	b/<id>                      branch record (JSON)
 //	s/<session>/<id>            index of a session's branches (empty value)
-//	c/<branch>/<seq, 20 digits> archived call (JSON; a result over 4 KiB
+//	c/<branch>/<seq, 20 digits> archived call (JSON; a result over 256 B
 //	                            is in the archive files, and the record
 //	                            holds its reference under "ref")
 //	x/<handle>                  remainder of a cut result (raw bytes)
-//	xr/<handle>                 reference to a remainder over 4 KiB in the
+//	xr/<handle>                 reference to a remainder over 256 B in the
 //	                            archive files (JSON)
 //	sess/<id>                   session record (JSON)
 //	t/<unix ns, 20 digits>/<key> archive index by time; the value is the
@@ -63,6 +64,10 @@ type BadgerStore struct {
 
 	mu  sync.Mutex
 	seq map[string]int // last sequence number by branch, loaded lazily
+	// indexed holds the session index keys (s/...) this process has
+	// written: a branch's later versions need not write its key again
+	// (a charge rewrites the branch record on every call).
+	indexed map[string]bool
 
 	wal *walLog // nil when read-only
 
@@ -82,7 +87,7 @@ var (
 // warnings and errors go to logger; nil discards them.
 //
 // The options keep Badger's memory small because the store holds small
-// records (branches, sessions, archive references and results up to 4 KiB;
+// records (branches, sessions, archive references and results up to 256 B;
 // larger results live in the archive files) that are read rarely: two
 // 4 MiB memtables (each an arena of about 5 MiB on the heap, and a write
 // transaction of up to about 600 KiB), values over 8 KiB in the value log
@@ -232,7 +237,7 @@ func openBadgerOpts(dir string, logger *slog.Logger, readOnly bool, o BadgerOpti
 		}
 		return nil, fmt.Errorf("fold: open store %s: %w (is another foldproxy using this state directory?)", dir, err)
 	}
-	s := &BadgerStore{db: db, arch: openArchiveFiles(dir, fsync), readOnly: readOnly, dir: dir, free: free, seq: make(map[string]int), flushes: flushes}
+	s := &BadgerStore{db: db, arch: openArchiveFiles(dir, fsync), readOnly: readOnly, dir: dir, free: free, seq: make(map[string]int), indexed: make(map[string]bool), flushes: flushes}
 	s.dirInfo, _ = os.Stat(dir)
 	if !readOnly {
 		if err := s.openWAL(fsync, o.HoldCommits, logger); err != nil {
@@ -362,7 +367,36 @@ func (s *BadgerStore) PutBranch(ctx context.Context, b *Branch) error {
 	if err != nil {
 		return fmt.Errorf("fold: encode branch %s: %w", b.ID, err)
 	}
-	return s.write(ctx, "put branch "+b.ID, set(branchKey(b.ID), data), set(sessionIndexKey(b.Session, b.ID), nil))
+	ops := s.indexBranch([]walOp{set(branchKey(b.ID), data)}, b)
+	if err := s.write(ctx, "put branch "+b.ID, ops...); err != nil {
+		return err
+	}
+	s.markIndexed(ops)
+	return nil
+}
+
+// indexBranch appends to ops the set of b's session index key, unless
+// this process has written it already.
+func (s *BadgerStore) indexBranch(ops []walOp, b *Branch) []walOp {
+	k := sessionIndexKey(b.Session, b.ID)
+	s.mu.Lock()
+	done := s.indexed[string(k)]
+	s.mu.Unlock()
+	if done {
+		return ops
+	}
+	return append(ops, set(k, nil))
+}
+
+// markIndexed records the session index keys that ops, now written, set.
+func (s *BadgerStore) markIndexed(ops []walOp) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, op := range ops {
+		if !op.del && len(op.k) > 2 && op.k[0] == 's' && op.k[1] == '/' {
+			s.indexed[string(op.k)] = true
+		}
+	}
 }
 
 // GetBranch returns the branch id, or an error wrapping ErrBranchNotFound.
@@ -622,7 +656,9 @@ func callWhat(branch string, seq int) string {
 func (s *BadgerStore) encodeCall(ctx context.Context, branch string, c *CallRecord, refs *archiveRefs) ([]byte, []byte, error) {
 	sc := storedCall{CallRecord: *c}
 	if len(c.Result) > archiveInlineMax {
-		ref, err := s.toArchive(ctx, callWhat(branch, c.Seq), []byte(c.Result), refs)
+		// A view of the string's bytes, not a copy: the archive only
+		// reads them (checksum, write(2)).
+		ref, err := s.toArchive(ctx, callWhat(branch, c.Seq), unsafe.Slice(unsafe.StringData(c.Result), len(c.Result)), refs)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -717,11 +753,12 @@ func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
 		if err != nil {
 			return fmt.Errorf("fold: encode branch %s: %w", br.ID, err)
 		}
-		sets = append(sets, set(branchKey(br.ID), data), set(sessionIndexKey(br.Session, br.ID), nil))
+		sets = s.indexBranch(append(sets, set(branchKey(br.ID), data)), br)
 	}
 	if err := s.write(ctx, "write batch", sets...); err != nil {
 		return err
 	}
+	s.markIndexed(sets)
 	for i, c := range b.Calls {
 		c.Rec.Seq = seqs[i]
 	}
@@ -964,6 +1001,7 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 	s.mu.Lock()
 	for _, b := range oldBranches {
 		delete(s.seq, b.ID)
+		delete(s.indexed, string(sessionIndexKey(b.Session, b.ID)))
 		ops = append(ops, del(branchKey(b.ID)), del(sessionIndexKey(b.Session, b.ID)))
 	}
 	s.mu.Unlock()

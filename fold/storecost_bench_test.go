@@ -1,0 +1,130 @@
+package fold
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The store's cost per call (issue 13): the Manager's Charge of the
+// trajectories' results to the root branch, on Badger (as serve opens it,
+// fold.fsync false) and on the in-memory store. Besides ns/op it reports
+// cpu-ns/op, the process's CPU time (user and system, every goroutine:
+// the write-ahead log's committer and Badger's flushes and compactions
+// included) per op, which a loaded machine disturbs less than wall time.
+
+// storeCostTrajectories is the trajectory file, relative to this package's
+// folder (the repository holds it under e2e/testdata).
+const storeCostTrajectories = "../e2e/testdata/trajectories/swe-dev.jsonl.gz"
+
+func storeCostResults(tb testing.TB) [][]byte {
+	tb.Helper()
+	f, err := os.Open(storeCostTrajectories)
+	if err != nil {
+		tb.Fatalf("trajectory data (held under e2e/testdata): %v", err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sc := bufio.NewScanner(zr)
+	sc.Buffer(nil, 64<<20)
+	var res [][]byte
+	for sc.Scan() {
+		var rec struct {
+			Steps []struct {
+				Output string `json:"output"`
+			} `json:"steps"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			tb.Fatal(err)
+		}
+		for _, s := range rec.Steps {
+			b, _ := json.Marshal(map[string]any{"content": []map[string]string{{"type": "text", "text": s.Output}}})
+			res = append(res, b)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return res
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func storeCostStores() []struct {
+	name  string
+	store func(b *testing.B) Store
+} {
+	return []struct {
+		name  string
+		store func(b *testing.B) Store
+	}{
+		{"badger", func(b *testing.B) Store { return openBadgerNoFsyncT(b, b.TempDir()) }},
+		{"mem", func(*testing.B) Store { return NewMemStore() }},
+	}
+}
+
+// BenchmarkStoreChargeMix charges every result of the trajectories (about
+// 2,000 calls, 2 MB) per op.
+func BenchmarkStoreChargeMix(b *testing.B) {
+	res := storeCostResults(b)
+	var total int64
+	for _, r := range res {
+		total += int64(len(r))
+	}
+	for _, tt := range storeCostStores() {
+		b.Run(tt.name, func(b *testing.B) {
+			s := tt.store(b)
+			defer s.Close()
+			e := newEnvStore(b, s, nil)
+			root := RootID("s1")
+			b.SetBytes(total)
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				for _, r := range res {
+					if _, err := e.m.Charge(b.Context(), "s1", root, func(Budget) (Charge, error) {
+						return Charge{Upstream: "replay", Method: "tools/call", Name: "run", Result: r, Tokens: 0}, nil
+					}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// BenchmarkStoreChargeTiny charges a 10-byte result per op.
+func BenchmarkStoreChargeTiny(b *testing.B) {
+	for _, tt := range storeCostStores() {
+		b.Run(tt.name, func(b *testing.B) {
+			s := tt.store(b)
+			defer s.Close()
+			e := newEnvStore(b, s, nil)
+			root := RootID("s1")
+			result := []byte(`"10 bytes!"`)
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				if _, err := e.m.Charge(b.Context(), "s1", root, func(Budget) (Charge, error) {
+					return Charge{Upstream: "replay", Method: "tools/call", Name: "run", Result: result, Tokens: 0}, nil
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
