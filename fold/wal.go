@@ -20,15 +20,25 @@ import (
 // returns: its key/value changes are appended as one framed, checksummed
 // record to a file under <store>/wal/ with a single write(2) (and fsynced
 // with fold.fsync), and a background committer applies the pending records
-// to Badger in groups, one transaction for all that is pending, then
-// empties the log. The write returns once its record is in the operating
-// system, so kill -9 loses nothing the agent heard of: the next open
-// replays the records left in the log into Badger, in order, before
-// anything else (replaying a record twice is harmless: each sets or
-// deletes whole keys, and the log's order is the order they were written
-// in). A record torn by a crash in the middle of its write (it was never
-// acknowledged) fails its length or checksum and is dropped with a log
-// line.
+// to Badger in groups, one transaction for all that is pending. The write
+// returns once its record is in the operating system, so kill -9 loses
+// nothing the agent heard of: the next open replays the records of the log
+// that are not in Badger yet, in order, before anything else. A record
+// torn by a crash in the middle of its write (it was never acknowledged)
+// fails its length or checksum and is dropped with a log line.
+//
+// The log is not emptied after each commit (a truncate per call cost more
+// than the rest of the commit): it keeps growing, and each commit
+// transaction records in Badger, under walAppliedKey, the position (file,
+// end offset) of the last record it holds completely, so the next open
+// skips what is in Badger already. Past walRotateSize appends go on in a
+// new file, and the files whose records are all in Badger are removed.
+// File numbers only grow (a new file is numbered after both the files
+// present and the one the position names), so a position never claims a
+// record of a later file. A clean close commits everything, deletes the
+// position, and removes the files. Applying a record twice would be
+// harmless anyway (each sets or deletes whole keys, in the order they were
+// written), which a record split across two transactions relies on.
 //
 // Reads see the writes made before them: every read first commits what is
 // pending (barrier). A background commit that fails is logged, kept in the
@@ -57,6 +67,49 @@ const (
 	walOpOverhead = 64
 )
 
+// walAppliedKey holds the position of the last record in Badger: the
+// file's number (4 bytes) and the record's end offset in it (8 bytes), big
+// endian.
+var walAppliedKey = []byte("wal!applied")
+
+// walPos is a position in the log: a file and an offset in it.
+type walPos struct {
+	file uint32
+	off  int64
+}
+
+func (p walPos) less(q walPos) bool {
+	return p.file < q.file || p.file == q.file && p.off < q.off
+}
+
+func (p walPos) encode() []byte {
+	b := binary.BigEndian.AppendUint32(make([]byte, 0, 12), p.file)
+	return binary.BigEndian.AppendUint64(b, uint64(p.off))
+}
+
+// readApplied returns the position of the last record in Badger, zero when
+// none is recorded.
+func (s *BadgerStore) readApplied() (walPos, error) {
+	var p walPos
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(walAppliedKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			if len(v) != 12 {
+				return fmt.Errorf("the write-ahead log position %x is malformed", v)
+			}
+			p = walPos{file: binary.BigEndian.Uint32(v[:4]), off: int64(binary.BigEndian.Uint64(v[4:]))}
+			return nil
+		})
+	})
+	return p, err
+}
+
 // walOp is one change: a set of k to v, or a delete of k.
 type walOp struct {
 	del  bool
@@ -67,6 +120,7 @@ type walOp struct {
 type walRecord struct {
 	ops  []walOp
 	file uint32 // the log file holding it
+	end  int64  // the offset of its end in that file
 	size int    // estimated transaction size
 }
 
@@ -84,9 +138,12 @@ type walLog struct {
 	pending []walRecord
 	err     error // the last commit's failure; nil after a success
 	closed  bool
-	gate    chan struct{} // test hook: the background committer waits on it
-	crashed bool          // test hook: commit nothing more (crashForTest)
-	failing func() error  // test hook: a commit fails with its error
+	// replayed and skipped count the records the open applied, and those
+	// it found in Badger already (tests).
+	replayed, skipped int
+	gate              chan struct{} // test hook: the background committer waits on it
+	crashed           bool          // test hook: commit nothing more (crashForTest)
+	failing           func() error  // test hook: a commit fails with its error
 
 	npending atomic.Int64 // len(pending), for the reads' fast path
 	commitMu sync.Mutex   // one commit at a time, in log order
@@ -227,8 +284,8 @@ func readWAL(dir string, log *slog.Logger) (recs []walRecord, ids []uint32, err 
 					for _, op := range ops {
 						size += len(op.k) + len(op.v) + walOpOverhead
 					}
-					recs = append(recs, walRecord{ops: ops, file: id, size: size})
 					off += walHeader + int(n)
+					recs = append(recs, walRecord{ops: ops, file: id, end: int64(off), size: size})
 					continue
 				}
 			}
@@ -240,8 +297,9 @@ func readWAL(dir string, log *slog.Logger) (recs []walRecord, ids []uint32, err 
 	return recs, ids, nil
 }
 
-// openWAL replays the records left in the store's log into Badger, removes
-// the log files, and starts a new one. It runs before the store is used.
+// openWAL replays the records of the store's log that are not in Badger
+// yet, removes the log files, and starts a new one. It runs before the
+// store is used.
 func (s *BadgerStore) openWAL(fsync, hold bool, log *slog.Logger) error {
 	dir := filepath.Join(s.dir, "wal")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -251,7 +309,16 @@ func (s *BadgerStore) openWAL(fsync, hold bool, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	applied, err := s.readApplied()
+	if err != nil {
+		return fmt.Errorf("read the write-ahead log's position: %w", err)
+	}
+	skipped := 0
+	for len(recs) > 0 && !applied.less(walPos{recs[0].file, recs[0].end}) {
+		recs, skipped = recs[1:], skipped+1
+	}
 	w := &walLog{dir: dir, fsync: fsync, log: log, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	w.replayed, w.skipped = len(recs), skipped
 	if len(recs) > 0 {
 		if err := s.applyRecords(recs); err != nil {
 			return fmt.Errorf("replay the write-ahead log: %w", err)
@@ -261,15 +328,17 @@ func (s *BadgerStore) openWAL(fsync, hold bool, log *slog.Logger) error {
 				return fmt.Errorf("replay the write-ahead log: sync: %w", err)
 			}
 		}
-		log.Info("fold: replayed the writes left in the write-ahead log by a process that stopped before committing them", "records", len(recs))
+		log.Info("fold: replayed the writes left in the write-ahead log by a process that stopped before committing them", "records", len(recs), "already_committed", skipped)
 	}
 	for _, id := range ids {
 		if err := os.Remove(w.path(id)); err != nil {
 			return fmt.Errorf("remove the replayed write-ahead log: %w", err)
 		}
 	}
+	// Numbered after every file present and the one the position names.
+	w.id = applied.file
 	if len(ids) > 0 {
-		w.id = ids[len(ids)-1]
+		w.id = max(w.id, ids[len(ids)-1])
 	}
 	if err := w.openNextLocked(); err != nil {
 		return err
@@ -340,7 +409,7 @@ func (s *BadgerStore) appendWAL(what string, ops []walOp) error {
 		return fmt.Errorf("fold: %s: write the write-ahead log: %w", what, err)
 	}
 	w.size += int64(n)
-	w.pending = append(w.pending, walRecord{ops: ops, file: w.id, size: size})
+	w.pending = append(w.pending, walRecord{ops: ops, file: w.id, end: w.size, size: size})
 	w.npending.Store(int64(len(w.pending)))
 	select {
 	case w.kick <- struct{}{}:
@@ -426,8 +495,7 @@ func (s *BadgerStore) commitPending() error {
 	return nil
 }
 
-// trimLocked removes the log files whose records are all in Badger, and
-// empties the current one when nothing is pending.
+// trimLocked removes the log files whose records are all in Badger.
 func (w *walLog) trimLocked() {
 	keep := w.id
 	if len(w.pending) > 0 {
@@ -440,28 +508,34 @@ func (w *walLog) trimLocked() {
 		}
 		w.old = w.old[1:]
 	}
-	if len(w.pending) == 0 && len(w.old) == 0 && w.size > 0 && w.f != nil {
-		if err := w.f.Truncate(0); err != nil {
-			w.log.Warn("fold: empty the write-ahead log (it is replayed, harmlessly, at the next start)", "err", err)
-			return
-		}
-		w.size = 0
-	}
 }
 
 // applyRecords writes recs to Badger in order, in as few transactions as
 // its size limit allows; a record is split across two only when it alone
-// is too big for one.
+// is too big for one. Each transaction also records the position of the
+// last record it holds completely (walAppliedKey).
 func (s *BadgerStore) applyRecords(recs []walRecord) error {
 	txn := s.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
 	inTxn := 0
+	var last *walRecord // the last record complete in txn
+	commit := func() error {
+		if last != nil {
+			err := txn.Set(walAppliedKey, walPos{last.file, last.end}.encode())
+			if err != nil && !errors.Is(err, badger.ErrTxnTooBig) {
+				return err
+			}
+			// Too big: the position stays behind, and the next open
+			// applies these records again, which is harmless.
+		}
+		return txn.Commit()
+	}
 	next := func() error {
-		if err := txn.Commit(); err != nil {
+		if err := commit(); err != nil {
 			return err
 		}
 		txn = s.db.NewTransaction(true)
-		inTxn = 0
+		inTxn, last = 0, nil
 		return nil
 	}
 	apply := func(op walOp) error {
@@ -470,7 +544,8 @@ func (s *BadgerStore) applyRecords(recs []walRecord) error {
 		}
 		return txn.Set(op.k, op.v)
 	}
-	for _, r := range recs {
+	for i := range recs {
+		r := &recs[i]
 		if inTxn > 0 && inTxn+r.size > walGroupMax {
 			if err := next(); err != nil {
 				return err
@@ -488,8 +563,9 @@ func (s *BadgerStore) applyRecords(recs []walRecord) error {
 			}
 		}
 		inTxn += r.size
+		last = r
 	}
-	return txn.Commit()
+	return commit()
 }
 
 // closeWAL stops the committer, commits what is pending and empties the
@@ -513,7 +589,14 @@ func (s *BadgerStore) closeWAL() error {
 	cerr := w.f.Close()
 	w.f = nil
 	if err == nil && len(w.pending) == 0 && !w.crashed {
-		// Everything is in Badger: a clean close leaves no log.
+		// Everything is in Badger: a clean close leaves no log, and no
+		// position (a process of an earlier version numbers its files
+		// from 1 again; a position left behind would hide them). Should
+		// the position stay, so do the files, and the next open numbers
+		// its files after them.
+		if derr := s.db.Update(func(txn *badger.Txn) error { return txn.Delete(walAppliedKey) }); derr != nil {
+			return errors.Join(cerr, fmt.Errorf("forget the write-ahead log's position (the log is kept): %w", derr))
+		}
 		for _, id := range append(w.old, w.id) {
 			if rerr := os.Remove(w.path(id)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 				cerr = errors.Join(cerr, rerr)

@@ -481,12 +481,127 @@ func TestWALRotates(t *testing.T) {
 	if _, err := s.GetCut(ctx, "h0"); err != nil { // commits everything
 		t.Fatal(err)
 	}
-	if files, size := walBytes(t, dir); files != 1 || size != 0 {
-		t.Errorf("after the commit: %d log files, %d bytes; want 1 empty", files, size)
+	if files, size := walBytes(t, dir); files != 1 || size >= walRotateSize {
+		t.Errorf("after the commit: %d log files, %d bytes; want the current one only", files, size)
 	}
 	if rest, err := s.GetCut(ctx, fmt.Sprint("h", n-1)); err != nil || !bytes.Equal(rest, val) {
 		t.Errorf("last cut: %d bytes, %v", len(rest), err)
 	}
+}
+
+// The log is not emptied after a commit: an open replays only the records
+// that are not in Badger yet (exactly those, each once), the ones a crash
+// left pending, and skips those committed before.
+func TestWALReplaysFromCommittedPosition(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	s := openWALStore(t, dir, nil)
+	for i := range 3 { // committed, each by the read after it
+		if err := s.PutSession(ctx, &SessionRecord{ID: fmt.Sprint("c", i), Transport: "stdio"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.GetSession(ctx, fmt.Sprint("c", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeleteSession(ctx, "c0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sessions(ctx); err != nil { // commits the delete
+		t.Fatal(err)
+	}
+	s.holdCommitter()
+	for i := range 2 { // pending at the crash
+		if err := s.PutSession(ctx, &SessionRecord{ID: fmt.Sprint("p", i), Transport: "stdio"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.crashForTest(t)
+	if _, size := walBytes(t, dir); size == 0 {
+		t.Fatal("the write-ahead log was emptied")
+	}
+
+	s2 := openWALStore(t, dir, nil)
+	if s2.wal.replayed != 2 || s2.wal.skipped != 4 {
+		t.Errorf("the open replayed %d records and skipped %d; want the 2 pending replayed, the 4 committed skipped", s2.wal.replayed, s2.wal.skipped)
+	}
+	got := sessionIDs(t, s2)
+	if want := "c1 c2 p0 p1"; got != want {
+		t.Errorf("sessions after the restart: %s; want %s", got, want)
+	}
+	// Committed, then a crash: nothing to replay.
+	if err := s2.PutSession(ctx, &SessionRecord{ID: "q", Transport: "stdio"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.GetSession(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	s2.crashForTest(t)
+	s3 := openWALStore(t, dir, nil)
+	if s3.wal.replayed != 0 || s3.wal.skipped != 1 {
+		t.Errorf("the second open replayed %d records and skipped %d; want 0 and 1", s3.wal.replayed, s3.wal.skipped)
+	}
+	if err := s3.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A clean close leaves no log and no position.
+	if files, _ := walBytes(t, dir); files != 0 {
+		t.Errorf("%d log files after a clean close", files)
+	}
+	s4 := openWALStore(t, dir, nil)
+	defer s4.Close()
+	if p, err := s4.readApplied(); err != nil || p != (walPos{}) {
+		t.Errorf("the position after a clean close: %+v, %v; want none", p, err)
+	}
+	if got, want := sessionIDs(t, s4), "c1 c2 p0 p1 q"; got != want {
+		t.Errorf("sessions after a clean close: %s; want %s", got, want)
+	}
+}
+
+// New log files are numbered after the file the committed position names,
+// even when no file is left: a record of a new file is never taken for
+// one already in Badger.
+func TestWALNumbersAfterPosition(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	s := openWALStore(t, dir, nil)
+	if err := s.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(walAppliedKey, walPos{file: 50, off: 1 << 20}.encode())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.crashForTest(t)
+	s2 := openWALStore(t, dir, nil)
+	if s2.wal.id <= 50 {
+		t.Errorf("the log file after a position in file 50 is number %d", s2.wal.id)
+	}
+	s2.holdCommitter()
+	if err := s2.PutSession(ctx, &SessionRecord{ID: "p", Transport: "stdio"}); err != nil {
+		t.Fatal(err)
+	}
+	s2.crashForTest(t)
+	s3 := openWALStore(t, dir, nil)
+	defer s3.Close()
+	if s3.wal.replayed != 1 {
+		t.Errorf("the open replayed %d records; want 1", s3.wal.replayed)
+	}
+	if _, err := s3.GetSession(ctx, "p"); err != nil {
+		t.Errorf("the pending write was skipped: %v", err)
+	}
+}
+
+// sessionIDs lists the ids of s's sessions, space-separated.
+func sessionIDs(t *testing.T, s *BadgerStore) string {
+	t.Helper()
+	recs, err := s.Sessions(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(recs))
+	for i, r := range recs {
+		ids[i] = r.ID
+	}
+	return strings.Join(ids, " ")
 }
 
 // A record bigger than one Badger transaction (a large prune) is applied
