@@ -111,6 +111,16 @@ func rawValue(s string) json.RawMessage {
 // the tokens agree, and returns the tokens. rem is what the receiver had
 // before, -1 when unlimited.
 func (m *Manager) chargeAnswer(v any, rem int, set func(*int)) (int, error) {
+	if rem < 0 {
+		// Unlimited (the main thread by default): the answer holds no
+		// figure that depends on its own tokens, so that one count is
+		// exact.
+		text, err := answerText(v)
+		if err != nil {
+			return 0, err
+		}
+		return m.count.CountText(text), nil
+	}
 	tokens := 0
 	for range 4 {
 		if rem >= 0 {
