@@ -326,8 +326,9 @@ func (c *serveCommand) relay(ctx context.Context, f serveFlags, st policy.Settin
 	// The relay copies lines and does little else: one P is all it needs,
 	// and with one there is no idle P for a goroutine made runnable to
 	// wake a spinning thread for, once per message, on a machine whose
-	// cores the daemon, the upstreams and the agent share. A read of stdin
-	// blocked in the kernel hands the P back for the daemon's replies.
+	// cores the daemon, the upstreams and the agent share. Its stdin,
+	// stdout and socket are read and written through the runtime's poller
+	// (proxy/rawio_unix.go): waiting for either side is one epoll_wait.
 	runtime.GOMAXPROCS(1)
 	return proxy.Relay(ctx, c.stdin, c.stdout, relayOptions(f, st, dir, ident, c.stderr, logger))
 }
