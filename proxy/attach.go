@@ -106,12 +106,31 @@ type attachConn struct {
 	c  net.Conn
 	rw io.ReadWriter // c's reader and writer (rawConnIO)
 	mu sync.Mutex    // one writer at a time
+	// torn: a log record's write was cut short by its deadline; its line
+	// is ended before anything else is written (under mu).
+	torn bool
 }
 
 func (a *attachConn) Write(p []byte) (int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err := a.mendLocked(); err != nil {
+		return 0, err
+	}
 	return a.rw.Write(p)
+}
+
+// mendLocked ends the line of a log record cut short, so that what comes
+// next is a line of its own and not taken for the rest of the record.
+func (a *attachConn) mendLocked() error {
+	if !a.torn {
+		return nil
+	}
+	if _, err := a.rw.Write([]byte{'\n'}); err != nil {
+		return err
+	}
+	a.torn = false
+	return nil
 }
 
 // NewAttachServer returns an attach front for ep.
@@ -124,7 +143,8 @@ func NewAttachServer(ep *Server, opts AttachOptions) *AttachServer {
 
 // Write copies one log record to every attached relay. A relay that is
 // busy receiving a message misses the record rather than holding up the
-// daemon's logging.
+// daemon's logging, and one that does not read for 100 ms gets it cut
+// short (its line is ended before the next message).
 func (a *AttachServer) Write(p []byte) (int, error) {
 	line := make([]byte, 0, len(p)+2)
 	line = append(line, attachLogPrefix)
@@ -141,7 +161,11 @@ func (a *AttachServer) Write(p []byte) (int, error) {
 	for _, c := range conns {
 		if c.mu.TryLock() {
 			_ = c.c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			_, _ = c.rw.Write(line)
+			if c.mendLocked() == nil {
+				if n, err := c.rw.Write(line); err != nil && n > 0 {
+					c.torn = true
+				}
+			}
 			_ = c.c.SetWriteDeadline(time.Time{})
 			c.mu.Unlock()
 		}

@@ -282,3 +282,48 @@ func TestRelayStoppedWhileReadingStdin(t *testing.T) {
 		t.Fatalf("stdin after the relay: %q, %v", got, err)
 	}
 }
+
+// TestAttachLogCutShortKeepsTheNextMessageWhole: a log record copied to a
+// relay that does not read is cut short by its deadline; its line is ended
+// before the next message, which reaches the relay whole, on a line of its
+// own, instead of being glued to the record (and taken for one).
+func TestAttachLogCutShortKeepsTheNextMessageWhole(t *testing.T) {
+	server, client := unixPair(t)
+	a := NewAttachServer(nil, AttachOptions{})
+	ac := &attachConn{c: server, rw: rawConnIO(server)}
+	a.conns[ac] = true
+	// Larger than the socket's buffer: the relay reads nothing yet, so the
+	// record's write stops at its deadline with part of it written.
+	record := "a log record " + strings.Repeat("x", 1<<20)
+	if _, err := a.Write([]byte(record + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	msg := `{"jsonrpc":"2.0","id":1,"result":{}}`
+	got := make(chan []string, 1)
+	go func() {
+		var lines []string
+		br := bufio.NewReaderSize(client, 1<<20)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				got <- lines
+				return
+			}
+			lines = append(lines, l)
+		}
+	}()
+	if _, err := ac.Write([]byte(msg + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	server.(*net.UnixConn).CloseWrite()
+	lines := <-got
+	if len(lines) != 2 {
+		t.Fatalf("the relay read %d lines, want the cut record and the message", len(lines))
+	}
+	if !strings.HasPrefix(lines[0], "#a log record xx") || len(lines[0]) >= len(record)+2 {
+		t.Errorf("first line: %.40q... (%d bytes), want the record cut short", lines[0], len(lines[0]))
+	}
+	if lines[1] != msg+"\n" {
+		t.Errorf("second line %.100q, want the message whole", lines[1])
+	}
+}
