@@ -16,8 +16,9 @@ import (
 
 // Benchmarks of the result path, for profiling (go test -bench -cpuprofile).
 // The table with baselines is e2e/cmd/bench; these use the same data, the
-// trajectory outputs. Helpers are prefixed "pipe" so that this file depends
-// on no other test file of the package.
+// trajectory outputs. Helpers are prefixed "pipe"; the CPU time per call
+// (cpu-ns/op, cpuMB/s: what to compare on a loaded machine) is reported
+// with reportCPU of scrub_bench_test.go.
 
 // pipeTrajectories is the trajectory file, relative to this package's
 // folder; the repository holds it under e2e/testdata.
@@ -181,6 +182,7 @@ func BenchmarkPipelineCount(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.SetBytes(pipeBytes(res))
+	cpu0 := cpuTime(b)
 	for b.Loop() {
 		for _, r := range res {
 			if _, _, err := c.CountResult("tools/call", r, -1); err != nil {
@@ -188,6 +190,7 @@ func BenchmarkPipelineCount(b *testing.B) {
 			}
 		}
 	}
+	reportCPU(b, cpu0, int(pipeBytes(res)))
 }
 
 // BenchmarkPipelineCountParallel runs the count on every P with RunParallel:
@@ -229,6 +232,7 @@ func BenchmarkPipelineChainFull(b *testing.B) {
 				Observe(s.metrics), Audit(s.audit), Budget(s.mgr, s.counter, nil), Tokens(s.counter), Scrub(s.scrub))
 			ctx := context.Background()
 			b.SetBytes(pipeBytes(res))
+			cpu0 := cpuTime(b)
 			for b.Loop() {
 				for _, r := range res {
 					cur = r
@@ -238,6 +242,7 @@ func BenchmarkPipelineChainFull(b *testing.B) {
 					}
 				}
 			}
+			reportCPU(b, cpu0, int(pipeBytes(res)))
 		})
 	}
 }
@@ -298,12 +303,14 @@ func BenchmarkPipelineChainTiny(b *testing.B) {
 			h := Chain(func(_ context.Context, ex *Exchange) error { ex.Result = res; return nil },
 				Observe(s.metrics), Audit(s.audit), Budget(s.mgr, s.counter, nil), Tokens(s.counter), Scrub(s.scrub))
 			ctx := context.Background()
+			cpu0 := cpuTime(b)
 			for b.Loop() {
 				ex := &Exchange{Session: "s", Upstream: "replay", Method: "tools/call", Name: "emit", Args: json.RawMessage(`{"bytes":10}`)}
 				if err := h(ctx, ex); err != nil {
 					b.Fatal(err)
 				}
 			}
+			reportCPU(b, cpu0, len(res))
 		})
 	}
 }

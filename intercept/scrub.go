@@ -32,6 +32,14 @@ const (
 	MinOverlapBytes = 4 << 10
 )
 
+// inlineScanBytes is the size under which a text is scanned on the
+// caller's goroutine (see run). Tool results are mostly this small (the
+// median of the trajectory data is a few hundred bytes), and a scan of
+// this much takes well under a millisecond: the goroutine, its stack and
+// the timer that would let run return at the deadline whatever the
+// detector does cost more than the scan itself.
+const inlineScanBytes = 16 << 10
+
 // unescapeDepth is how many levels of JSON escaping below the content are
 // scanned (JSON in a string in JSON, ...).
 const unescapeDepth = 2
@@ -74,6 +82,10 @@ type Scrubber struct {
 	overlap  int
 	logger   *slog.Logger
 	eng      *engine
+	// inline is the size under which texts are scanned on the caller's
+	// goroutine: inlineScanBytes; tests set 0 to have every scan on a
+	// goroutine of its own.
+	inline int
 	// find locates secrets in one piece of a text. It is eng.find; tests
 	// replace it with detectors that fail, panic or hang.
 	find func(ctx context.Context, text string, nls []int, lo, hi int) ([]found, []int, error)
@@ -103,6 +115,7 @@ func NewScrubber(s policy.Scrub, logger *slog.Logger) (*Scrubber, error) {
 		chunk:   s.ChunkBytes,
 		overlap: s.OverlapBytes,
 		logger:  logger,
+		inline:  inlineScanBytes,
 	}
 	switch {
 	case sc.timeout < 0:
@@ -159,7 +172,7 @@ func (s *Scrubber) ScrubText(ctx context.Context, text string) (string, map[stri
 		return text, nil, nil
 	}
 	var spans []found
-	err := s.run(ctx, func(ctx context.Context) error {
+	err := s.run(ctx, len(text), func(ctx context.Context) error {
 		var err error
 		spans, err = s.scan(ctx, text, false)
 		return err
@@ -190,7 +203,7 @@ func (s *Scrubber) ScrubJSON(ctx context.Context, raw json.RawMessage) (json.Raw
 	}
 	var edits []edit
 	var counts map[string]int
-	err := s.run(ctx, func(ctx context.Context) error {
+	err := s.run(ctx, len(raw), func(ctx context.Context) error {
 		var err error
 		edits, counts, err = s.scanJSON(ctx, raw)
 		return err
@@ -380,29 +393,45 @@ func textBlob(lit []byte) (string, bool) {
 	return string(dec), true
 }
 
-// run runs f under the scrubber's deadline, turning a deadline, a
-// cancellation or a panic into a *ScanError. It returns at the deadline
-// even when f does not: a detector that ignores its context is left to
-// finish on its own, its result discarded.
-func (s *Scrubber) run(ctx context.Context, f func(context.Context) error) error {
+// run runs f, the scan of a text of size bytes, under the scrubber's
+// deadline, turning a deadline, a cancellation or a panic into a
+// *ScanError.
+//
+// A text of s.inline bytes or more is scanned on a goroutine of its own,
+// and run returns at the deadline even when f does not: a detector that
+// ignores its context is left to finish on its own, its result discarded.
+// A smaller text is scanned on the caller's goroutine, as Tokens counts a
+// small result: the detector gets the deadline through its context (gitleaks
+// checks it), go-re2's engine runs in time linear in the text, and a scan
+// that ends past the deadline fails all the same. The deadline is ctx's when
+// that comes first (the Scrub interceptor's, one for all the work on a
+// result), so that no context or timer is made per scan.
+func (s *Scrubber) run(ctx context.Context, size int, f func(context.Context) error) error {
 	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		growStack(0)
-		defer func() {
-			if r := recover(); r != nil {
-				done <- s.panicked(r)
-			}
-		}()
-		done <- f(ctx)
-	}()
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
 	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
+	if size < s.inline {
+		err = s.runInline(ctx, f)
+	} else {
+		done := make(chan error, 1)
+		go func() {
+			growStack(0)
+			defer func() {
+				if r := recover(); r != nil {
+					done <- s.panicked(r)
+				}
+			}()
+			done <- f(ctx)
+		}()
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
 	}
 	if err == nil {
 		return nil
@@ -420,6 +449,24 @@ func (s *Scrubber) run(ctx context.Context, f func(context.Context) error) error
 	default:
 		return &ScanError{Reason: "scan failed: the secret detector reported an error", Err: err}
 	}
+}
+
+// runInline runs f on the calling goroutine, a panic becoming an error and
+// a scan that ended past ctx's deadline (or after ctx was canceled) failing
+// with ctx's error.
+func (s *Scrubber) runInline(ctx context.Context, f func(context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = s.panicked(r)
+		}
+	}()
+	if err = f(ctx); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return ctx.Err()
 }
 
 // scanStack is the stack a scan goroutine is grown to up front: gitleaks'

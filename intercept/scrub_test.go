@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/foldproxy/foldproxy/fold"
@@ -660,6 +661,12 @@ func TestScrubFailClosed(t *testing.T) {
 				s := *base
 				s.timeout = tt.timeout
 				s.find = tt.find
+				if tt.name == "hang" {
+					// A detector that ignores its context is cut off at
+					// the deadline only on a goroutine of its own: small
+					// texts are scanned inline (TestScrubInlineLate).
+					s.inline = 0
+				}
 				payload := tok + " " + strings.Repeat("xxxxxxx. ", size/9) // lines cut into pieces
 				ex := &Exchange{Outcome: OutcomeOK}
 				h := Chain(func(ctx context.Context, ex *Exchange) error {
@@ -687,6 +694,42 @@ func TestScrubFailClosed(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestScrubInlineLate: a small text is scanned on the caller's goroutine;
+// a scan that ignores its context and ends past the deadline still
+// withholds the result. Time is synctest's.
+func TestScrubInlineLate(t *testing.T) {
+	tok := "ghp_" + hiEntropy36
+	synctest.Test(t, func(t *testing.T) {
+		base := testScrubber(t, policy.Scrub{})
+		s := *base
+		s.timeout = time.Second
+		calls := 0
+		s.find = func(ctx context.Context, text string, nls []int, lo, hi int) ([]found, []int, error) {
+			calls++
+			time.Sleep(2 * time.Second) // ignores ctx
+			return base.find(ctx, text, nls, lo, hi)
+		}
+		payload := tok + " done"
+		if len(payload) >= s.inline {
+			t.Fatalf("%d bytes is not scanned inline", len(payload))
+		}
+		ex := &Exchange{Outcome: OutcomeOK}
+		h := Chain(func(ctx context.Context, ex *Exchange) error {
+			ex.Result = json.RawMessage(`{"text":"` + payload + `"}`)
+			return nil
+		}, Scrub(&s))
+		err := h(context.Background(), ex)
+		want := "foldproxy withheld this result: it could not be scanned for secrets (scan timed out after 1s)"
+		if calls == 0 || ex.Result != nil || ex.Outcome != OutcomeWithheld || err == nil || err.Error() != want {
+			t.Errorf("%d scans, Result %.40s, Outcome %s, err %v; want withheld: %s", calls, ex.Result, ex.Outcome, err, want)
+		}
+		got, _, terr := s.ScrubText(context.Background(), payload)
+		if terr == nil || got != "" || terr.Error() != "scan timed out after 1s" {
+			t.Errorf("ScrubText = %.40q, %v; want no text and a timeout", got, terr)
+		}
+	})
 }
 
 func TestScrubTextCanceled(t *testing.T) {
