@@ -66,7 +66,13 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 		Branch: b.ID, Used: b.Used, Total: b.Budget, Remaining: rem, Level: b.Level,
 		Handle: newID(b.ID+"~", 6), Summaries: summaries,
 	}
-	bud.Reserve = NoticeReserve(m.count.CountText, b.ID, bud.Handle, b.Depth == 0, b.Budget)
+	// The reserve is worded and counted once per branch (and budget): the
+	// handles of its calls differ only in their random digits, which
+	// NoticeReserve already allows for.
+	if n.reserve[0] != b.Budget {
+		n.reserve = [2]int{b.Budget, NoticeReserve(m.count.CountText, b.ID, bud.Handle, b.Depth == 0, b.Budget)}
+	}
+	bud.Reserve = n.reserve[1]
 	ch, err := fit(bud)
 	if err != nil {
 		return nil, err

@@ -111,6 +111,10 @@ type node struct {
 
 	timer *time.Timer // deadline timer; guarded by sem
 
+	// reserve memoizes the branch's NoticeReserve: the budget it was
+	// computed for, and its tokens. Guarded by sem.
+	reserve [2]int
+
 	pending []string // children whose forced summary is undelivered; guarded by Manager.mu
 	// kids are the branch's children, in creation order; guarded by
 	// Manager.mu. Only ever appended to (children), so that a copy of the
