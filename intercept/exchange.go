@@ -64,6 +64,11 @@ type Exchange struct {
 	BudgetUsed      int    // the branch's used tokens after this exchange
 	BudgetTotal     int    // the branch's budget; 0 when unlimited
 	Err             error  // the error the agent gets instead of Result, if any
+
+	// decoded holds the strings of Result as Scrub decoded them to scan
+	// them, when it left Result as it was: Tokens counts from it instead of
+	// decoding the texts again. Only good while decoded.of(Result).
+	decoded *decodedJSON
 }
 
 // Handler processes an exchange: the innermost one forwards it upstream.

@@ -174,7 +174,7 @@ func (s *Scrubber) ScrubText(ctx context.Context, text string) (string, map[stri
 	var spans []found
 	err := s.run(ctx, len(text), func(ctx context.Context) error {
 		var err error
-		spans, err = s.scan(ctx, text, false)
+		spans, _, err = s.scan(ctx, text, false)
 		return err
 	})
 	if err != nil {
@@ -195,24 +195,33 @@ func (s *Scrubber) ScrubText(ctx context.Context, text string) (string, map[stri
 // is valid JSON. raw that is not valid JSON is an error (the caller
 // withholds it). Errors are as for ScrubText.
 func (s *Scrubber) ScrubJSON(ctx context.Context, raw json.RawMessage) (json.RawMessage, map[string]int, error) {
+	out, counts, _, err := s.scrubJSON(ctx, raw)
+	return out, counts, err
+}
+
+// scrubJSON is ScrubJSON that also returns, when nothing was found (out is
+// raw), the strings of raw as the scan decoded them, for the count
+// (decodedJSON); nil when there is none to share.
+func (s *Scrubber) scrubJSON(ctx context.Context, raw json.RawMessage) (json.RawMessage, map[string]int, *decodedJSON, error) {
 	if s.disabled || len(raw) == 0 {
-		return raw, nil, nil
+		return raw, nil, nil, nil
 	}
 	if !jsonscan.Valid(raw) { // as encoding/json.Valid, faster
-		return nil, nil, &ScanError{Reason: "the message is not valid JSON"}
+		return nil, nil, nil, &ScanError{Reason: "the message is not valid JSON"}
 	}
 	var edits []edit
 	var counts map[string]int
+	var dec *decodedJSON
 	err := s.run(ctx, len(raw), func(ctx context.Context) error {
 		var err error
-		edits, counts, err = s.scanJSON(ctx, raw)
+		edits, counts, dec, err = s.scanJSON(ctx, raw)
 		return err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if len(edits) == 0 {
-		return raw, nil, nil
+		return raw, nil, dec, nil
 	}
 	var b bytes.Buffer
 	b.Grow(len(raw))
@@ -223,7 +232,7 @@ func (s *Scrubber) ScrubJSON(ctx context.Context, raw json.RawMessage) (json.Raw
 		last = e.end
 	}
 	b.Write(raw[last:])
-	return json.RawMessage(b.Bytes()), counts, nil
+	return json.RawMessage(b.Bytes()), counts, nil, nil
 }
 
 // edit replaces raw[start:end] by repl.
@@ -238,7 +247,11 @@ type jsonString struct {
 	blob       bool
 }
 
-func (s *Scrubber) scanJSON(ctx context.Context, raw []byte) ([]edit, map[string]int, error) {
+// scanJSON finds the secrets of raw and returns the edits that remove
+// them. When raw holds no textual blob, it also returns the view of raw
+// the scan decoded (see decodedJSON); the view is only good for raw
+// itself, so the caller drops it when there are edits.
+func (s *Scrubber) scanJSON(ctx context.Context, raw []byte) ([]edit, map[string]int, *decodedJSON, error) {
 	strs := jsonStrings(raw)
 	counts := map[string]int{}
 	var edits []edit
@@ -252,9 +265,9 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte) ([]edit, map[string
 			continue
 		}
 		blank = append(blank, js)
-		spans, err := s.scan(ctx, dec, false)
+		spans, _, err := s.scan(ctx, dec, false)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if len(spans) == 0 {
 			continue
@@ -278,9 +291,13 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte) ([]edit, map[string
 		}
 		text = string(buf)
 	}
-	spans, err := s.scan(ctx, text, true)
+	spans, v, err := s.scan(ctx, text, true)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	var dec *decodedJSON
+	if len(blank) == 0 {
+		dec = &decodedJSON{raw: raw, v: v}
 	}
 	// Keep only the parts of each span inside string literals (never a
 	// quote or a structural character) and outside textual blobs.
@@ -304,10 +321,10 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte) ([]edit, map[string
 		}
 	}
 	if len(edits) == 0 {
-		return nil, nil, nil
+		return nil, nil, dec, nil
 	}
 	sortEdits(edits)
-	return edits, counts, nil
+	return edits, counts, nil, nil
 }
 
 func isBlanked(blank []jsonString, js jsonString) bool {
@@ -525,7 +542,10 @@ type scanJob struct {
 // start in it, wherever they reach, so a secret across a piece border is
 // found whole. Rules that can run through any byte (private keys) are
 // run once over the whole text when a piece reports their keyword.
-func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]found, error) {
+//
+// It also returns the view the scan starts from: in JSON mode the text with
+// one level of escaping undone (its strings decoded), else the text itself.
+func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]found, *view, error) {
 	root := &view{text: text}
 	cur := root
 	if jsonMode {
@@ -533,6 +553,7 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 			cur = v
 		}
 	}
+	first := cur
 	texts := []*scanText{{v: cur, text: cur.text, nls: newlines(cur.text, nil)}}
 	for range unescapeDepth {
 		v, ok := unescapeView(cur)
@@ -558,7 +579,7 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 	}
 	res, err := s.runJobs(ctx, jobs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Second round: whole rules whose keyword a piece saw.
 	var more []scanJob
@@ -575,7 +596,7 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 	var res2 []jobResult
 	if len(more) > 0 {
 		if res2, err = s.runJobs(ctx, more); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	var all []found
@@ -589,10 +610,10 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 		all = appendMapped(all, t.v, r.fs, t.off)
 	}
 	if len(all) == 0 {
-		return nil, nil
+		return nil, first, nil
 	}
 	all = append(all, sweep(text, all)...)
-	return mergeFound(all), nil
+	return mergeFound(all), first, nil
 }
 
 func textIndex(texts []*scanText, t *scanText) int {
@@ -795,11 +816,11 @@ func Scrub(s *Scrubber) Interceptor {
 				addCounts(ex, counts)
 			}
 			if len(ex.Result) > 0 {
-				out, counts, serr := s.ScrubJSON(ctx, ex.Result)
+				out, counts, dec, serr := s.scrubJSON(ctx, ex.Result)
 				if serr != nil {
 					return s.withhold(outer, ex, serr)
 				}
-				ex.Result = out
+				ex.Result, ex.decoded = out, dec
 				addCounts(ex, counts)
 			}
 			if ex.RPCError != nil {

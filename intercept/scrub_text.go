@@ -426,3 +426,52 @@ func lineEnd(nls []int, li, n int) int {
 	}
 	return nls[li] + 1
 }
+
+// decodedJSON is a JSON text with its strings decoded, as the scrubber
+// scanned it: the count of a result the scan left as it was reads its
+// texts here instead of decoding them again (Counter.countResult).
+type decodedJSON struct {
+	raw []byte // the JSON text
+	// v is raw with one level of escaping undone (v.parent.text is raw),
+	// or raw itself (v.parent is nil) when raw holds no escape.
+	v *view
+}
+
+// of reports whether d decodes raw: the same bytes at the same address, as
+// the scrubber handed them on.
+func (d *decodedJSON) of(raw []byte) bool {
+	return d != nil && len(d.raw) == len(raw) && len(raw) > 0 && &d.raw[0] == &raw[0]
+}
+
+// at maps offset p of raw, which must not fall inside an escape sequence,
+// to its offset in d.v.text.
+func (d *decodedJSON) at(p int) int {
+	esc := d.v.esc
+	// k is the number of escapes that start before p.
+	k, _ := slices.BinarySearchFunc(esc, p, func(r escRec, p int) int {
+		if r.src < p {
+			return -1
+		}
+		if r.src > p {
+			return 1
+		}
+		return 0
+	})
+	if k == 0 {
+		return p
+	}
+	r := esc[k-1]
+	return r.dst + r.dlen + p - (r.src + r.slen)
+}
+
+// text returns the decoded value of the JSON string whose literal, quotes
+// included, is raw[start:end], and whether it is the value a JSON decoder
+// gives: false when the decoded bytes are not valid UTF-8 (a decoder
+// replaces them by U+FFFD).
+func (d *decodedJSON) text(start, end int) (string, bool) {
+	if start < 0 || end > len(d.raw) || end-start < 2 || d.raw[start] != '"' || d.raw[end-1] != '"' {
+		return "", false
+	}
+	t := d.v.text[d.at(start+1):d.at(end-1)]
+	return t, utf8.ValidString(t)
+}

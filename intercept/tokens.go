@@ -409,7 +409,11 @@ func Tokens(c *Counter) Interceptor {
 			if c == nil || ex.Result == nil {
 				return err
 			}
-			tc, ok := c.countBy(ex.WorkDeadline, ex.Args, ex.Result, ex.Method, ex.Remaining)
+			var dec *decodedJSON
+			if ex.decoded.of(ex.Result) {
+				dec = ex.decoded
+			}
+			tc, ok := c.countBy(ex.WorkDeadline, ex.Args, ex.Result, dec, ex.Method, ex.Remaining)
 			if !ok {
 				ex.Result, ex.RPCError = nil, nil
 				ex.Outcome = OutcomeWithheld
@@ -423,12 +427,13 @@ func Tokens(c *Counter) Interceptor {
 }
 
 // countExchange counts a call's arguments and its result against
-// remaining, the result as raw JSON text when it cannot be parsed.
-func (c *Counter) countExchange(args, res json.RawMessage, method string, remaining int) tokenCounts {
+// remaining, the result as raw JSON text when it cannot be parsed. dec,
+// when not nil, holds the result's strings decoded (by the scan).
+func (c *Counter) countExchange(args, res json.RawMessage, dec *decodedJSON, method string, remaining int) tokenCounts {
 	var tc tokenCounts
 	tc.args = c.CountArgs(args)
 	var err error
-	tc.n, tc.over, err = c.CountResult(method, res, remaining)
+	tc.n, tc.over, err = c.countResult(method, res, remaining, dec)
 	if err != nil {
 		tc.n, tc.over = c.CountUpTo(string(res), remaining)
 	}
@@ -456,12 +461,12 @@ const inlineCountBytes = 64 << 10
 // texts it was given, which nothing writes once an upstream has answered. A
 // count that panics on its own goroutine reports false rather than killing
 // the process.
-func (c *Counter) countBy(deadline time.Time, args, res json.RawMessage, method string, remaining int) (tokenCounts, bool) {
+func (c *Counter) countBy(deadline time.Time, args, res json.RawMessage, dec *decodedJSON, method string, remaining int) (tokenCounts, bool) {
 	if deadline.IsZero() {
-		return c.countExchange(args, res, method, remaining), true
+		return c.countExchange(args, res, dec, method, remaining), true
 	}
 	if len(args)+len(res) < inlineCountBytes {
-		tc := c.countExchange(args, res, method, remaining)
+		tc := c.countExchange(args, res, dec, method, remaining)
 		return tc, !time.Now().After(deadline)
 	}
 	type outcome struct {
@@ -475,7 +480,7 @@ func (c *Counter) countBy(deadline time.Time, args, res json.RawMessage, method 
 				done <- outcome{}
 			}
 		}()
-		done <- outcome{c.countExchange(args, res, method, remaining), true}
+		done <- outcome{c.countExchange(args, res, dec, method, remaining), true}
 	}()
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
@@ -514,9 +519,20 @@ func (c *Counter) countBy(deadline time.Time, args, res json.RawMessage, method 
 // negative). It fails only when the result is not valid JSON where it
 // matters.
 func (c *Counter) CountResult(method string, result json.RawMessage, limit int) (n int, over bool, err error) {
+	return c.countResult(method, result, limit, nil)
+}
+
+// countResult is CountResult that takes the texts of the result's items
+// from dec, when dec decodes result, instead of decoding them.
+func (c *Counter) countResult(method string, result json.RawMessage, limit int, dec *decodedJSON) (n int, over bool, err error) {
 	sh, err := c.parseResult(method, result)
 	if err != nil {
 		return 0, false, err
+	}
+	if dec.of(result) {
+		for i := range sh.items {
+			sh.items[i].useDecoded(result, dec)
+		}
 	}
 	switch sh.kind {
 	case shapeRaw:
@@ -813,6 +829,23 @@ type item struct {
 	decoded bool
 	est     int // a flat estimate (images, audio, blobs)
 	texts   []string
+}
+
+// useDecoded takes a text item's text from dec, which decodes result, the
+// JSON text the item was parsed from: the item's JSON is a slice of result,
+// found by its capacity (everything is sliced from result with two-index
+// slices) and checked by address.
+func (it *item) useDecoded(result []byte, dec *decodedJSON) {
+	if !it.isText || it.decoded || len(it.raw) == 0 {
+		return
+	}
+	off := cap(result) - cap(it.raw)
+	if off < 0 || off+len(it.raw) > len(result) || &result[off] != &it.raw[0] {
+		return
+	}
+	if t, ok := dec.text(off+it.ts, off+it.te); ok {
+		it.text, it.decoded = t, true
+	}
 }
 
 // body returns the text's JSON string without its quotes.
