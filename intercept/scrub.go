@@ -252,8 +252,14 @@ type jsonString struct {
 // the scan decoded (see decodedJSON); the view is only good for raw
 // itself, so the caller drops it when there are edits.
 func (s *Scrubber) scanJSON(ctx context.Context, raw []byte) ([]edit, map[string]int, *decodedJSON, error) {
-	strs := jsonStrings(raw)
-	counts := map[string]int{}
+	// The string literals are listed up front only when a textual blob may
+	// be among them; otherwise only once a secret is found (most results
+	// hold none), to keep its edits inside the strings.
+	var strs []jsonString
+	if bytes.Contains(raw, []byte(`"blob"`)) || bytes.Contains(raw, []byte(`"data"`)) {
+		strs = jsonStrings(raw)
+	}
+	var counts map[string]int
 	var edits []edit
 	var blank []jsonString // textual blobs, scanned decoded and hidden from the raw scan
 	for _, js := range strs {
@@ -273,6 +279,9 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte) ([]edit, map[string
 			continue
 		}
 		clean, c := redact(dec, spans)
+		if counts == nil {
+			counts = map[string]int{}
+		}
 		for k, v := range c {
 			counts[k] += v
 		}
@@ -301,6 +310,9 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte) ([]edit, map[string
 	}
 	// Keep only the parts of each span inside string literals (never a
 	// quote or a structural character) and outside textual blobs.
+	if len(spans) > 0 && strs == nil {
+		strs = jsonStrings(raw)
+	}
 	k := 0
 	for _, f := range spans {
 		hit := false
@@ -317,6 +329,9 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte) ([]edit, map[string
 			hit = true
 		}
 		if hit {
+			if counts == nil {
+				counts = map[string]int{}
+			}
 			counts[f.rule]++
 		}
 	}
@@ -349,7 +364,8 @@ func sortEdits(es []edit) {
 // jsonStrings lists the string literals of valid JSON, in order, marking
 // the values of "blob" and "data" keys.
 func jsonStrings(raw []byte) []jsonString {
-	var out []jsonString
+	// Two quotes a string, escaped quotes aside: one allocation.
+	out := make([]jsonString, 0, bytes.Count(raw, []byte{'"'})/2)
 	var lastKey []byte
 	for i := 0; i < len(raw); {
 		j := bytes.IndexByte(raw[i:], '"')
