@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -41,7 +42,7 @@ func TestDecodedSharedWithCount(t *testing.T) {
 	)
 	shared := 0
 	for i, k := range cases {
-		out, _, dec, err := s.scrubJSON(context.Background(), k.res)
+		out, _, dec, err := s.scrubJSON(context.Background(), time.Now().Add(time.Hour), k.res)
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}

@@ -52,8 +52,9 @@ const unescapePad = 1 << 10
 // that could not be scanned for secrets.
 var ErrWithheld = errors.New("foldproxy withheld this result")
 
-// errWorkTimeout is the cause of the deadline the Scrub interceptor sets on
-// the work of one result (Exchange.WorkDeadline).
+// errWorkTimeout is the cause of the context that ends a scan on a
+// goroutine of its own at its deadline (Exchange.WorkDeadline for the Scrub
+// interceptor's scans).
 var errWorkTimeout = errors.New("scrub.timeout reached")
 
 // ScanError reports why a text could not be scanned. Its message never
@@ -168,11 +169,16 @@ func (s *Scrubber) Disabled() bool { return s.disabled }
 // (deadline, cancellation, a panic inside gitleaks) ScrubText returns an
 // error, a *ScanError, and no text; the error never holds any of the text.
 func (s *Scrubber) ScrubText(ctx context.Context, text string) (string, map[string]int, error) {
+	return s.scrubText(ctx, time.Now().Add(s.timeout), text)
+}
+
+// scrubText is ScrubText with the deadline given.
+func (s *Scrubber) scrubText(ctx context.Context, deadline time.Time, text string) (string, map[string]int, error) {
 	if s.disabled || text == "" {
 		return text, nil, nil
 	}
 	var spans []found
-	err := s.run(ctx, len(text), func(ctx context.Context) error {
+	err := s.run(ctx, deadline, len(text), func(ctx context.Context) error {
 		var err error
 		spans, _, err = s.scan(ctx, text, false)
 		return err
@@ -195,14 +201,14 @@ func (s *Scrubber) ScrubText(ctx context.Context, text string) (string, map[stri
 // is valid JSON. raw that is not valid JSON is an error (the caller
 // withholds it). Errors are as for ScrubText.
 func (s *Scrubber) ScrubJSON(ctx context.Context, raw json.RawMessage) (json.RawMessage, map[string]int, error) {
-	out, counts, _, err := s.scrubJSON(ctx, raw)
+	out, counts, _, err := s.scrubJSON(ctx, time.Now().Add(s.timeout), raw)
 	return out, counts, err
 }
 
-// scrubJSON is ScrubJSON that also returns, when nothing was found (out is
-// raw), the strings of raw as the scan decoded them, for the count
-// (decodedJSON); nil when there is none to share.
-func (s *Scrubber) scrubJSON(ctx context.Context, raw json.RawMessage) (json.RawMessage, map[string]int, *decodedJSON, error) {
+// scrubJSON is ScrubJSON with the deadline given, that also returns, when
+// nothing was found (out is raw), the strings of raw as the scan decoded
+// them, for the count (decodedJSON); nil when there is none to share.
+func (s *Scrubber) scrubJSON(ctx context.Context, deadline time.Time, raw json.RawMessage) (json.RawMessage, map[string]int, *decodedJSON, error) {
 	if s.disabled || len(raw) == 0 {
 		return raw, nil, nil, nil
 	}
@@ -212,7 +218,7 @@ func (s *Scrubber) scrubJSON(ctx context.Context, raw json.RawMessage) (json.Raw
 	var edits []edit
 	var counts map[string]int
 	var dec *decodedJSON
-	err := s.run(ctx, len(raw), func(ctx context.Context) error {
+	err := s.run(ctx, deadline, len(raw), func(ctx context.Context) error {
 		var err error
 		edits, counts, dec, err = s.scanJSON(ctx, raw)
 		return err
@@ -426,30 +432,26 @@ func textBlob(lit []byte) (string, bool) {
 	return string(dec), true
 }
 
-// run runs f, the scan of a text of size bytes, under the scrubber's
-// deadline, turning a deadline, a cancellation or a panic into a
-// *ScanError.
+// run runs f, the scan of a text of size bytes, until deadline, turning a
+// deadline, a cancellation or a panic into a *ScanError.
 //
 // A text of s.inline bytes or more is scanned on a goroutine of its own,
-// and run returns at the deadline even when f does not: a detector that
-// ignores its context is left to finish on its own, its result discarded.
-// A smaller text is scanned on the caller's goroutine, as Tokens counts a
-// small result: the detector gets the deadline through its context (gitleaks
-// checks it), go-re2's engine runs in time linear in the text, and a scan
-// that ends past the deadline fails all the same. The deadline is ctx's when
-// that comes first (the Scrub interceptor's, one for all the work on a
-// result), so that no context or timer is made per scan.
-func (s *Scrubber) run(ctx context.Context, size int, f func(context.Context) error) error {
-	parent := ctx
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.timeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
+// under a context that ends at the deadline, and run returns at the
+// deadline even when f does not: a detector that ignores its context is
+// left to finish on its own, its result discarded. A smaller text is
+// scanned on the caller's goroutine, as Tokens counts a small result, with
+// no goroutine, context or timer of its own: go-re2's engine runs in time
+// linear in the text, and a scan that ends past the deadline fails all the
+// same. ctx still cancels both (gitleaks checks it between rules).
+func (s *Scrubber) run(ctx context.Context, deadline time.Time, size int, f func(context.Context) error) error {
 	var err error
+	wctx := ctx
 	if size < s.inline {
 		err = s.runInline(ctx, f)
 	} else {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadlineCause(ctx, deadline, errWorkTimeout)
+		defer cancel()
 		done := make(chan error, 1)
 		go func() {
 			growStack(0)
@@ -458,24 +460,23 @@ func (s *Scrubber) run(ctx context.Context, size int, f func(context.Context) er
 					done <- s.panicked(r)
 				}
 			}()
-			done <- f(ctx)
+			done <- f(wctx)
 		}()
 		select {
 		case err = <-done:
-		case <-ctx.Done():
-			err = ctx.Err()
+		case <-wctx.Done():
+			err = wctx.Err()
 		}
 	}
-	if err == nil {
+	late := !time.Now().Before(deadline)
+	if err == nil && !late {
 		return nil
 	}
 	var se *ScanError
 	switch {
-	case errors.Is(context.Cause(parent), errWorkTimeout):
-		return &ScanError{Reason: fmt.Sprintf("scan timed out after %s", s.timeout), Err: context.DeadlineExceeded}
-	case parent.Err() != nil:
-		return &ScanError{Reason: "scan canceled: " + parent.Err().Error(), Err: parent.Err()}
-	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
+	case ctx.Err() != nil:
+		return &ScanError{Reason: "scan canceled: " + ctx.Err().Error(), Err: ctx.Err()}
+	case late || errors.Is(err, context.DeadlineExceeded) || wctx.Err() != nil:
 		return &ScanError{Reason: fmt.Sprintf("scan timed out after %s", s.timeout), Err: context.DeadlineExceeded}
 	case errors.As(err, &se):
 		return se
@@ -484,22 +485,17 @@ func (s *Scrubber) run(ctx context.Context, size int, f func(context.Context) er
 	}
 }
 
-// runInline runs f on the calling goroutine, a panic becoming an error and
-// a scan that ended past ctx's deadline (or after ctx was canceled) failing
-// with ctx's error.
+// runInline runs f on the calling goroutine, a panic becoming an error.
 func (s *Scrubber) runInline(ctx context.Context, f func(context.Context) error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = s.panicked(r)
 		}
 	}()
-	if err = f(ctx); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return ctx.Err()
+	return f(ctx)
 }
 
 // scanStack is the stack a scan goroutine is grown to up front: gitleaks'
@@ -808,13 +804,11 @@ func Scrub(s *Scrubber) Interceptor {
 			start := time.Now()
 			// One deadline for all the work on this result: every scan
 			// below, then counting (ex.WorkDeadline, read by Tokens).
-			ex.WorkDeadline = start.Add(s.timeout)
-			outer := ctx
-			ctx, cancel := context.WithDeadlineCause(ctx, ex.WorkDeadline, errWorkTimeout)
-			defer cancel()
+			deadline := start.Add(s.timeout)
+			ex.WorkDeadline = deadline
 			defer func() {
 				if r := recover(); r != nil {
-					err = s.withhold(outer, ex, s.panicked(r))
+					err = s.withhold(ctx, ex, s.panicked(r))
 				}
 				ex.ScrubTime = time.Since(start)
 			}()
@@ -824,34 +818,34 @@ func Scrub(s *Scrubber) Interceptor {
 				// is the scrubbed copy. A copy that cannot be scanned
 				// withholds the exchange: nothing is delivered, so
 				// nothing is archived.
-				out, counts, serr := s.ScrubJSON(ctx, ex.Args)
+				out, counts, _, serr := s.scrubJSON(ctx, deadline, ex.Args)
 				if serr != nil {
-					return s.withhold(outer, ex, serr)
+					return s.withhold(ctx, ex, serr)
 				}
 				ex.Args = out
 				addCounts(ex, counts)
 			}
 			if len(ex.Result) > 0 {
-				out, counts, dec, serr := s.scrubJSON(ctx, ex.Result)
+				out, counts, dec, serr := s.scrubJSON(ctx, deadline, ex.Result)
 				if serr != nil {
-					return s.withhold(outer, ex, serr)
+					return s.withhold(ctx, ex, serr)
 				}
 				ex.Result, ex.decoded = out, dec
 				addCounts(ex, counts)
 			}
 			if ex.RPCError != nil {
-				rerr, counts, serr := s.scrubRPCError(ctx, ex.RPCError)
+				rerr, counts, serr := s.scrubRPCError(ctx, deadline, ex.RPCError)
 				if serr != nil {
-					return s.withhold(outer, ex, serr)
+					return s.withhold(ctx, ex, serr)
 				}
 				ex.RPCError = rerr
 				addCounts(ex, counts)
 			}
 			if ex.Err != nil {
 				msg := ex.Err.Error()
-				clean, counts, serr := s.ScrubText(ctx, msg)
+				clean, counts, serr := s.scrubText(ctx, deadline, msg)
 				if serr != nil {
-					return s.withhold(outer, ex, serr)
+					return s.withhold(ctx, ex, serr)
 				}
 				if clean != msg {
 					ex.Err = &redactedError{msg: clean, orig: ex.Err}
@@ -866,18 +860,18 @@ func Scrub(s *Scrubber) Interceptor {
 	}
 }
 
-func (s *Scrubber) scrubRPCError(ctx context.Context, e error) (error, map[string]int, error) {
+func (s *Scrubber) scrubRPCError(ctx context.Context, deadline time.Time, e error) (error, map[string]int, error) {
 	var re RPCError
 	if !errors.As(e, &re) {
 		msg := e.Error()
-		clean, counts, err := s.ScrubText(ctx, msg)
+		clean, counts, err := s.scrubText(ctx, deadline, msg)
 		if err != nil || clean == msg {
 			return e, nil, err
 		}
 		return &ScrubbedRPCError{Code: jsonrpc.CodeInternalError, Message: clean}, counts, nil
 	}
 	msg := re.RPCMessage()
-	clean, counts, err := s.ScrubText(ctx, msg)
+	clean, counts, err := s.scrubText(ctx, deadline, msg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -888,7 +882,7 @@ func (s *Scrubber) scrubRPCError(ctx context.Context, e error) (error, map[strin
 	cleanData := data
 	if len(data) > 0 {
 		var dc map[string]int
-		cleanData, dc, err = s.ScrubJSON(ctx, data)
+		cleanData, dc, _, err = s.scrubJSON(ctx, deadline, data)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -661,10 +661,11 @@ func TestScrubFailClosed(t *testing.T) {
 				s := *base
 				s.timeout = tt.timeout
 				s.find = tt.find
-				if tt.name == "hang" {
-					// A detector that ignores its context is cut off at
-					// the deadline only on a goroutine of its own: small
-					// texts are scanned inline (TestScrubInlineLate).
+				if tt.name == "hang" || tt.name == "slow" {
+					// A detector that waits, whether or not on its
+					// context, is cut off at the deadline only on a
+					// goroutine of its own: small texts are scanned
+					// inline, with no timer (TestScrubInlineLate).
 					s.inline = 0
 				}
 				payload := tok + " " + strings.Repeat("xxxxxxx. ", size/9) // lines cut into pieces
