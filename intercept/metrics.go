@@ -55,8 +55,8 @@ type Metrics struct {
 	model            *modelMetrics
 
 	mu     sync.Mutex
-	active int                 // active branches, never below zero
-	tools  map[string]struct{} // tool label values in use, "upstream\x00tool"
+	active int                    // active branches, never below zero
+	tools  map[[2]string]struct{} // tool label values in use: upstream, tool
 }
 
 var _ fold.EventSink = (*Metrics)(nil)
@@ -143,7 +143,7 @@ func NewMetrics() *Metrics {
 			Name: "foldproxy_sessions_opened_total",
 			Help: "Downstream sessions opened.",
 		}),
-		tools: make(map[string]struct{}),
+		tools: make(map[[2]string]struct{}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -239,7 +239,7 @@ func (m *Metrics) observe(ex *Exchange, herr error) {
 // toolLabel returns name as a label value while fewer than maxToolLabels
 // distinct names are in use, "other" past that.
 func (m *Metrics) toolLabel(upstream, name string) string {
-	key := upstream + "\x00" + name
+	key := [2]string{upstream, name} // no string built per call
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.tools[key]; ok {
