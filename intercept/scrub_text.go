@@ -396,8 +396,16 @@ func asciiLower(s string) []byte {
 	return b
 }
 
-// newlines appends the offsets of the newlines in s to buf.
+// newlines appends the offsets of the newlines in s to buf, which it
+// allocates once, to size, when nil.
 func newlines(s string, buf []int) []int {
+	if buf == nil {
+		n := strings.Count(s, "\n")
+		if n == 0 {
+			return nil
+		}
+		buf = make([]int, 0, n)
+	}
 	for i := 0; ; {
 		j := strings.IndexByte(s[i:], '\n')
 		if j < 0 {
