@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/intercept"
-	"github.com/foldproxy/foldproxy/internal/trajectory"
+	"github.com/foldproxy/foldproxy/e2e/trajectory"
 	"github.com/foldproxy/foldproxy/policy"
 )
 

@@ -3,7 +3,7 @@ package cost
 import (
 	"strings"
 
-	"github.com/foldproxy/foldproxy/internal/trajectory"
+	"github.com/foldproxy/foldproxy/e2e/trajectory"
 )
 
 // Step is one step of a recorded agent trajectory: the shell command the

@@ -28,7 +28,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/foldproxy/foldproxy/internal/trajectory"
+	"github.com/foldproxy/foldproxy/e2e/trajectory"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )

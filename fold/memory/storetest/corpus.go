@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/fold/memory"
-	"github.com/foldproxy/foldproxy/internal/trajectory"
+	"github.com/foldproxy/foldproxy/e2e/trajectory"
 )
 
 // Trajectory is one recorded task of the trajectory data.
