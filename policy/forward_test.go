@@ -39,7 +39,7 @@ func TestProxyErrorsNameTheField(t *testing.T) {
 		{`{"proxy":{"interceptHosts":["bad!host"]}}`, "proxy.interceptHosts[0]", "not a valid host"},
 		{`{"proxy":{"allowPorts":[0]}}`, "proxy.allowPorts[0]", "not a TCP port"},
 		{`{"proxy":{"allowPorts":[443,70000]}}`, "proxy.allowPorts[1]", "not a TCP port"},
-		{`{"proxy":{"intercept":[]}}`, `unknown field "intercept"`, ""},
+		{`{"proxy":{"intercept":[]}}`, `unknown field "intercept"`, "(at foldproxy.proxy.intercept)"},
 		{`{"proxy":{"mcp":[{"url":"http://mcp.example.com/mcp"}]}}`, "proxy.mcp[0].url", "https://"},
 		{`{"proxy":{"mcp":[{"url":"https://mcp.example.com:8443/mcp"}]}}`, "proxy.mcp[0].url", "not in proxy.allowPorts"},
 		{`{"proxy":{"mcp":[{"url":"https://u:p@mcp.example.com/mcp"}]}}`, "proxy.mcp[0].url", "without user"},

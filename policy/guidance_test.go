@@ -22,6 +22,6 @@ func TestModelGuidance(t *testing.T) {
 	checkParseErrors(t, []parseErrorCase{
 		{`{"model":{"guidance":{"afterTokens":-1}}}`, "model.guidance", "negative"},
 		{`{"model":{"guidance":{"afterTokens":10}}}`, "model.guidance", "minimum"},
-		{`{"model":{"guidance":{"after":10}}}`, `unknown field "after"`, ""},
+		{`{"model":{"guidance":{"after":10}}}`, `unknown field "after"`, "(at foldproxy.model.guidance.after)"},
 	})
 }

@@ -38,7 +38,7 @@ func TestModelErrorsNameTheField(t *testing.T) {
 		{`{"model":{"anthropicURL":"https://api.anthropic.com?x=1"}}`, "model.anthropicURL", "query"},
 		{`{"model":{"anthropicURL":"%zz"}}`, "model.anthropicURL", "not a URL"},
 		{`{"model":{"maxRequestBytes":10}}`, "model.maxRequestBytes", "minimum"},
-		{`{"model":{"anthropicBase":"https://x"}}`, `unknown field "anthropicBase"`, ""},
+		{`{"model":{"anthropicBase":"https://x"}}`, `unknown field "anthropicBase"`, "(at foldproxy.model.anthropicBase)"},
 	}
 	checkParseErrors(t, tests)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -392,6 +393,12 @@ func Parse(raw []byte) (Settings, error) {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&s); err != nil {
+			if name, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
+				name = strings.TrimSuffix(name, `"`)
+				if where := unknownFieldPath(raw, reflect.TypeFor[Settings](), name); where != "" {
+					return Settings{}, fmt.Errorf("%w: %s: unknown field %q (at %s)", ErrInvalid, Key, name, where)
+				}
+			}
 			return Settings{}, fmt.Errorf("%w: %s: %v", ErrInvalid, Key, err)
 		}
 	}

@@ -52,7 +52,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{`{"audit":{"fsync":"sometimes"}}`, "audit.fsync", ""},
 		{`{"scrub":{"chunkBytes":100,"overlapBytes":200}}`, "scrub.overlapBytes", ""},
 		{`{"separator":"a b"}`, "separator", ""},
-		{`{"budget":1}`, `unknown field "budget"`, ""},
+		{`{"budget":1}`, `unknown field "budget"`, "(at foldproxy.budget)"},
 		{`{"fold":{"maxDepth":"3"}}`, "maxDepth", ""},
 		{`{"upstreams":{"fs":{"denyTools":["[x"]}}}`, "upstreams.fs", ""},
 		{`[1]`, "foldproxy", ""},
@@ -188,5 +188,15 @@ func FuzzParse(f *testing.F) {
 		if err := s.Validate(); err != nil {
 			t.Fatalf("Parse accepted settings that do not validate: %v", err)
 		}
+	})
+}
+
+func TestUnknownFieldPath(t *testing.T) {
+	checkParseErrors(t, []parseErrorCase{
+		// The same name is known in one object and unknown in another: the
+		// path names the one that is wrong.
+		{`{"fold":{"defaultBudget":5000},"model":{"guidance":{"defaultBudget":1}}}`, `unknown field "defaultBudget"`, "(at foldproxy.model.guidance.defaultBudget)"},
+		// Names match without regard to case, as encoding/json matches them.
+		{`{"FOLD":{"DefaultBudget":5000,"typo":1}}`, `unknown field "typo"`, "(at foldproxy.FOLD.typo)"},
 	})
 }
