@@ -1,6 +1,7 @@
 package fold
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -18,16 +19,22 @@ import (
 // remainders outside Badger, in append-only segment files under
 // <store>/archive/ (00000001.seg, 00000002.seg, ...); Badger keeps a small
 // reference (segment, offset, length, CRC-32) in their place. The bytes are
-// written with write(2), never through a memory map: they do not count in
+// written with pwrite(2), never through a memory map: they do not count in
 // the process's resident memory, a full disk is an error (ENOSPC) rather
 // than a SIGBUS, and they are not rewritten by Badger's compactions or
 // value-log garbage collection.
 //
-// Durability: append returns after the bytes are in the operating system
-// (and on the disk with fsync), and the store commits the reference only
-// after that, so a reference that survived kill -9 always points at bytes
-// that did too. Bytes whose reference was never committed are garbage that
-// Prune removes with their segment.
+// Writing is in two steps, so that the reply path makes one write(2), to
+// the store's write-ahead log, not two: a write reserves the bytes' place
+// (reserve: the segment and offset, known at once), and its write-ahead
+// log record carries the bytes with their place. The committer writes them
+// there (writeBlobs, the bytes of a whole group of records at once, and
+// fsynced with fold.fsync) before it commits the references to Badger, and
+// the open replays the records not in Badger yet the same way, so a
+// reference in Badger always points at bytes that are in the file; the
+// record that carries them is removed only after that. Bytes whose
+// reference was never committed are garbage that Prune removes with their
+// segment.
 //
 // Segments are removed whole by Prune once no reference points into them.
 // A segment still being appended to, or one whose appends have not all
@@ -37,10 +44,10 @@ type archiveFiles struct {
 	fsync bool
 
 	mu      sync.Mutex
-	cur     *os.File // nil until the first append; nil for a read-only store
+	opened  bool // curID and curSize are known (at the first reserve)
 	curID   uint32
-	curSize int64
-	pending map[uint32]int // appends not yet committed (or abandoned), by segment
+	curSize int64          // the end of the last reservation
+	pending map[uint32]int // reservations not yet committed (or abandoned), by segment
 }
 
 // archiveSegmentSize is the size past which a new segment is started.
@@ -142,29 +149,29 @@ func (a *archiveFiles) openCurrentLocked() error {
 	return a.openSegmentLocked(id)
 }
 
+// openSegmentLocked makes segment id, created if absent, the one
+// reservations go to, from its end on.
 func (a *archiveFiles) openSegmentLocked(id uint32) error {
-	f, err := os.OpenFile(a.path(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(a.path(id), os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
 	st, err := f.Stat()
+	f.Close()
 	if err != nil {
-		f.Close()
 		return err
 	}
-	if a.cur != nil {
-		a.cur.Close()
-	}
-	a.cur, a.curID, a.curSize = f, id, st.Size()
+	a.opened, a.curID, a.curSize = true, id, st.Size()
 	return nil
 }
 
-// append writes data as one record and returns its reference. The caller
-// must call done(ref.Seg) once the reference is committed, or abandoned.
-func (a *archiveFiles) append(data []byte) (archiveRef, error) {
+// reserve returns the place of data in the archive files, to be written
+// there by writeBlobs. The caller must call done(ref.Seg) once the
+// reference is committed, or abandoned.
+func (a *archiveFiles) reserve(data []byte) (archiveRef, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cur == nil {
+	if !a.opened {
 		if err := a.openCurrentLocked(); err != nil {
 			return archiveRef{}, fmt.Errorf("open archive: %w", err)
 		}
@@ -175,14 +182,72 @@ func (a *archiveFiles) append(data []byte) (archiveRef, error) {
 		}
 	}
 	ref := archiveRef{Seg: a.curID, Off: a.curSize, Len: int64(len(data)), CRC: crc32.Checksum(data, crcTable)}
-	// The segment's length stays equal to what the references account for.
-	n, err := appendRecord(a.cur, a.curSize, data, a.fsync)
-	if err != nil {
-		return archiveRef{}, fmt.Errorf("write archive segment %d: %w", a.curID, err)
-	}
-	a.curSize += int64(n)
+	a.curSize += ref.Len
 	a.pending[ref.Seg]++
 	return ref, nil
+}
+
+// append reserves data's place and writes it there (tests).
+func (a *archiveFiles) append(data []byte) (archiveRef, error) {
+	ref, err := a.reserve(data)
+	if err != nil {
+		return ref, err
+	}
+	if err := a.writeBlobs([]walBlob{{ref: ref, data: data}}); err != nil {
+		a.done(ref.Seg)
+		return archiveRef{}, err
+	}
+	return ref, nil
+}
+
+// writeBlobs writes each blob's bytes at its reserved place, the runs of
+// adjacent ones with one pwritev(2), and flushes the segments to the disk
+// with fsync. Writing them again is harmless.
+func (a *archiveFiles) writeBlobs(blobs []walBlob) error {
+	if len(blobs) == 0 {
+		return nil
+	}
+	blobs = slices.Clone(blobs)
+	slices.SortFunc(blobs, func(x, y walBlob) int {
+		if x.ref.Seg != y.ref.Seg {
+			return cmp.Compare(x.ref.Seg, y.ref.Seg)
+		}
+		return cmp.Compare(x.ref.Off, y.ref.Off)
+	})
+	if err := os.MkdirAll(a.dir, 0o700); err != nil {
+		return fmt.Errorf("create the archive folder: %w", err)
+	}
+	var run [][]byte
+	for i := 0; i < len(blobs); {
+		seg := blobs[i].ref.Seg
+		f, err := os.OpenFile(a.path(seg), os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return fmt.Errorf("open archive segment %d: %w", seg, err)
+		}
+		for ; i < len(blobs) && blobs[i].ref.Seg == seg && err == nil; i++ {
+			off, end := blobs[i].ref.Off, blobs[i].ref.Off+int64(len(blobs[i].data))
+			run = append(run[:0], blobs[i].data)
+			for i+1 < len(blobs) && blobs[i+1].ref.Seg == seg && blobs[i+1].ref.Off == end {
+				i++
+				run = append(run, blobs[i].data)
+				end += int64(len(blobs[i].data))
+			}
+			err = writeAtv(f, run, off)
+		}
+		if err == nil && a.fsync {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				err = fmt.Errorf("%w: %w", ErrStoreFull, err)
+			}
+			return fmt.Errorf("write archive segment %d: %w", seg, err)
+		}
+	}
+	return nil
 }
 
 // done marks one append to segment seg as committed or abandoned.
@@ -223,8 +288,8 @@ func (a *archiveFiles) read(ref archiveRef) ([]byte, error) {
 func (a *archiveFiles) floor() uint32 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cur == nil {
-		// The next append goes to the last segment: keep it.
+	if !a.opened {
+		// The next reservation goes to the last segment: keep it.
 		if err := a.openCurrentLocked(); err != nil {
 			return 0 // remove nothing
 		}
@@ -255,13 +320,10 @@ func (a *archiveFiles) removeUnreferenced(floor uint32, live map[uint32]bool) er
 	return errors.Join(errs...)
 }
 
+// close forgets the current segment (it holds no file open).
 func (a *archiveFiles) close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cur == nil {
-		return nil
-	}
-	err := a.cur.Close()
-	a.cur = nil
-	return err
+	a.opened = false
+	return nil
 }

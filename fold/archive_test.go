@@ -42,6 +42,9 @@ func TestBadgerArchiveFiles(t *testing.T) {
 	if err := s.Batch(ctx, &Batch{Calls: []BatchCall{{Branch: "b-1", Rec: rec}}, Cuts: []BatchCut{{Handle: "b-1~h", Rest: rest}}}); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.barrier(); err != nil { // the committer writes the bytes
+		t.Fatal(err)
+	}
 	segs, err := s.arch.segments()
 	if err != nil || len(segs) != 1 {
 		t.Fatalf("archive segments %v, %v; want one", segs, err)
@@ -104,6 +107,9 @@ func TestBadgerArchiveDamage(t *testing.T) {
 	s := openBadgerT(t, dir)
 	defer s.Close()
 	if _, err := s.AppendCall(ctx, "b-1", &CallRecord{Name: "big", Result: bigResult(10_000, "x")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.barrier(); err != nil { // the committer writes the bytes
 		t.Fatal(err)
 	}
 	path := s.arch.path(1)

@@ -317,6 +317,13 @@ func append20(b []byte, n int64) []byte {
 // write makes ops durable, all or nothing, as one record of the
 // write-ahead log (see wal.go); Badger gets them in the background.
 func (s *BadgerStore) write(ctx context.Context, what string, ops ...walOp) error {
+	return s.writeWith(ctx, what, nil, ops...)
+}
+
+// writeWith is write with the bytes of refs' reservations in the record
+// too; once it is written, the committer writes them to the archive files
+// and releases the reservations (refs is emptied).
+func (s *BadgerStore) writeWith(ctx context.Context, what string, refs *archiveRefs, ops ...walOp) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -335,7 +342,17 @@ func (s *BadgerStore) write(ctx context.Context, what string, ops ...walOp) erro
 			return fmt.Errorf("fold: %s: %w", what, err)
 		}
 	}
-	return s.appendWAL(what, ops)
+	var blobs []walBlob
+	if refs != nil {
+		blobs = *refs
+	}
+	if err := s.appendWAL(what, blobs, ops); err != nil {
+		return err
+	}
+	if refs != nil {
+		*refs = nil // the committer's now
+	}
+	return nil
 }
 
 func set(k, v []byte) walOp { return walOp{k: k, v: v} }
@@ -598,7 +615,7 @@ func (s *BadgerStore) AppendCall(ctx context.Context, branch string, rec *CallRe
 		return 0, err
 	}
 	key := callKey(branch, seq)
-	if err := s.write(ctx, callWhat(branch, seq), set(key, data), set(timeKey(c.Time, key), size)); err != nil {
+	if err := s.writeWith(ctx, callWhat(branch, seq), &refs, set(key, data), set(timeKey(c.Time, key), size)); err != nil {
 		return 0, err
 	}
 	return seq, nil
@@ -611,22 +628,27 @@ type storedCall struct {
 	Ref *archiveRef `json:"ref,omitempty"`
 }
 
-// archiveRefs collects the archive appends of one write, to be marked done
-// once it is committed or abandoned.
-type archiveRefs []uint32
+// archiveRefs collects the archive reservations of one write and their
+// bytes: writeWith hands them to the write-ahead log, and the ones left
+// (the write failed) are released by done.
+type archiveRefs []walBlob
 
-func (r *archiveRefs) add(ref archiveRef) { *r = append(*r, ref.Seg) }
-
-// done has a pointer receiver so that "defer refs.done(a)" sees the
-// appends made after the defer statement.
-func (r *archiveRefs) done(a *archiveFiles) {
-	for _, seg := range *r {
-		a.done(seg)
-	}
+func (r *archiveRefs) add(ref archiveRef, data []byte) {
+	*r = append(*r, walBlob{ref: ref, data: data})
 }
 
-// toArchive appends data to the archive files, after checking the free
-// space, and returns its reference.
+// done has a pointer receiver so that "defer refs.done(a)" sees the
+// reservations made after the defer statement.
+func (r *archiveRefs) done(a *archiveFiles) {
+	for _, b := range *r {
+		a.done(b.ref.Seg)
+	}
+	*r = nil
+}
+
+// toArchive reserves data's place in the archive files, after checking
+// the free space, and returns its reference; data goes there with the
+// write (writeWith).
 func (s *BadgerStore) toArchive(ctx context.Context, what string, data []byte, refs *archiveRefs) (*archiveRef, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -634,14 +656,15 @@ func (s *BadgerStore) toArchive(ctx context.Context, what string, data []byte, r
 	if s.readOnly {
 		return nil, fmt.Errorf("fold: %s: the store was opened read-only", what)
 	}
-	if err := s.free.check(int64(len(data)) + 4096); err != nil {
+	// In the write-ahead log, then in the archive file.
+	if err := s.free.check(2*int64(len(data)) + 4096); err != nil {
 		return nil, fmt.Errorf("fold: %s: %w", what, err)
 	}
-	ref, err := s.arch.append(data)
+	ref, err := s.arch.reserve(data)
 	if err != nil {
 		return nil, fmt.Errorf("fold: %s: %w", what, err)
 	}
-	refs.add(ref)
+	refs.add(ref, data)
 	return &ref, nil
 }
 
@@ -755,7 +778,7 @@ func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
 		}
 		sets = s.indexBranch(append(sets, set(branchKey(br.ID), data)), br)
 	}
-	if err := s.write(ctx, "write batch", sets...); err != nil {
+	if err := s.writeWith(ctx, "write batch", &refs, sets...); err != nil {
 		return err
 	}
 	s.markIndexed(sets)
@@ -806,7 +829,7 @@ func (s *BadgerStore) PutCut(ctx context.Context, handle string, rest []byte) er
 	if err != nil {
 		return err
 	}
-	return s.write(ctx, "store cut "+handle, set(key, val), set(timeKey(time.Now(), key), size))
+	return s.writeWith(ctx, "store cut "+handle, &refs, set(key, val), set(timeKey(time.Now(), key), size))
 }
 
 // GetCut returns the remainder stored under handle, or an error wrapping

@@ -2,6 +2,7 @@ package fold
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"os"
@@ -150,4 +151,38 @@ func BenchmarkStoreChargeTinyCommitted(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkStoreChargeFsync charges a 1 KiB result per op to a store that
+// fsyncs every write (fold.fsync): "reply" is the charge alone (the
+// committer runs beside it), "committed" commits each before the next.
+func BenchmarkStoreChargeFsync(b *testing.B) {
+	for _, each := range []bool{false, true} {
+		name := "reply"
+		if each {
+			name = "committed"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := openBadgerT(b, b.TempDir())
+			defer s.Close()
+			e := newEnvStore(b, s, nil)
+			root := RootID("s1")
+			result := bytes.Repeat([]byte("x"), 1024)
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				if _, err := e.m.Charge(b.Context(), "s1", root, func(Budget) (Charge, error) {
+					return Charge{Upstream: "replay", Method: "tools/call", Name: "run", Result: result, Tokens: 0}, nil
+				}); err != nil {
+					b.Fatal(err)
+				}
+				if !each {
+					continue
+				}
+				if err := s.barrier(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
 }

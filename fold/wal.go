@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -48,12 +49,17 @@ import (
 // Record framing: a 4-byte little-endian payload length, the payload's
 // CRC-32 (Castagnoli), then the payload: ops, each a byte (walSet or
 // walDelete), the key's length as a uvarint, the key, and for a set the
-// value's length as a uvarint and the value.
+// value's length as a uvarint and the value; or a byte walArchived, the
+// archive segment and offset as uvarints, the bytes' CRC-32 (4 bytes,
+// little-endian), their length as a uvarint and the bytes: bytes for the
+// archive files, which the committer writes there before it commits the
+// record's changes (see archiveFiles).
 
 const (
-	walSet    = 1
-	walDelete = 2
-	walHeader = 8
+	walSet      = 1
+	walDelete   = 2
+	walArchived = 3
+	walHeader   = 8
 	// walRotateSize is the size past which appends go to a new log file,
 	// so that a log that is never empty (a steady load) does not grow
 	// without bound: older files are removed once all their records are
@@ -116,12 +122,19 @@ type walOp struct {
 	k, v []byte
 }
 
+// walBlob is bytes for the archive files and their place there.
+type walBlob struct {
+	ref  archiveRef
+	data []byte
+}
+
 // walRecord is one appended write, pending until it is in Badger.
 type walRecord struct {
-	ops  []walOp
-	file uint32 // the log file holding it
-	end  int64  // the offset of its end in that file
-	size int    // estimated transaction size
+	ops   []walOp
+	blobs []walBlob // written to the archive files before ops are committed
+	file  uint32    // the log file holding it
+	end   int64     // the offset of its end in that file
+	size  int       // estimated transaction size
 }
 
 // walLog is the BadgerStore's write-ahead log.
@@ -182,13 +195,30 @@ func walPending(storeDir string) (bool, error) {
 	return false, nil
 }
 
-// encodeWALRecord frames ops as one record.
-func encodeWALRecord(ops []walOp) []byte {
+// encodeWALRecord frames blobs and ops as one record. The blobs it returns
+// hold their bytes in the record's.
+func encodeWALRecord(blobs []walBlob, ops []walOp) ([]byte, []walBlob) {
 	n := walHeader
+	for _, b := range blobs {
+		n += 1 + 3*binary.MaxVarintLen64 + 4 + len(b.data)
+	}
 	for _, op := range ops {
 		n += 1 + 2*binary.MaxVarintLen32 + len(op.k) + len(op.v)
 	}
 	buf := make([]byte, walHeader, n)
+	var views []walBlob
+	if len(blobs) > 0 {
+		views = make([]walBlob, len(blobs))
+	}
+	for i, b := range blobs {
+		buf = append(buf, walArchived)
+		buf = binary.AppendUvarint(buf, uint64(b.ref.Seg))
+		buf = binary.AppendUvarint(buf, uint64(b.ref.Off))
+		buf = binary.LittleEndian.AppendUint32(buf, b.ref.CRC)
+		buf = binary.AppendUvarint(buf, uint64(len(b.data)))
+		views[i] = walBlob{ref: b.ref, data: buf[len(buf) : len(buf)+len(b.data) : len(buf)+len(b.data)]}
+		buf = append(buf, b.data...)
+	}
 	for _, op := range ops {
 		if op.del {
 			buf = append(buf, walDelete)
@@ -205,12 +235,21 @@ func encodeWALRecord(ops []walOp) []byte {
 	payload := buf[walHeader:]
 	binary.LittleEndian.PutUint32(buf[0:4], uint32(len(payload)))
 	binary.LittleEndian.PutUint32(buf[4:8], crc32.Checksum(payload, crcTable))
-	return buf
+	return buf, views
 }
 
-// decodeWALPayload parses a checked payload into its ops.
-func decodeWALPayload(p []byte) ([]walOp, error) {
+// decodeWALPayload parses a checked payload into its ops and blobs.
+func decodeWALPayload(p []byte) ([]walOp, []walBlob, error) {
 	var ops []walOp
+	var blobs []walBlob
+	number := func(limit uint64) (uint64, error) {
+		n, w := binary.Uvarint(p)
+		if w <= 0 || n > limit {
+			return 0, errors.New("a malformed number")
+		}
+		p = p[w:]
+		return n, nil
+	}
 	field := func() ([]byte, error) {
 		n, w := binary.Uvarint(p)
 		if w <= 0 || n > uint64(len(p)-w) {
@@ -223,22 +262,46 @@ func decodeWALPayload(p []byte) ([]walOp, error) {
 	for len(p) > 0 {
 		kind := p[0]
 		p = p[1:]
+		if kind == walArchived {
+			seg, err := number(math.MaxUint32)
+			if err != nil {
+				return nil, nil, err
+			}
+			off, err := number(math.MaxInt64)
+			if err != nil {
+				return nil, nil, err
+			}
+			if len(p) < 4 {
+				return nil, nil, errors.New("a checksum runs past the record")
+			}
+			crc := binary.LittleEndian.Uint32(p)
+			p = p[4:]
+			data, err := field()
+			if err != nil {
+				return nil, nil, err
+			}
+			if crc32.Checksum(data, crcTable) != crc {
+				return nil, nil, errors.New("archive bytes that fail their checksum")
+			}
+			blobs = append(blobs, walBlob{ref: archiveRef{Seg: uint32(seg), Off: int64(off), Len: int64(len(data)), CRC: crc}, data: data})
+			continue
+		}
 		if kind != walSet && kind != walDelete {
-			return nil, fmt.Errorf("unknown change kind %d", kind)
+			return nil, nil, fmt.Errorf("unknown change kind %d", kind)
 		}
 		k, err := field()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		op := walOp{del: kind == walDelete, k: k}
 		if !op.del {
 			if op.v, err = field(); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		ops = append(ops, op)
 	}
-	return ops, nil
+	return ops, blobs, nil
 }
 
 // readWAL reads the records of every log file under dir, in order. A
@@ -261,6 +324,7 @@ func readWAL(dir string, log *slog.Logger) (recs []walRecord, ids []uint32, err 
 			rest := data[off:]
 			why := ""
 			var ops []walOp
+			var blobs []walBlob
 			switch {
 			case len(rest) < walHeader:
 				why = "a header cut short"
@@ -275,7 +339,7 @@ func readWAL(dir string, log *slog.Logger) (recs []walRecord, ids []uint32, err 
 					why = "a record that fails its checksum"
 				default:
 					var derr error
-					if ops, derr = decodeWALPayload(rest[walHeader : walHeader+n]); derr != nil {
+					if ops, blobs, derr = decodeWALPayload(rest[walHeader : walHeader+n]); derr != nil {
 						why = "a malformed record: " + derr.Error()
 					}
 				}
@@ -285,7 +349,7 @@ func readWAL(dir string, log *slog.Logger) (recs []walRecord, ids []uint32, err 
 						size += len(op.k) + len(op.v) + walOpOverhead
 					}
 					off += walHeader + int(n)
-					recs = append(recs, walRecord{ops: ops, file: id, end: int64(off), size: size})
+					recs = append(recs, walRecord{ops: ops, blobs: blobs, file: id, end: int64(off), size: size})
 					continue
 				}
 			}
@@ -320,6 +384,9 @@ func (s *BadgerStore) openWAL(fsync, hold bool, log *slog.Logger) error {
 	w := &walLog{dir: dir, fsync: fsync, log: log, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	w.replayed, w.skipped = len(recs), skipped
 	if len(recs) > 0 {
+		if err := s.arch.writeBlobs(recordBlobs(recs)); err != nil {
+			return fmt.Errorf("replay the write-ahead log: %w", err)
+		}
 		if err := s.applyRecords(recs); err != nil {
 			return fmt.Errorf("replay the write-ahead log: %w", err)
 		}
@@ -376,11 +443,12 @@ func (w *walLog) openNextLocked() error {
 	return nil
 }
 
-// appendWAL makes ops durable as one record (in the OS, and on the disk
-// with fsync) and queues them for the committer.
-func (s *BadgerStore) appendWAL(what string, ops []walOp) error {
+// appendWAL makes blobs and ops durable as one record (in the OS, and on
+// the disk with fsync) and queues them for the committer, which releases
+// the blobs' reservations (archiveFiles.done) once they are committed.
+func (s *BadgerStore) appendWAL(what string, blobs []walBlob, ops []walOp) error {
 	w := s.wal
-	rec := encodeWALRecord(ops)
+	rec, blobs := encodeWALRecord(blobs, ops)
 	size := 0
 	for _, op := range ops {
 		size += len(op.k) + len(op.v) + walOpOverhead
@@ -409,7 +477,7 @@ func (s *BadgerStore) appendWAL(what string, ops []walOp) error {
 		return fmt.Errorf("fold: %s: write the write-ahead log: %w", what, err)
 	}
 	w.size += int64(n)
-	w.pending = append(w.pending, walRecord{ops: ops, file: w.id, end: w.size, size: size})
+	w.pending = append(w.pending, walRecord{ops: ops, blobs: blobs, file: w.id, end: w.size, size: size})
 	w.npending.Store(int64(len(w.pending)))
 	select {
 	case w.kick <- struct{}{}:
@@ -469,6 +537,9 @@ func (s *BadgerStore) commitPending() error {
 		err = failing()
 	}
 	if err == nil {
+		err = s.arch.writeBlobs(recordBlobs(recs))
+	}
+	if err == nil {
 		err = s.applyRecords(recs)
 	}
 	w.mu.Lock()
@@ -486,6 +557,11 @@ func (s *BadgerStore) commitPending() error {
 		return err
 	}
 	w.err = nil
+	for _, r := range recs {
+		for _, b := range r.blobs {
+			s.arch.done(b.ref.Seg)
+		}
+	}
 	w.pending = w.pending[len(recs):]
 	if len(w.pending) == 0 {
 		w.pending = nil
@@ -493,6 +569,15 @@ func (s *BadgerStore) commitPending() error {
 	w.npending.Store(int64(len(w.pending)))
 	w.trimLocked()
 	return nil
+}
+
+// recordBlobs lists the blobs of recs.
+func recordBlobs(recs []walRecord) []walBlob {
+	var out []walBlob
+	for _, r := range recs {
+		out = append(out, r.blobs...)
+	}
+	return out
 }
 
 // trimLocked removes the log files whose records are all in Badger.

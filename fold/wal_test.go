@@ -251,7 +251,7 @@ func TestWALTornTailDropped(t *testing.T) {
 			}
 			path := s.wal.path(s.wal.id)
 			s.crashForTest(t)
-			rec := encodeWALRecord([]walOp{set(callKey("b-1", 4), []byte(`{"seq":4,"result":"torn"}`))})
+			rec, _ := encodeWALRecord(nil, []walOp{set(callKey("b-1", 4), []byte(`{"seq":4,"result":"torn"}`))})
 			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -587,6 +587,72 @@ func TestWALNumbersAfterPosition(t *testing.T) {
 	}
 	if _, err := s3.GetSession(ctx, "p"); err != nil {
 		t.Errorf("the pending write was skipped: %v", err)
+	}
+}
+
+// The bytes of a large result travel in the write-ahead log record: the
+// reply path writes them once, the committer writes them to the archive
+// files before it commits their reference, and an open writes those of the
+// records a crash left pending.
+func TestWALCarriesArchiveBytes(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	s := openWALStore(t, dir, nil)
+	big := bigResult(5000, "one")
+	if _, err := s.AppendCall(ctx, "b-1", &CallRecord{Result: big}); err != nil {
+		t.Fatal(err)
+	}
+	segSize := func() int64 {
+		t.Helper()
+		st, err := os.Stat(filepath.Join(dir, "archive", "00000001.seg"))
+		if errors.Is(err, os.ErrNotExist) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Size()
+	}
+	if n := segSize(); n != 0 {
+		t.Errorf("the archive holds %d bytes before the commit; want them in the log only", n)
+	}
+	if calls, err := s.Calls(ctx, "b-1", 0, 0); err != nil || len(calls) != 1 || calls[0].Result != big {
+		t.Fatalf("calls: %d, %v", len(calls), err)
+	}
+	if n := segSize(); n != int64(len(big)) {
+		t.Errorf("the archive holds %d bytes after the commit; want %d", n, len(big))
+	}
+	s.holdCommitter()
+	two, rest := bigResult(7000, "two"), bytes.Repeat([]byte("rest \x00"), 700)
+	if err := s.Batch(ctx, &Batch{Calls: []BatchCall{{Branch: "b-1", Rec: &CallRecord{Result: two}}}, Cuts: []BatchCut{{Handle: "b-1~h", Rest: rest}}}); err != nil {
+		t.Fatal(err)
+	}
+	s.crashForTest(t)
+	if n := segSize(); n != int64(len(big)) {
+		t.Errorf("the archive holds %d bytes after the crash; want the first result's %d only", n, len(big))
+	}
+	s2 := openWALStore(t, dir, nil)
+	defer s2.Close()
+	if s2.wal.replayed != 1 {
+		t.Errorf("the open replayed %d records; want 1", s2.wal.replayed)
+	}
+	calls, err := s2.Calls(ctx, "b-1", 0, 0)
+	if err != nil || len(calls) != 2 || calls[0].Result != big || calls[1].Result != two {
+		t.Fatalf("calls after the restart: %d, %v", len(calls), err)
+	}
+	if got, err := s2.GetCut(ctx, "b-1~h"); err != nil || !bytes.Equal(got, rest) {
+		t.Errorf("cut after the restart: %d bytes, %v", len(got), err)
+	}
+	if n, want := segSize(), int64(len(big)+len(two)+len(rest)); n != want {
+		t.Errorf("the archive holds %d bytes after the replay; want %d", n, want)
+	}
+	// New bytes go after the replayed ones.
+	three := bigResult(3000, "three")
+	if _, err := s2.AppendCall(ctx, "b-1", &CallRecord{Result: three}); err != nil {
+		t.Fatal(err)
+	}
+	if calls, err := s2.Calls(ctx, "b-1", 2, 0); err != nil || len(calls) != 2 || calls[0].Result != two || calls[1].Result != three {
+		t.Fatalf("calls after a write past the replay: %d, %v", len(calls), err)
 	}
 }
 
