@@ -214,9 +214,8 @@ func (a *archiveFiles) writeBlobs(blobs []walBlob) error {
 		}
 		return cmp.Compare(x.ref.Off, y.ref.Off)
 	})
-	if err := os.MkdirAll(a.dir, 0o700); err != nil {
-		return fmt.Errorf("create the archive folder: %w", err)
-	}
+	// The folder exists: reserve made it (a folder gone since is an
+	// error, not made again).
 	var run [][]byte
 	for i := 0; i < len(blobs); {
 		seg := blobs[i].ref.Seg

@@ -384,6 +384,9 @@ func (s *BadgerStore) openWAL(fsync, hold bool, log *slog.Logger) error {
 	w := &walLog{dir: dir, fsync: fsync, log: log, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	w.replayed, w.skipped = len(recs), skipped
 	if len(recs) > 0 {
+		if err := os.MkdirAll(s.arch.dir, 0o700); err != nil {
+			return fmt.Errorf("replay the write-ahead log: create the archive folder: %w", err)
+		}
 		if err := s.arch.writeBlobs(recordBlobs(recs)); err != nil {
 			return fmt.Errorf("replay the write-ahead log: %w", err)
 		}
