@@ -598,6 +598,7 @@ func TestWALCarriesArchiveBytes(t *testing.T) {
 	dir := t.TempDir()
 	ctx := t.Context()
 	s := openWALStore(t, dir, nil)
+	s.holdCommitter() // reads commit
 	big := bigResult(5000, "one")
 	if _, err := s.AppendCall(ctx, "b-1", &CallRecord{Result: big}); err != nil {
 		t.Fatal(err)
@@ -622,7 +623,6 @@ func TestWALCarriesArchiveBytes(t *testing.T) {
 	if n := segSize(); n != int64(len(big)) {
 		t.Errorf("the archive holds %d bytes after the commit; want %d", n, len(big))
 	}
-	s.holdCommitter()
 	two, rest := bigResult(7000, "two"), bytes.Repeat([]byte("rest \x00"), 700)
 	if err := s.Batch(ctx, &Batch{Calls: []BatchCall{{Branch: "b-1", Rec: &CallRecord{Result: two}}}, Cuts: []BatchCut{{Handle: "b-1~h", Rest: rest}}}); err != nil {
 		t.Fatal(err)
