@@ -1,14 +1,13 @@
 package fold
 
 import (
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
-	"os"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/foldproxy/foldproxy/internal/trajectory"
 )
 
 // The store's cost per call (issue 13): the Manager's Charge of the
@@ -18,40 +17,20 @@ import (
 // the write-ahead log's committer and Badger's flushes and compactions
 // included) per op, which a loaded machine disturbs less than wall time.
 
-// storeCostTrajectories is the trajectory file, relative to this package's
-// folder (the repository holds it under e2e/testdata).
-const storeCostTrajectories = "../e2e/testdata/trajectories/swe-dev.jsonl.gz"
-
+// storeCostResults returns every step output of the repository's
+// trajectories as a tools/call result.
 func storeCostResults(tb testing.TB) [][]byte {
 	tb.Helper()
-	f, err := os.Open(storeCostTrajectories)
-	if err != nil {
-		tb.Fatalf("trajectory data (held under e2e/testdata): %v", err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
+	trajs, err := trajectory.LoadRepo()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(nil, 64<<20)
 	var res [][]byte
-	for sc.Scan() {
-		var rec struct {
-			Steps []struct {
-				Output string `json:"output"`
-			} `json:"steps"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			tb.Fatal(err)
-		}
-		for _, s := range rec.Steps {
+	for _, tr := range trajs {
+		for _, s := range tr.Steps {
 			b, _ := json.Marshal(map[string]any{"content": []map[string]string{{"type": "text", "text": s.Output}}})
 			res = append(res, b)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		tb.Fatal(err)
 	}
 	return res
 }
