@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/e2e/trajectory"
+	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldproxy/foldproxy/internal/trajectory"
+	"github.com/foldproxy/foldproxy/e2e/trajectory"
 )
 
 // The store's cost per call (issue 13): the Manager's Charge of the

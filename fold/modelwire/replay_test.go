@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldproxy/foldproxy/e2e/trajectory"
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/fold/modelwire"
 	"github.com/foldproxy/foldproxy/intercept"
-	"github.com/foldproxy/foldproxy/e2e/trajectory"
 	"github.com/foldproxy/foldproxy/policy"
 )
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldproxy/foldproxy/fold/memory"
 	"github.com/foldproxy/foldproxy/e2e/trajectory"
+	"github.com/foldproxy/foldproxy/fold/memory"
 )
 
 // Trajectory is one recorded task of the trajectory data.
