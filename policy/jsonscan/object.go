@@ -64,13 +64,61 @@ func (s *Scanner) ObjectAt(b []byte, i int) ([]Member, int, error) {
 		if k, v, next, end, err = s.member(b, next); err != nil {
 			return nil, 0, err
 		}
-		key, err := Unquote(k.Of(b))
-		if err != nil {
-			return nil, 0, err
+		key, ok := commonKey(b[k.Start+1 : k.End-1])
+		if !ok {
+			if key, err = Unquote(k.Of(b)); err != nil {
+				return nil, 0, err
+			}
+		}
+		if ms == nil {
+			ms = make([]Member, 0, 4) // most objects have a few members
 		}
 		ms = append(ms, Member{Key: key, KeyAt: k, Value: v})
 	}
 	return ms, end, nil
+}
+
+// commonKey returns the member names MCP messages use most as constants,
+// so that listing their members allocates no string for them; ok is false
+// for other names (body is the name between its quotes).
+func commonKey(body []byte) (string, bool) {
+	switch string(body) { // compared without a conversion
+	case "content":
+		return "content", true
+	case "type":
+		return "type", true
+	case "text":
+		return "text", true
+	case "isError":
+		return "isError", true
+	case "structuredContent":
+		return "structuredContent", true
+	case "_meta":
+		return "_meta", true
+	case "uri":
+		return "uri", true
+	case "mimeType":
+		return "mimeType", true
+	case "contents":
+		return "contents", true
+	case "messages":
+		return "messages", true
+	case "role":
+		return "role", true
+	case "resource":
+		return "resource", true
+	case "name":
+		return "name", true
+	case "description":
+		return "description", true
+	case "annotations":
+		return "annotations", true
+	case "data":
+		return "data", true
+	case "blob":
+		return "blob", true
+	}
+	return "", false
 }
 
 // Object lists the members of the object b holds, with only white space
