@@ -48,6 +48,13 @@ type archiveFiles struct {
 	curID   uint32
 	curSize int64          // the end of the last reservation
 	pending map[uint32]int // reservations not yet committed (or abandoned), by segment
+
+	// The segment writeBlobs wrote to last, kept open for the next group
+	// (the committer writes one group after another, mostly to the same
+	// segment): wmu serializes writeBlobs and guards wf and wfID.
+	wmu  sync.Mutex
+	wf   *os.File
+	wfID uint32
 }
 
 // archiveSegmentSize is the size past which a new segment is started.
@@ -216,13 +223,24 @@ func (a *archiveFiles) writeBlobs(blobs []walBlob) error {
 	})
 	// The folder exists: reserve made it (a folder gone since is an
 	// error, not made again).
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
 	var run [][]byte
 	for i := 0; i < len(blobs); {
 		seg := blobs[i].ref.Seg
-		f, err := os.OpenFile(a.path(seg), os.O_CREATE|os.O_WRONLY, 0o600)
-		if err != nil {
-			return fmt.Errorf("open archive segment %d: %w", seg, err)
+		if a.wf == nil || a.wfID != seg {
+			if a.wf != nil {
+				a.wf.Close()
+				a.wf = nil
+			}
+			f, err := os.OpenFile(a.path(seg), os.O_CREATE|os.O_WRONLY, 0o600)
+			if err != nil {
+				return fmt.Errorf("open archive segment %d: %w", seg, err)
+			}
+			a.wf, a.wfID = f, seg
 		}
+		f := a.wf
+		var err error
 		for ; i < len(blobs) && blobs[i].ref.Seg == seg && err == nil; i++ {
 			off, end := blobs[i].ref.Off, blobs[i].ref.Off+int64(len(blobs[i].data))
 			run = append(run[:0], blobs[i].data)
@@ -236,10 +254,9 @@ func (a *archiveFiles) writeBlobs(blobs []walBlob) error {
 		if err == nil && a.fsync {
 			err = f.Sync()
 		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
 		if err != nil {
+			a.wf.Close()
+			a.wf = nil
 			if errors.Is(err, syscall.ENOSPC) {
 				err = fmt.Errorf("%w: %w", ErrStoreFull, err)
 			}
@@ -312,6 +329,12 @@ func (a *archiveFiles) removeUnreferenced(floor uint32, live map[uint32]bool) er
 		if id >= floor || live[id] {
 			continue
 		}
+		a.wmu.Lock()
+		if a.wf != nil && a.wfID == id {
+			a.wf.Close()
+			a.wf = nil
+		}
+		a.wmu.Unlock()
 		if err := os.Remove(a.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
@@ -319,10 +342,17 @@ func (a *archiveFiles) removeUnreferenced(floor uint32, live map[uint32]bool) er
 	return errors.Join(errs...)
 }
 
-// close forgets the current segment (it holds no file open).
+// close forgets the current segment and closes the one writeBlobs keeps.
 func (a *archiveFiles) close() error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.opened = false
-	return nil
+	a.mu.Unlock()
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	if a.wf == nil {
+		return nil
+	}
+	err := a.wf.Close()
+	a.wf = nil
+	return err
 }
