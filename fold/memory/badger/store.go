@@ -152,26 +152,9 @@ func (s *Store) unindexLocked(d *doc) {
 	delete(s.docs, d.m.ID)
 }
 
-// Put implements memory.Store.
+// Put implements memory.Store: PutAll of one memory.
 func (s *Store) Put(ctx context.Context, m *memory.Memory) error {
-	if m == nil || m.ID == "" {
-		return fmt.Errorf("%w: memory/badger: a memory needs an id", memory.ErrInvalid)
-	}
-	m = m.Clone()
-	v, err := json.Marshal(record{Memory: m, DenseVec: m.Dense})
-	if err != nil {
-		return fmt.Errorf("memory/badger: encode %s: %w", m.ID, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.db.Update(func(txn *badgerdb.Txn) error { return txn.Set(key(m.ID), v) }); err != nil {
-		return fmt.Errorf("memory/badger: put %s: %w", m.ID, err)
-	}
-	s.indexLocked(m)
-	return nil
+	return s.PutAll(ctx, []*memory.Memory{m})
 }
 
 // PutAll implements memory.BatchStore: one Badger transaction for all of
@@ -208,6 +191,9 @@ func (s *Store) PutAll(ctx context.Context, ms []*memory.Memory) error {
 		return nil
 	})
 	if err != nil {
+		if len(recs) == 1 {
+			return fmt.Errorf("memory/badger: put %s: %w", recs[0].m.ID, err)
+		}
 		return fmt.Errorf("memory/badger: put %d memories: %w", len(recs), err)
 	}
 	for _, r := range recs {
