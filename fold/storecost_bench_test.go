@@ -35,6 +35,16 @@ func storeCostResults(tb testing.TB) [][]byte {
 	return res
 }
 
+// chargeOne charges result to root in session s1, as a call of the
+// replay upstream's tool run.
+func chargeOne(b *testing.B, e *testEnv, root string, result []byte) {
+	if _, err := e.m.Charge(b.Context(), "s1", root, func(Budget) (Charge, error) {
+		return Charge{Upstream: "replay", Method: "tools/call", Name: "run", Result: result}, nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // cpuTime is the process's user and system CPU time so far.
 func cpuTime(tb testing.TB) time.Duration {
 	var ru syscall.Rusage
@@ -75,11 +85,7 @@ func BenchmarkStoreChargeMix(b *testing.B) {
 			cpu0 := cpuTime(b)
 			for b.Loop() {
 				for _, r := range res {
-					if _, err := e.m.Charge(b.Context(), "s1", root, func(Budget) (Charge, error) {
-						return Charge{Upstream: "replay", Method: "tools/call", Name: "run", Result: r, Tokens: 0}, nil
-					}); err != nil {
-						b.Fatal(err)
-					}
+					chargeOne(b, e, root, r)
 				}
 			}
 			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
@@ -98,11 +104,7 @@ func BenchmarkStoreChargeTiny(b *testing.B) {
 			result := []byte(`"10 bytes!"`)
 			cpu0 := cpuTime(b)
 			for b.Loop() {
-				if _, err := e.m.Charge(b.Context(), "s1", root, func(Budget) (Charge, error) {
-					return Charge{Upstream: "replay", Method: "tools/call", Name: "run", Result: result, Tokens: 0}, nil
-				}); err != nil {
-					b.Fatal(err)
-				}
+				chargeOne(b, e, root, result)
 			}
 			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 		})
@@ -120,11 +122,7 @@ func BenchmarkStoreChargeTinyCommitted(b *testing.B) {
 	result := []byte(`"10 bytes!"`)
 	cpu0 := cpuTime(b)
 	for b.Loop() {
-		if _, err := e.m.Charge(b.Context(), "s1", root, func(Budget) (Charge, error) {
-			return Charge{Upstream: "replay", Method: "tools/call", Name: "run", Result: result, Tokens: 0}, nil
-		}); err != nil {
-			b.Fatal(err)
-		}
+		chargeOne(b, e, root, result)
 		if err := s.barrier(); err != nil {
 			b.Fatal(err)
 		}
@@ -149,11 +147,7 @@ func BenchmarkStoreChargeFsync(b *testing.B) {
 			result := bytes.Repeat([]byte("x"), 1024)
 			cpu0 := cpuTime(b)
 			for b.Loop() {
-				if _, err := e.m.Charge(b.Context(), "s1", root, func(Budget) (Charge, error) {
-					return Charge{Upstream: "replay", Method: "tools/call", Name: "run", Result: result, Tokens: 0}, nil
-				}); err != nil {
-					b.Fatal(err)
-				}
+				chargeOne(b, e, root, result)
 				if !each {
 					continue
 				}
