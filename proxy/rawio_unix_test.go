@@ -156,20 +156,28 @@ func nonblocking(t *testing.T, f *os.File) bool {
 	return fl&syscall.O_NONBLOCK != 0
 }
 
+// relayPipes makes a relay's stdin (inR, written at inW) and stdout (outW,
+// read at outR) as real pipes, closed when the test ends.
+func relayPipes(t *testing.T) (inR, inW, outR, outW *os.File) {
+	t.Helper()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err = os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inR.Close(); inW.Close(); outR.Close(); outW.Close() })
+	return inR, inW, outR, outW
+}
+
 // TestRelayOnPipes runs Relay on real pipes, as an agent starts it: it
 // reads and writes them through the poller, and leaves them as it found
 // them (blocking, open) when it returns.
 func TestRelayOnPipes(t *testing.T) {
 	d := newFakeDaemon(t)
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { inR.Close(); inW.Close(); outR.Close(); outW.Close() })
+	inR, inW, outR, outW := relayPipes(t)
 	done := make(chan error, 1)
 	go func() {
 		done <- Relay(context.Background(), inR, outW, RelayOptions{Dial: d.dial, Config: "cfg"})
@@ -240,15 +248,7 @@ func TestPollableStdioLeavesOtherFilesAlone(t *testing.T) {
 // pipe blocking: what is written to it next is read here, whole.
 func TestRelayStoppedWhileReadingStdin(t *testing.T) {
 	d := newFakeDaemon(t)
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { inR.Close(); inW.Close(); outR.Close(); outW.Close() })
+	inR, inW, _, outW := relayPipes(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
