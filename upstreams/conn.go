@@ -58,6 +58,7 @@ type conn struct {
 
 	failOnce sync.Once
 	dead     chan struct{} // closed once the connection is torn down
+	settled  chan struct{} // closed after dead, once the upstream has recorded the loss
 	cause    error         // why it was torn down; set before dead is closed
 	exit     string        // how a stdio process ended, e.g. "exit status 3"
 
@@ -151,6 +152,7 @@ func (u *Upstream) connect(life context.Context) (*conn, Catalog, error) {
 		ctx:      cctx,
 		cancel:   cancel,
 		dead:     make(chan struct{}),
+		settled:  make(chan struct{}),
 		qchanged: make(chan struct{}),
 		qwake:    make(chan struct{}, 1),
 		incoming: make(map[string]context.CancelFunc),
@@ -439,9 +441,11 @@ func (c *conn) fatal(err error) bool {
 	return errors.As(err, &ue) || errors.Is(err, context.Canceled) || errors.Is(err, errTransportClosed)
 }
 
-// lostError is what a request on a torn-down connection fails with.
+// lostError is what a request on a torn-down connection fails with. It
+// returns once the upstream has recorded the loss, so that a caller who
+// sees the error also sees the upstream down (State, OnState).
 func (c *conn) lostError(method string) error {
-	<-c.dead
+	<-c.settled
 	name := c.u.Name()
 	switch {
 	case errors.Is(c.cause, errClosing):
@@ -494,6 +498,7 @@ func (c *conn) teardown(cause error) {
 	}
 	c.inMu.Unlock()
 	u.connLost(c)
+	close(c.settled)
 }
 
 // sendCancelled tells the upstream that the client gave up on request id.
