@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -71,6 +72,15 @@ const (
 	// walOpOverhead is what a change costs in a Badger transaction beyond
 	// its key and value, roughly.
 	walOpOverhead = 64
+	// The background committer lets a group gather (see committer): it
+	// commits once walGroupDelay has passed since the first record of
+	// the group was appended, or as soon as the group's changes reach
+	// walGroupFill (estimated transaction size) or its records
+	// walGroupBytes (archived bytes included, which the pending records
+	// hold in memory). The reply never waits on it either way.
+	walGroupDelay = 10 * time.Millisecond
+	walGroupFill  = walGroupMax / 2
+	walGroupBytes = 1 << 20
 )
 
 // walAppliedKey holds the position of the last record in Badger: the
@@ -135,6 +145,7 @@ type walRecord struct {
 	file  uint32    // the log file holding it
 	end   int64     // the offset of its end in that file
 	size  int       // estimated transaction size
+	bytes int       // its length in the log
 }
 
 // walLog is the BadgerStore's write-ahead log.
@@ -154,16 +165,21 @@ type walLog struct {
 	// replayed and skipped count the records the open applied, and those
 	// it found in Badger already (tests).
 	replayed, skipped int
+	commits           int           // commits that applied records (tests)
 	gate              chan struct{} // test hook: the background committer waits on it
 	crashed           bool          // test hook: commit nothing more (crashForTest)
 	failing           func() error  // test hook: a commit fails with its error
 
 	npending atomic.Int64 // len(pending), for the reads' fast path
-	commitMu sync.Mutex   // one commit at a time, in log order
-	kick     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
-	stopOnce sync.Once
+	// gsize and gbytes add up the pending records' estimated transaction
+	// sizes and their record sizes (the committer's group).
+	gsize, gbytes int
+	commitMu      sync.Mutex    // one commit at a time, in log order
+	kick          chan struct{} // a record was appended to an empty pending list
+	full          chan struct{} // the pending records make a full group
+	stop          chan struct{}
+	done          chan struct{}
+	stopOnce      sync.Once
 }
 
 func (w *walLog) path(id uint32) string {
@@ -349,7 +365,7 @@ func readWAL(dir string, log *slog.Logger) (recs []walRecord, ids []uint32, err 
 						size += len(op.k) + len(op.v) + walOpOverhead
 					}
 					off += walHeader + int(n)
-					recs = append(recs, walRecord{ops: ops, blobs: blobs, file: id, end: int64(off), size: size})
+					recs = append(recs, walRecord{ops: ops, blobs: blobs, file: id, end: int64(off), size: size, bytes: walHeader + int(n)})
 					continue
 				}
 			}
@@ -381,7 +397,7 @@ func (s *BadgerStore) openWAL(fsync, hold bool, log *slog.Logger) error {
 	for len(recs) > 0 && !applied.less(walPos{recs[0].file, recs[0].end}) {
 		recs, skipped = recs[1:], skipped+1
 	}
-	w := &walLog{dir: dir, fsync: fsync, log: log, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	w := &walLog{dir: dir, fsync: fsync, log: log, kick: make(chan struct{}, 1), full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	w.replayed, w.skipped = len(recs), skipped
 	if len(recs) > 0 {
 		if err := os.MkdirAll(s.arch.dir, 0o700); err != nil {
@@ -480,24 +496,76 @@ func (s *BadgerStore) appendWAL(what string, blobs []walBlob, ops []walOp) error
 		return fmt.Errorf("fold: %s: write the write-ahead log: %w", what, err)
 	}
 	w.size += int64(n)
-	w.pending = append(w.pending, walRecord{ops: ops, blobs: blobs, file: w.id, end: w.size, size: size})
+	w.pending = append(w.pending, walRecord{ops: ops, blobs: blobs, file: w.id, end: w.size, size: size, bytes: n})
 	w.npending.Store(int64(len(w.pending)))
-	select {
-	case w.kick <- struct{}{}:
-	default:
+	w.gsize += size
+	w.gbytes += n
+	// Wake the committer only to start a group and to end a full one:
+	// not once per write.
+	if len(w.pending) == 1 {
+		signal(w.kick)
+	}
+	if w.gsize >= walGroupFill && w.gsize-size < walGroupFill ||
+		w.gbytes >= walGroupBytes && w.gbytes-n < walGroupBytes {
+		signal(w.full)
 	}
 	return nil
 }
 
-// committer applies the pending records to Badger whenever there are some.
+// signal sends on c, a channel with room for one, unless it is full.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// groupFull reports whether the pending records make a full group.
+func (w *walLog) groupFull() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gsize >= walGroupFill || w.gbytes >= walGroupBytes
+}
+
+// committer applies the pending records to Badger in groups. A group
+// starts with the first record appended to an empty pending list and is
+// committed walGroupDelay later, or once it is full (walGroupFill,
+// walGroupBytes), whichever comes first: one Badger transaction, and one
+// wake-up of this goroutine and of Badger's writer, for many writes rather
+// than for each (with a second core, the committer would otherwise run
+// after every write and commit it alone). Nothing waits on it: the writes
+// returned once their records were in the log, and a read commits what is
+// pending itself (barrier).
 func (s *BadgerStore) committer() {
 	w := s.wal
 	defer close(w.done)
+	t := time.NewTimer(walGroupDelay)
+	t.Stop()
+	var failed bool
 	for {
-		select {
-		case <-w.kick:
-		case <-w.stop:
-			return
+		if failed || w.npending.Load() == 0 {
+			// A failed commit is retried by the next write.
+			select {
+			case <-w.kick:
+			case <-w.stop:
+				return
+			}
+		}
+		t.Reset(walGroupDelay)
+	gather:
+		for {
+			select {
+			case <-t.C:
+				break gather
+			case <-w.full:
+				if w.groupFull() {
+					t.Stop()
+					break gather
+				}
+			case <-w.stop:
+				t.Stop()
+				return
+			}
 		}
 		w.mu.Lock()
 		gate := w.gate
@@ -509,7 +577,7 @@ func (s *BadgerStore) committer() {
 				return
 			}
 		}
-		_ = s.commitPending() // a failure is logged and kept for the next write
+		failed = s.commitPending() != nil // logged, and kept for the next write
 	}
 }
 
@@ -560,6 +628,7 @@ func (s *BadgerStore) commitPending() error {
 		return err
 	}
 	w.err = nil
+	w.commits++
 	for _, r := range recs {
 		for _, b := range r.blobs {
 			s.arch.done(b.ref.Seg)
@@ -568,6 +637,11 @@ func (s *BadgerStore) commitPending() error {
 	w.pending = w.pending[len(recs):]
 	if len(w.pending) == 0 {
 		w.pending = nil
+	}
+	w.gsize, w.gbytes = 0, 0
+	for _, r := range w.pending {
+		w.gsize += r.size
+		w.gbytes += r.bytes
 	}
 	w.npending.Store(int64(len(w.pending)))
 	w.trimLocked()

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 
@@ -733,4 +735,53 @@ func TestWALFirstCallNoCommit(t *testing.T) {
 	if calls, err := s.Calls(ctx, "b-1", 0, 0); err != nil || len(calls) != 4 || calls[3].Result != "fourth" {
 		t.Errorf("calls of b-1: %d, %v", len(calls), err)
 	}
+}
+
+// The background committer commits a group, not each write: writes made
+// within walGroupDelay of the group's first one reach Badger in one
+// commit, walGroupDelay after it; a group that fills up (walGroupBytes)
+// is committed without waiting; and nothing waits on it (the writes are
+// pending, not committed, when they return). Time is synctest's.
+func TestWALCommitsGroups(t *testing.T) {
+	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		s := openWALStore(t, dir, nil)
+		defer s.Close()
+		state := func() (pending int64, commits int) {
+			synctest.Wait()
+			s.wal.mu.Lock()
+			defer s.wal.mu.Unlock()
+			return s.wal.npending.Load(), s.wal.commits
+		}
+		for i := range 20 {
+			if err := s.PutSession(ctx, &SessionRecord{ID: fmt.Sprintf("s%d", i)}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(walGroupDelay / 40)
+		}
+		if p, c := state(); p != 20 || c != 0 {
+			t.Fatalf("after 20 writes within the group's delay: %d pending, %d commits; want 20 and 0", p, c)
+		}
+		time.Sleep(walGroupDelay / 2)
+		if p, c := state(); p != 0 || c != 1 {
+			t.Fatalf("after the group's delay: %d pending, %d commits; want 0 and 1", p, c)
+		}
+		// A group that reaches walGroupBytes is committed at once.
+		big := bytes.Repeat([]byte("r"), walGroupBytes/4)
+		for i := range 4 {
+			if err := s.PutCut(ctx, fmt.Sprintf("x%d", i), big); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if p, c := state(); p != 0 || c != 2 {
+			t.Fatalf("after a full group: %d pending, %d commits; want 0 and 2", p, c)
+		}
+		if ss, err := s.Sessions(ctx); err != nil || len(ss) != 20 {
+			t.Fatalf("Sessions: %d, %v", len(ss), err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
