@@ -88,7 +88,7 @@ func openArchiveFiles(storeDir string, fsync bool) *archiveFiles {
 // is cut off, so that the file holds whole records only, and a full disk is
 // an error wrapping ErrStoreFull. It returns the bytes written.
 func appendRecord(f *os.File, size int64, data []byte, fsync bool) (int, error) {
-	n, err := f.Write(data)
+	n, err := WriteRaw(f, data)
 	if err == nil && fsync {
 		err = f.Sync()
 	}
