@@ -53,7 +53,11 @@ type createAnswer struct {
 	// has none.
 	Memory       string       `json:"memory,omitempty"`
 	Dependencies []dependency `json:"dependencies,omitempty"`
+
+	text string // the answer as rendered for its record, once final (toolResult)
 }
+
+func (a *createAnswer) rendered() string { return a.text }
 
 // dependency is what a new branch learns of a branch it depended on.
 type dependency struct {
@@ -90,7 +94,11 @@ type returnAnswer struct {
 	ParentForceReturned bool   `json:"parent_force_returned,omitempty"`
 	MemoryQueued        bool   `json:"memory_queued,omitempty"`
 	Memory              string `json:"memory,omitempty"` // "unavailable": no memories in this proxy
+
+	text string // the answer as rendered for its record, once final (toolResult)
 }
+
+func (a *returnAnswer) rendered() string { return a.text }
 
 // memoryUnavailable is the answer's memory field when memories were asked
 // for and the Manager has no Memories.
@@ -292,8 +300,13 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	npb.Calls++
 	addUsage(npb, "foldproxy", ToolCreate, tokens)
 	npb.Level = policy.LevelOf(npb.Used, npb.Budget, m.set.Thresholds).String()
-	text, _ := answerText(ans)
-	cargs, _ := json.Marshal(map[string]string{"description": desc})
+	text, err := answerText(ans)
+	if err != nil {
+		return nil, err
+	}
+	cargs, _ := json.Marshal(struct {
+		Description string `json:"description"`
+	}{desc})
 	batch := &Batch{
 		Calls: []BatchCall{{Branch: parent.id, Rec: &CallRecord{
 			Time: now, Upstream: "foldproxy", Method: "tools/call", Name: ToolCreate,
@@ -304,6 +317,7 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	if err := m.commit(wctx, batch); err != nil {
 		return nil, fmt.Errorf("fold: create branch: %w", err)
 	}
+	ans.text = text // what the parent was charged for is what it receives
 	parent.cur.Store(npb)
 	n := m.newNode(b)
 	m.mu.Lock()
@@ -543,7 +557,10 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 		if err != nil {
 			return nil, nil, false, err
 		}
-		args, _ := json.Marshal(map[string]string{"branch_id": n.id})
+		args, _ := json.Marshal(struct {
+			BranchID string `json:"branch_id"`
+		}{n.id})
+		ans.text = result // the last rendering is the answer sent
 		batch = &Batch{Calls: []BatchCall{{Branch: parent.id, Rec: &CallRecord{
 			Time: m.now(), Upstream: "foldproxy", Method: "tools/call", Name: ToolReturn,
 			Args: string(args), Result: result, Tokens: tokens,

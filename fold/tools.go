@@ -249,14 +249,26 @@ type textContent struct {
 // structuredContent copy: the model would be shown, and charged, the same
 // answer twice.
 func toolResult(v any) (json.RawMessage, error) {
-	text, err := marshal(v, false)
-	if err != nil {
-		return nil, fmt.Errorf("fold: encode answer: %w", err)
+	var text string
+	if r, ok := v.(renderedAnswer); ok {
+		text = r.rendered()
+	}
+	if text == "" {
+		raw, err := marshal(v, false)
+		if err != nil {
+			return nil, fmt.Errorf("fold: encode answer: %w", err)
+		}
+		text = string(raw)
 	}
 	return marshal(struct {
 		Content []textContent `json:"content"`
-	}{[]textContent{{"text", string(text)}}}, false)
+	}{[]textContent{{"text", text}}}, false)
 }
+
+// renderedAnswer is an answer that kept the text it was rendered as for
+// its charge and its record ("" when it was not), so that it is not
+// rendered again to be sent.
+type renderedAnswer interface{ rendered() string }
 
 // answerText is an answer's text as the agent receives it.
 func answerText(v any) (string, error) {

@@ -57,6 +57,9 @@ type Metrics struct {
 	mu     sync.Mutex
 	active int                    // active branches, never below zero
 	tools  map[[2]string]struct{} // tool label values in use: upstream, tool
+	// events holds the branch event counters by label once used, which
+	// WithLabelValues would otherwise hash and look up at every event.
+	events map[string]prometheus.Counter
 }
 
 var _ fold.EventSink = (*Metrics)(nil)
@@ -143,7 +146,8 @@ func NewMetrics() *Metrics {
 			Name: "foldproxy_sessions_opened_total",
 			Help: "Downstream sessions opened.",
 		}),
-		tools: make(map[[2]string]struct{}),
+		tools:  make(map[[2]string]struct{}),
+		events: make(map[string]prometheus.Counter),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -258,21 +262,36 @@ func (m *Metrics) BranchEvent(_ context.Context, ev fold.Event) {
 	if m == nil {
 		return
 	}
-	m.branchEvents.WithLabelValues(eventLabel(ev.Kind)).Inc()
+	d := 0
 	switch ev.Kind {
 	case "created":
-		m.addActive(1)
+		d = 1
 	case "returned", "forced", "failed":
-		m.addActive(-1)
+		d = -1
 	}
+	m.branchEvent(eventLabel(ev.Kind), d)
 	if ev.Kind == "forced" {
 		m.forced.WithLabelValues(reasonLabel(ev.Reason)).Inc()
 	}
 }
 
-func (m *Metrics) addActive(d int) {
+// branchEvent counts an event of the given label and adds d to the
+// active branches, under one lock.
+func (m *Metrics) branchEvent(label string, d int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	c, ok := m.events[label]
+	if !ok {
+		c = m.branchEvents.WithLabelValues(label)
+		m.events[label] = c
+	}
+	c.Inc()
+	if d != 0 {
+		m.addActiveLocked(d)
+	}
+}
+
+func (m *Metrics) addActiveLocked(d int) {
 	m.active += d
 	if m.active < 0 {
 		// A branch recovered from the store and closed after a restart
