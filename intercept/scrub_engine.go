@@ -80,7 +80,6 @@ type engine struct {
 	// on the detectors' findings (splitStopWords).
 	stops  stopWords
 	always []int // rules with a regex and no usable keyword
-	maxKw  int   // longest keyword in bytes
 	pad    int
 	// loud[a][b] is true when some stretched rule can stretch over the
 	// two bytes a, b in a row; a piece border between two such bytes
@@ -246,7 +245,6 @@ func newEngine(cfg config.Config, pad int) (*engine, error) {
 				kwIndex[k] = ki
 				kws = append(kws, k)
 				e.byKw = append(e.byKw, nil)
-				e.maxKw = max(e.maxKw, len(k))
 			}
 			if !slices.Contains(e.byKw[ki], idx) {
 				e.byKw[ki] = append(e.byKw[ki], idx)
@@ -361,19 +359,13 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 		return nil, nil, nil
 	}
 	all := lo == 0 && hi == n
-	wend := min(hi+e.maxKw-1, n)
 	// The keywords' places, by rule: (rule, place) pairs, sorted by rule
 	// below (stably: each rule's places stay in the order found).
 	hits := make([]kwHit, 0, 64)
-	e.trie.walk(text[lo:wend], func(end, m, pattern int) bool {
-		p := lo + end - m + 1
-		if p >= hi {
-			return true
-		}
+	e.trie.eachStart(text, lo, hi, func(p, _, pattern int) {
 		for _, ri := range e.byKw[pattern] {
 			hits = append(hits, kwHit{rule: ri, pos: p})
 		}
-		return true
 	})
 	var out []found
 	var whole []int
@@ -688,6 +680,17 @@ func locate(win string, nls []int, f *report.Finding) (found, bool) {
 //
 // Only segments that start in text[lo:hi] are reported (a segment running
 // into lo belongs to the piece before); their windows reach outside.
+//
+// It returns the windows of this walk over text[lo:hi]: at a byte of a
+// base64 run ([\w/+-]), the run from there (and up to two '=' after it)
+// is a segment when it has at least 16 bytes and a byte of likelyB64, and
+// the walk goes on after it; at a % followed by two hex digits, the line
+// is a segment and the walk goes on three bytes on; at \u or \U with hex
+// digits two and five bytes on, the six bytes are one and the walk goes
+// on six bytes on; at any other byte, the walk goes on at the next. It
+// does not look at every byte: % and \ are found with IndexByte, and
+// between them a run of 16 base64 bytes is looked for by testing every
+// 16th byte (see longB64Runs).
 func encodedWindows(text string, nls []int, lo, hi int) [][2]int {
 	const ctxBytes = 256
 	var wins [][2]int
@@ -703,31 +706,32 @@ func encodedWindows(text string, nls []int, lo, hi int) [][2]int {
 	for i > 0 && i < len(text) && isB64Byte(text[i-1]) && isB64Byte(text[i]) {
 		i++
 	}
+	pct, bs := -1, -1 // the next % and \ at or after i, once looked for
 	for i < hi {
+		if pct < i {
+			pct = indexFrom(text, '%', i)
+		}
+		if bs < i {
+			bs = indexFrom(text, '\\', i)
+		}
+		z := min(pct, bs) // the next % or \, which no run crosses
+		if z < 0 {
+			z = max(pct, bs)
+		}
+		if z < 0 {
+			z = len(text)
+		}
+		if !longB64Runs(text, i, min(z, len(text)), hi, add) || z >= hi {
+			return wins
+		}
+		i = z
 		c := text[i]
 		switch {
-		case encClass[c]&encB64 != 0:
-			j := i
-			var seen uint8
-			for j < len(text) && encClass[text[j]]&encB64 != 0 {
-				seen |= encClass[text[j]]
-				j++
-			}
-			likely := seen&encLikely != 0
-			end := j
-			for k := 0; k < 2 && end < len(text) && text[end] == '='; k++ {
-				end++
-			}
-			if j-i >= 16 && likely && decodesPrintable(text[i:end]) {
-				add(i, end)
-			}
-			i = max(end, i+1)
 		case c == '%' && i+2 < len(text) && isHex(text[i+1]) && isHex(text[i+2]):
 			li, _ := slices.BinarySearch(nls, i)
 			add(lineStart(nls, li), lineEnd(nls, li, len(text)))
 			i += 3
-		case (c == '\\' && i+5 < len(text) && (text[i+1] == 'u' || text[i+1] == 'U') && isHex(text[i+2]) && isHex(text[i+5])) ||
-			(c == 'U' && i+5 < len(text) && text[i+1] == '+' && isHex(text[i+2]) && isHex(text[i+5])):
+		case c == '\\' && i+5 < len(text) && (text[i+1] == 'u' || text[i+1] == 'U') && isHex(text[i+2]) && isHex(text[i+5]):
 			add(i, i+6)
 			i += 6
 		default:
@@ -735,6 +739,68 @@ func encodedWindows(text string, nls []int, lo, hi int) [][2]int {
 		}
 	}
 	return wins
+}
+
+// indexFrom returns the index of the first c in text at or after i, or -1.
+func indexFrom(text string, c byte, i int) int {
+	j := strings.IndexByte(text[i:], c)
+	if j < 0 {
+		return -1
+	}
+	return i + j
+}
+
+// longB64Runs calls add for the segments of encodedWindows that are base64
+// runs starting in text[p:min(z, hi)]: p is where the walk is (a run may
+// start there even when the byte before is base64 too), and z is the end
+// of text or a byte that is not base64 (no run crosses it). It reports
+// false when the walk ends before z: a segment reaches hi.
+//
+// A run of 16 bytes starting in text[p:p+16] holds text[p+15]; when that
+// byte is not base64, no run of 16 starts there, and the walk skips 16
+// bytes after a single test.
+func longB64Runs(text string, p, z, hi int, add func(a, b int)) bool {
+	for p < z && p < hi {
+		q := p + 15
+		if q >= z {
+			return true
+		}
+		if encClass[text[q]]&encB64 == 0 {
+			p = q + 1
+			continue
+		}
+		a := q
+		for a > p && encClass[text[a-1]]&encB64 != 0 {
+			a--
+		}
+		if a >= hi {
+			return false
+		}
+		j := q + 1
+		for j < z && encClass[text[j]]&encB64 != 0 {
+			j++
+		}
+		if j-a < 16 {
+			p = j
+			continue
+		}
+		var seen uint8
+		for k := a; k < j; k++ {
+			seen |= encClass[text[k]]
+		}
+		end := j
+		for k := 0; k < 2 && end < len(text) && text[end] == '='; k++ {
+			end++
+		}
+		if seen&encLikely != 0 && decodesPrintable(text[a:end]) {
+			add(a, end)
+		}
+		if end >= hi {
+			return false
+		}
+		p = end
+	}
+	return p < hi
 }
 
 // Classes of bytes for encodedWindows.

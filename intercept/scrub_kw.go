@@ -30,6 +30,16 @@ type kwMatcher struct {
 	out  []int32 // state index → the pattern ending exactly there, or -1
 	link []int32 // state index → the next state of its suffix chain where a pattern ends, or -1
 	plen []int32 // pattern → its length
+
+	// For eachStart (matchers built by newKwMatcherFold only): tri is a
+	// bit set of the hashes (triHash) of the first three bytes of the
+	// patterns, folded (foldByte); a pattern of one or two bytes sets
+	// those bytes followed by any. grow is the trie's own transitions,
+	// without the failure links: grow[s+class] is the next state (numbered
+	// as in next) times two, plus one when a pattern ends there, or -1
+	// where no pattern continues.
+	tri  *[1 << 16 / 64]uint64
+	grow []int32
 }
 
 // newKwMatcher builds the matcher of pats; pattern i is reported as i.
@@ -94,6 +104,9 @@ func buildKwMatcher(pats []string, fold bool) *kwMatcher {
 		if m.out[s] < 0 {
 			m.out[s] = int32(i)
 		}
+	}
+	if fold {
+		m.buildStarts(pats)
 	}
 	n := len(m.out)
 	fail := make([]int32, n)
@@ -167,6 +180,101 @@ func (m *kwMatcher) walk(text string, fn func(end, n, pattern int) bool) {
 			if !fn(i, int(m.plen[p]), int(p)) {
 				return
 			}
+		}
+	}
+}
+
+// buildStarts builds tri and grow from the trie (m.next before failure
+// links are added) of the lowered patterns pats.
+func (m *kwMatcher) buildStarts(pats []string) {
+	nc := int32(m.nclass)
+	m.grow = make([]int32, len(m.next))
+	for k, t := range m.next {
+		switch {
+		case t < 0:
+			m.grow[k] = -1
+		case m.out[t] >= 0:
+			m.grow[k] = t*nc*2 + 1
+		default:
+			m.grow[k] = t * nc * 2
+		}
+	}
+	m.tri = new([1 << 16 / 64]uint64)
+	set := func(a, b, c byte) {
+		h := triHash(uint32(foldByte(a))<<16 | uint32(foldByte(b))<<8 | uint32(foldByte(c)))
+		m.tri[h/64] |= 1 << (h % 64)
+	}
+	for _, p := range pats {
+		switch len(p) {
+		case 0:
+		case 1:
+			for b := range 256 {
+				for c := range 256 {
+					set(p[0], byte(b), byte(c))
+				}
+			}
+		case 2:
+			for c := range 256 {
+				set(p[0], p[1], byte(c))
+			}
+		default:
+			set(p[0], p[1], p[2])
+		}
+	}
+}
+
+// foldByte maps the two cases of an ASCII letter to one byte (and other
+// bytes to some byte: only equal bytes, and letters equal but for case,
+// must fold alike).
+func foldByte(c byte) byte { return c | 0x20 }
+
+// triHash hashes three folded bytes (the first one highest) to 16 bits.
+func triHash(k uint32) uint32 { return k * 0x9e3779b1 >> 16 }
+
+// eachStart calls fn for every occurrence of a pattern in text that
+// starts in text[lo:hi] (and may end past hi), in the order of their
+// starts; at one start, the shortest pattern first. fn gets the
+// occurrence's start, its length and the pattern's index. It finds what
+// walk finds (ignoring ASCII case: only a matcher of newKwMatcherFold has
+// it), but tests every place against a bit set of the first three bytes
+// of the patterns, which needs no state from one byte to the next (walk's
+// next state depends on the last), and follows the trie only from the few
+// places that pass: on real text that costs a fraction of walk.
+func (m *kwMatcher) eachStart(text string, lo, hi int, fn func(start, n, pattern int)) {
+	hi = min(hi, len(text))
+	lo = max(lo, 0)
+	if lo >= hi {
+		return
+	}
+	last := min(hi, len(text)-2) // places with two bytes after them
+	tri := m.tri
+	p := lo
+	if p < last {
+		k := uint32(foldByte(text[p]))<<8 | uint32(foldByte(text[p+1]))
+		for ; p < last; p++ {
+			k = (k<<8 | uint32(foldByte(text[p+2]))) & 0xffffff
+			if h := triHash(k); tri[h/64]&(1<<(h%64)) == 0 {
+				continue
+			}
+			m.from(text, p, fn)
+		}
+	}
+	for ; p < hi; p++ {
+		m.from(text, p, fn)
+	}
+}
+
+// from reports the patterns that start at text[p], following the trie.
+func (m *kwMatcher) from(text string, p int, fn func(start, n, pattern int)) {
+	s := int32(0)
+	for i := p; i < len(text); i++ {
+		v := m.grow[int(s)+int(m.class[text[i]])]
+		if v < 0 {
+			return
+		}
+		s = v >> 1
+		if v&1 != 0 {
+			fn(p, i-p+1, int(m.out[s/int32(m.nclass)]))
 		}
 	}
 }

@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -69,11 +70,39 @@ func TestKwMatcherMatchesTrie(t *testing.T) {
 		}
 		for _, ps := range [][]string{pats, upPats} {
 			got = got[:0]
-			newKwMatcherFold(ps).walk(string(mixed), func(end, n, p int) bool {
+			fm := newKwMatcherFold(ps)
+			fm.walk(string(mixed), func(end, n, p int) bool {
 				got = append(got, hit{end, n, p})
 				return true
 			})
 			check("fold", got)
+			// eachStart finds the same occurrences by their starts, in
+			// any piece of the text.
+			lo, hi := rng.IntN(len(mixed)+1), rng.IntN(len(mixed)+1)
+			if lo > hi {
+				lo, hi = hi, lo
+			}
+			if round%3 == 0 {
+				lo, hi = 0, len(mixed)
+			}
+			var wantStarts, gotStarts []hit
+			for _, h := range want {
+				if s := h.end - h.n + 1; s >= lo && s < hi {
+					wantStarts = append(wantStarts, hit{s, h.n, h.p})
+				}
+			}
+			slices.SortFunc(wantStarts, func(a, b hit) int {
+				if a.end != b.end {
+					return a.end - b.end
+				}
+				return a.n - b.n
+			})
+			fm.eachStart(string(mixed), lo, hi, func(s, n, p int) {
+				gotStarts = append(gotStarts, hit{s, n, p})
+			})
+			if !slices.Equal(gotStarts, wantStarts) {
+				t.Fatalf("round %d: eachStart of %q in %q[%d:%d]: %v, want %v", round, ps, mixed, lo, hi, gotStarts, wantStarts)
+			}
 		}
 		for range 20 {
 			s := word(rng.IntN(12))

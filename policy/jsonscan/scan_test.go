@@ -1,8 +1,11 @@
 package jsonscan
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"math/bits"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -206,5 +209,48 @@ func TestUnquote(t *testing.T) {
 	got, used, err := AppendUnquoted(nil, []byte(`héllo\nworld`), 3)
 	if err != nil || string(got) != "hé" || used != 3 {
 		t.Errorf("AppendUnquoted with limit 3 = %q, %d, %v", got, used, err)
+	}
+}
+
+// TestSpecialBytes checks the word test of strictString against a test a
+// byte at a time: every byte value at every place of a word, among random
+// bytes after it and ordinary ones before.
+func TestSpecialBytes(t *testing.T) {
+	special := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 }
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		for pos := range 8 {
+			for v := range 256 {
+				var b [8]byte
+				for k := range b {
+					switch {
+					case k < pos:
+						b[k] = byte(0x20 + rng.IntN(0x100-0x20))
+						for special(b[k]) {
+							b[k] = byte(0x20 + rng.IntN(0x100-0x20))
+						}
+					case k == pos:
+						b[k] = byte(v)
+					default:
+						b[k] = byte(rng.IntN(256))
+					}
+				}
+				want := -1
+				for k, c := range b {
+					if special(c) {
+						want = k
+						break
+					}
+				}
+				m := specialBytes(binary.LittleEndian.Uint64(b[:]))
+				got := -1
+				if m != 0 {
+					got = bits.TrailingZeros64(m) / 8
+				}
+				if got != want {
+					t.Fatalf("round %d: specialBytes(% x): first special at %d, want %d", round, b, got, want)
+				}
+			}
+		}
 	}
 }
