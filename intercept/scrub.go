@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/policy"
@@ -220,7 +221,7 @@ func (s *Scrubber) scrubJSON(ctx context.Context, deadline time.Time, raw json.R
 	var dec *decodedJSON
 	err := s.run(ctx, deadline, len(raw), func(ctx context.Context) error {
 		var err error
-		edits, counts, dec, err = s.scanJSON(ctx, raw)
+		edits, counts, dec, err = s.scanJSON(ctx, raw, len(raw) < s.inline)
 		return err
 	})
 	if err != nil {
@@ -257,7 +258,14 @@ type jsonString struct {
 // them. When raw holds no textual blob, it also returns the view of raw
 // the scan decoded (see decodedJSON); the view is only good for raw
 // itself, so the caller drops it when there are edits.
-func (s *Scrubber) scanJSON(ctx context.Context, raw []byte) ([]edit, map[string]int, *decodedJSON, error) {
+//
+// With alias, the scan reads raw as a string without copying it: the
+// caller must run the scan on its own goroutine (run does, for texts under
+// s.inline bytes) and keep raw unchanged while it holds the view, and the
+// scan keeps no part of the text past its return but in the view (what it
+// found is redacted into a new text). Larger texts are scanned on a
+// goroutine that may outlive run at its deadline: they are copied.
+func (s *Scrubber) scanJSON(ctx context.Context, raw []byte, alias bool) ([]edit, map[string]int, *decodedJSON, error) {
 	// The string literals are listed up front only when a textual blob may
 	// be among them; otherwise only once a secret is found (most results
 	// hold none), to keep its edits inside the strings.
@@ -295,9 +303,12 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte) ([]edit, map[string
 	}
 
 	var text string
-	if len(blank) == 0 {
+	switch {
+	case len(blank) == 0 && alias:
+		text = unsafe.String(unsafe.SliceData(raw), len(raw))
+	case len(blank) == 0:
 		text = string(raw)
-	} else {
+	default:
 		buf := bytes.Clone(raw)
 		for _, js := range blank {
 			for i := js.start; i < js.end; i++ {
