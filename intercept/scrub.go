@@ -577,7 +577,11 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 		}
 	}
 	first := cur
-	texts := []*scanText{{v: cur, text: cur.text, nls: newlines(cur.text, nil)}}
+	nls := cur.nls
+	if cur.parent == nil {
+		nls = newlines(cur.text, nil)
+	}
+	texts := []*scanText{{v: cur, text: cur.text, nls: nls}}
 	for range unescapeDepth {
 		v, ok := unescapeView(cur)
 		if !ok {

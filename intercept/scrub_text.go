@@ -22,6 +22,9 @@ type view struct {
 	text   string
 	parent *view    // nil for the raw text
 	esc    []escRec // decoded escapes, in order
+	// nls are the offsets of text's newlines (newlines), found while
+	// decoding; nil for the raw text.
+	nls []int
 }
 
 // escRec records that text[dst:dst+dlen] was decoded from
@@ -50,31 +53,48 @@ func unescapeView(v *view) (*view, bool) {
 	buf := make([]byte, len(s)+8)
 	d := copy(buf, s[:i])
 	// One record per escape: sized once (JSON text holds many \n).
-	recs := make([]escRec, 0, strings.Count(s[i:], `\`))
+	nesc := strings.Count(s[i:], `\`)
+	recs := make([]escRec, 0, nesc)
+	// The newlines of the decoded text are listed on the way, those
+	// before i first: most come from \n escapes, at most one an escape.
+	nls := make([]int, 0, nesc+strings.Count(s, "\n"))
+	for j := 0; j < i; j++ {
+		if s[j] == '\n' {
+			nls = append(nls, j)
+		}
+	}
 	for i < len(s) {
 		if i+8 <= len(s) {
 			w := load64(s, i)
 			binary.LittleEndian.PutUint64(buf[d:d+8], w)
-			const ones = 0x0101010101010101
-			x := w ^ ('\\' * ones)
-			m := (x - ones) &^ x & (0x80 * ones)
+			m := byteMask(w, '\\') | byteMask(w, '\n')
 			if m == 0 {
 				i, d = i+8, d+8
 				continue
 			}
-			k := bits.TrailingZeros64(m) / 8 // the first backslash
+			k := bits.TrailingZeros64(m) / 8 // the first backslash or newline
 			i, d = i+k, d+k
-		} else if s[i] != '\\' {
+		}
+		switch s[i] {
+		case '\n':
+			buf[d] = '\n'
+			nls = append(nls, d)
+			i, d = i+1, d+1
+			continue
+		case '\\':
+		default:
 			buf[d] = s[i]
 			i, d = i+1, d+1
 			continue
 		}
-		// s[i] is a backslash.
 		n, dn, ok := escapeInto(s, i, buf[d:])
 		if !ok {
 			buf[d] = '\\'
 			i, d = i+1, d+1
 			continue
+		}
+		if dn == 1 && buf[d] == '\n' {
+			nls = append(nls, d)
 		}
 		recs = append(recs, escRec{dst: d, dlen: dn, src: i, slen: n})
 		i, d = i+n, d+dn
@@ -82,7 +102,15 @@ func unescapeView(v *view) (*view, bool) {
 	if len(recs) == 0 {
 		return nil, false
 	}
-	return &view{text: unsafe.String(unsafe.SliceData(buf), d), parent: v, esc: recs}, true
+	return &view{text: unsafe.String(unsafe.SliceData(buf), d), parent: v, esc: recs, nls: nls}, true
+}
+
+// byteMask returns a word with the high bit set of each byte of w equal to
+// c, exactly (no carry runs between bytes).
+func byteMask(w uint64, c byte) uint64 {
+	const ones, low7 = 0x0101010101010101, 0x7f7f7f7f7f7f7f7f
+	x := w ^ (uint64(c) * ones)
+	return ^((x&low7 + low7) | x) & (0x80 * ones)
 }
 
 // load64 returns the eight bytes of s at i as a little-endian word (one

@@ -100,7 +100,7 @@ func escapeAtRef(s string, i int, b *strings.Builder, recs *[]escRec) (int, bool
 // backslash at the end), at every alignment, and on the trajectory data.
 func TestUnescapeViewMatchesRef(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
-	parts := []string{"a", "bc", "defghijk", "é", "\\", "\\\\", "\\n", "\\\"", "\\/", "\\t\\r\\b\\f", "\\u0041", "\\u00e9", "\\ud83d\\ude00", "\\ud83d", "\\ud83d\\u0041", "\\udc00x", "\\u12", "\\uZZZZ", "\\x", "\n", "{\"k\":\"v\"}"}
+	parts := []string{"a", "\n", "x\ny", "\\u000a", "\\u000A\\n", "bc", "defghijk", "é", "\\", "\\\\", "\\n", "\\\"", "\\/", "\\t\\r\\b\\f", "\\u0041", "\\u00e9", "\\ud83d\\ude00", "\\ud83d", "\\ud83d\\u0041", "\\udc00x", "\\u12", "\\uZZZZ", "\\x", "\n", "{\"k\":\"v\"}"}
 	check := func(text string) {
 		t.Helper()
 		got, gok := unescapeView(&view{text: text})
@@ -113,6 +113,9 @@ func TestUnescapeViewMatchesRef(t *testing.T) {
 		}
 		if got.text != want.text || !slices.Equal(got.esc, want.esc) {
 			t.Fatalf("unescapeView(%q) = %q %v, the reference %q %v", text, got.text, got.esc, want.text, want.esc)
+		}
+		if nls := newlines(got.text, nil); !slices.Equal(got.nls, nls) && len(got.nls)+len(nls) > 0 {
+			t.Fatalf("unescapeView(%q): newlines %v, want %v", text, got.nls, nls)
 		}
 	}
 	for range 20000 {
