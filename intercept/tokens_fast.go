@@ -256,25 +256,36 @@ func (t *splitter) white(s string, p int) int {
 //   - A piece of 9 to maxCachedPiece bytes is a pointer to an immutable
 //     entry holding a copy of the piece and its count, next to a tag, the
 //     piece's hash, which spares looking at entries of other pieces.
+//   - A piece of maxCachedPiece+1 to maxHugePiece bytes is the same, in a
+//     table of its own, smaller (hugeBuckets).
 //
 // A piece goes to one bucket of cacheWays slots, a cache line of words or
 // of tags. A new piece takes the first empty slot, or when there is none a
 // slot picked by its hash. Writers that race lose an entry, never a count:
 // every entry is whole and compared in full (a tag only rules entries out),
 // so the cache only ever returns the count of the very piece asked for.
-// Pieces longer than maxCachedPiece (long runs of white space or
+// Pieces longer than maxHugePiece (long runs of white space or
 // punctuation, long words) are rare and merged every time. The tables hold
 // the working set of the trajectory file (13,500 distinct pieces of 2 to 8
 // bytes and 4,800 of 9 to 64 in 2 MB) with room to spare: 512 KB of words,
 // and 256 KB of tags and pointers plus the long entries, at most 16,384 of
 // at most 96 bytes (1.5 MB in the worst case, a few hundred KB on real
-// output).
+// output), and 8 KB of tags and pointers plus the huge entries, at most
+// 512 of at most 1 KB (512 KB in the worst case).
 const (
 	cacheWays      = 8
 	shortBits      = 13
 	shortBuckets   = 1 << shortBits
 	longBuckets    = 1 << 11
 	maxCachedPiece = 64
+	// Pieces of maxCachedPiece to maxHugePiece bytes (rules of dashes or
+	// equals signs under a heading, indentation, runs of one letter) are
+	// few, but merged each time they cost more than all the short pieces
+	// around them: 166 pieces, 13 KB of the 2 MB of trajectory outputs,
+	// took 17% of the count. They have a small table of their own,
+	// hugeBuckets of cacheWays entries, at most 512 KB.
+	hugeBuckets  = 1 << 6
+	maxHugePiece = 1 << 10
 	// maxExactPiece is the longest piece merged whole. Longer pieces
 	// (only runs of several KB of letters of one case, of white space or
 	// of punctuation make them) are merged a window at a time, with the
@@ -290,6 +301,8 @@ type pieceCache struct {
 	short [shortBuckets][cacheWays]atomic.Uint64
 	tags  [longBuckets][cacheWays]atomic.Uint64
 	long  [longBuckets][cacheWays]atomic.Pointer[longPiece]
+	htags [hugeBuckets][cacheWays]atomic.Uint64
+	huge  [hugeBuckets][cacheWays]atomic.Pointer[longPiece]
 	seed  maphash.Seed
 }
 
@@ -372,16 +385,26 @@ func (pc *pieceCache) longHash(piece string) uint64 {
 	return maphash.String(pc.seed, piece) | 1
 }
 
-// getLong returns the count of a piece of more than maxPacked bytes and
-// its hash.
+// bucket returns the bucket of the long or the huge table (by the
+// piece's length) that a piece of hash h goes to.
+func (pc *pieceCache) bucket(h uint64, n int) (*[cacheWays]atomic.Uint64, *[cacheWays]atomic.Pointer[longPiece]) {
+	if n > maxCachedPiece {
+		bi := h / 2 % hugeBuckets
+		return &pc.htags[bi], &pc.huge[bi]
+	}
+	bi := h / 2 % longBuckets
+	return &pc.tags[bi], &pc.long[bi]
+}
+
+// getLong returns the count of a piece of more than maxPacked bytes (and
+// at most maxHugePiece) and its hash.
 func (pc *pieceCache) getLong(piece string) (n int, h uint64, ok bool) {
 	h = pc.longHash(piece)
-	bi := h / 2 % longBuckets
-	tags := &pc.tags[bi]
+	tags, ents := pc.bucket(h, len(piece))
 	for i := range tags {
 		t := tags[i].Load()
 		if t == h {
-			if e := pc.long[bi][i].Load(); e != nil && e.s == piece {
+			if e := ents[i].Load(); e != nil && e.s == piece {
 				return int(e.n), h, true
 			}
 		}
@@ -396,10 +419,10 @@ func (pc *pieceCache) getLong(piece string) (n int, h uint64, ok bool) {
 // copy: it must not keep the counted text alive. The tag is stored after
 // the entry, so that a reader that sees it finds the entry (or a newer).
 func (pc *pieceCache) putLong(h uint64, piece string, n int) {
-	bi := h / 2 % longBuckets
-	i := victim(&pc.tags[bi], h)
-	pc.long[bi][i].Store(&longPiece{s: strings.Clone(piece), n: int32(n)})
-	pc.tags[bi][i].Store(h)
+	tags, ents := pc.bucket(h, len(piece))
+	i := victim(tags, h)
+	ents[i].Store(&longPiece{s: strings.Clone(piece), n: int32(n)})
+	tags[i].Store(h)
 }
 
 // pack packs an ASCII piece of 1 to 8 bytes: its bytes, the high bit of the
@@ -563,7 +586,7 @@ func (c *Counter) pieceTokens(s string, p, e int) int {
 		k := c.countPiece(s[p:e])
 		c.fast.cache.putShort(key, k)
 		return k
-	case n <= maxCachedPiece:
+	case n <= maxHugePiece:
 		piece := s[p:e]
 		k, h, ok := c.fast.cache.getLong(piece)
 		if !ok {

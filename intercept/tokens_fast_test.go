@@ -224,8 +224,11 @@ func TestPieceCache(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	want := map[string]int{}
 	var order []string
-	for range 8 * shortBuckets {
+	for j := range 8 * shortBuckets {
 		n := 2 + rng.IntN(maxCachedPiece-1)
+		if j%16 == 0 {
+			n = maxCachedPiece + 1 + rng.IntN(maxHugePiece-maxCachedPiece)
+		}
 		b := make([]byte, n)
 		for i := range b {
 			b[i] = byte(rng.IntN(128))
@@ -264,7 +267,7 @@ func TestPieceCache(t *testing.T) {
 			}
 		}
 	}
-	if found == 0 || found > cacheWays*(shortBuckets+longBuckets) {
+	if found == 0 || found > cacheWays*(shortBuckets+longBuckets+hugeBuckets) {
 		t.Fatalf("%d of %d pieces found after filling; want some, at most the slots", found, len(order))
 	}
 }
