@@ -671,15 +671,21 @@ func (s *Scrubber) runJob(ctx context.Context, j scanJob) (jobResult, error) {
 // runJobs runs jobs over GOMAXPROCS workers and returns their results in
 // order. The first error (a *ScanError first) cancels the rest.
 func (s *Scrubber) runJobs(ctx context.Context, jobs []scanJob) ([]jobResult, error) {
-	results := make([]jobResult, len(jobs))
 	if len(jobs) == 1 {
 		r, err := s.runJob(ctx, jobs[0])
 		if err != nil {
 			return nil, err
 		}
-		results[0] = r
-		return results, nil
+		return []jobResult{r}, nil
 	}
+	return s.runJobsParallel(ctx, jobs)
+}
+
+// runJobsParallel is runJobs of more than one job. It is a function of its
+// own so that what its workers share is put on the heap only when there
+// are workers (a small text is one job).
+func (s *Scrubber) runJobsParallel(ctx context.Context, jobs []scanJob) ([]jobResult, error) {
+	results := make([]jobResult, len(jobs))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	workers := min(runtime.GOMAXPROCS(0), len(jobs))
