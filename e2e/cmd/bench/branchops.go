@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // runBranchOps measures section 3: branch_create and branch_return through
@@ -22,8 +24,8 @@ func runBranchOps(ctx context.Context, e *env, res *results) error {
 	}
 	defer p.close()
 
-	var ping, tiny, create, ret roundStats
-	one := func(pings, tinies, creates, rets *[]time.Duration) error {
+	var ping, tiny, create, ret, floor roundStats
+	one := func(pings, tinies, creates, rets, floors *[]time.Duration) error {
 		t0 := time.Now()
 		if err := p.Ping(ctx); err != nil {
 			return fmt.Errorf("ping: %w", err)
@@ -42,24 +44,29 @@ func runBranchOps(ctx context.Context, e *env, res *results) error {
 			return err
 		}
 		t4 := time.Now()
+		if err := refusedStatus(ctx, p); err != nil {
+			return err
+		}
+		t5 := time.Now()
 		if pings != nil {
 			*pings = append(*pings, t1.Sub(t0))
 			*tinies = append(*tinies, t2.Sub(t1))
 			*creates = append(*creates, t3.Sub(t2))
 			*rets = append(*rets, t4.Sub(t3))
+			*floors = append(*floors, t5.Sub(t4))
 		}
 		return nil
 	}
 	for range warm {
-		if err := one(nil, nil, nil, nil); err != nil {
+		if err := one(nil, nil, nil, nil, nil); err != nil {
 			return err
 		}
 	}
 	e.log.Info("branch ops", "pairs", n, "rounds", e.rounds)
 	for range e.rounds {
-		var a, b, c, d []time.Duration
+		var a, b, c, d, f []time.Duration
 		for range n {
-			if err := one(&a, &b, &c, &d); err != nil {
+			if err := one(&a, &b, &c, &d, &f); err != nil {
 				return err
 			}
 		}
@@ -67,6 +74,7 @@ func runBranchOps(ctx context.Context, e *env, res *results) error {
 		tiny.add(b)
 		create.add(c)
 		ret.add(d)
+		floor.add(f)
 	}
 	note := fmt.Sprintf("%d ops x %d rounds; durable Badger", n, e.rounds)
 	for _, x := range []struct {
@@ -82,6 +90,28 @@ func runBranchOps(ctx context.Context, e *env, res *results) error {
 	res.add(row{Section: sec, Metric: "10 B upstream call p50/p99", Value: ms(tiny.P50()) + " / " + ms(tiny.P99()),
 		Baseline: ms(ping.P50()) + " / " + ms(ping.P99()) + " ping", Num: msf(tiny.P50()), Base: msf(ping.P50()), Unit: "ms",
 		Note: "no-op round trips, same rounds"})
+	// The ping's client sends no arguments and parses an empty result; a
+	// tools/call costs the client (mcp-go) more on both sides. A fold
+	// tools/call refused at once shows that part: the same client work and
+	// the whole chain (audit record included), without a branch's work.
+	res.add(row{Section: sec, Metric: "tools/call floor p50/p99", Value: ms(floor.P50()) + " / " + ms(floor.P99()),
+		Baseline: ms(ping.P50()) + " / " + ms(ping.P99()) + " ping", Ratio: ratio(float64(floor.P99()), float64(ping.P99())),
+		Num: msf(floor.P50()), Base: msf(ping.P50()), Unit: "ms",
+		Note: "branch_status of an unknown id (refused), same rounds; ratio of the p99s"})
+	return nil
+}
+
+// refusedStatus calls branch_status for a branch that does not exist and
+// expects the refusal.
+func refusedStatus(ctx context.Context, p *mcpPeer) error {
+	r, err := p.CallTool(ctx, mcp.CallToolRequest{Params: mcp.CallToolParams{Name: "branch_status",
+		Arguments: map[string]any{"branch_id": "b-0000000000000000"}}})
+	if err != nil {
+		return fmt.Errorf("%s: branch_status: %w%s", p.name, err, p.stderr.tail())
+	}
+	if !r.IsError {
+		return fmt.Errorf("%s: branch_status of an unknown branch was not refused: %s", p.name, truncate(resultText(r), 200))
+	}
 	return nil
 }
 
