@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"syscall"
+
+	"github.com/foldproxy/foldproxy/proxy/rawio"
 )
 
 // The default mode's second hop (relay <-> daemon over the attach socket)
@@ -22,67 +24,8 @@ import (
 // descriptors, which never block: the relay waits in one epoll_wait with
 // its P idle and the monitor asleep, and a message costs the wake-up, its
 // read and its write. The relay's stdin and stdout get the same treatment
-// when they are pipes or sockets (pollableStdio).
-
-// rawIO reads and writes a non-blocking descriptor through the runtime's
-// poller (rc), with raw system calls. Deadlines set on the descriptor's
-// net.Conn or os.File apply, and closing it ends a wait.
-type rawIO struct {
-	rc syscall.RawConn
-}
-
-func (r *rawIO) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	var n int
-	var rerr error
-	err := r.rc.Read(func(fd uintptr) bool {
-		for {
-			n, rerr = rawRead(int(fd), p)
-			if !errors.Is(rerr, syscall.EINTR) {
-				return !errors.Is(rerr, syscall.EAGAIN)
-			}
-		}
-	})
-	switch {
-	case err != nil:
-		return 0, err
-	case rerr != nil:
-		return 0, rerr
-	case n == 0:
-		return 0, io.EOF
-	}
-	return n, nil
-}
-
-func (r *rawIO) Write(p []byte) (int, error) {
-	written := 0
-	var werr error
-	err := r.rc.Write(func(fd uintptr) bool {
-		for written < len(p) {
-			n, e := rawWrite(int(fd), p[written:])
-			switch {
-			case errors.Is(e, syscall.EINTR):
-				continue
-			case errors.Is(e, syscall.EAGAIN):
-				return false
-			case e != nil:
-				werr = e
-				return true
-			}
-			written += n
-		}
-		return true
-	})
-	if err == nil {
-		err = werr
-	}
-	if err == nil && written < len(p) {
-		err = io.ErrShortWrite
-	}
-	return written, err
-}
+// when they are pipes or sockets (pollableStdio), and so do the stdin and
+// stdout that ServeStdio serves a session on (--standalone).
 
 // rawConnIO returns c's reader and writer by raw system calls through the
 // poller when c is a unix socket, else c itself.
@@ -95,7 +38,7 @@ func rawConnIO(c net.Conn) io.ReadWriter {
 	if err != nil {
 		return c
 	}
-	return &rawIO{rc: rc}
+	return rawio.New(rc)
 }
 
 // pollableStdio returns what a relay reads the agent's messages from and
@@ -103,7 +46,8 @@ func rawConnIO(c net.Conn) io.ReadWriter {
 // (as an agent starts an MCP server), the descriptors set non-blocking and
 // read and written by raw system calls through the poller; anything else
 // (a terminal, a file, a test's reader) as it is. restore puts the
-// descriptors back in blocking mode; call it once the relay is done.
+// descriptors back in the mode they had; call it once the relay (or the
+// stdio session) is done.
 func pollableStdio(stdin io.Reader, stdout io.Writer) (io.Reader, io.Writer, func()) {
 	var restores []func()
 	in, out := stdin, stdout
@@ -130,14 +74,16 @@ func pollableStdio(stdin io.Reader, stdout io.Writer) (io.Reader, io.Writer, fun
 // registered with the poller, when it is a pipe or a socket; nil otherwise.
 // Non-blocking mode belongs to the open file that both descriptors share:
 // restore closes the duplicate (ending a read still waiting on it) and
-// makes the open file blocking again; f and its descriptor are left as
-// they were.
-func pollableFile(f *os.File) (*rawIO, func()) {
+// puts the open file back in the mode it had (blocking, as a process is
+// usually given its stdin and stdout; non-blocking when it already was,
+// as os.Pipe makes them); f and its descriptor are left as they were.
+func pollableFile(f *os.File) (*rawio.IO, func()) {
 	sc, err := f.SyscallConn()
 	if err != nil {
 		return nil, nil
 	}
 	dup := -1
+	wasNonblock := false
 	var derr error
 	if err := sc.Control(func(d uintptr) {
 		var st syscall.Stat_t
@@ -148,7 +94,10 @@ func pollableFile(f *os.File) (*rawIO, func()) {
 			derr = errors.New("neither a pipe nor a socket")
 			return
 		}
-		dup, derr = dupCloexec(int(d))
+		if wasNonblock, derr = rawio.Nonblocking(int(d)); derr != nil {
+			return
+		}
+		dup, derr = rawio.DupCloexec(int(d))
 	}); err != nil || derr != nil || dup < 0 {
 		return nil, nil
 	}
@@ -160,15 +109,17 @@ func pollableFile(f *os.File) (*rawIO, func()) {
 	pf := os.NewFile(uintptr(dup), f.Name())
 	rc, err := pf.SyscallConn()
 	if err != nil {
-		_ = syscall.SetNonblock(dup, false)
+		_ = syscall.SetNonblock(dup, wasNonblock)
 		pf.Close()
 		return nil, nil
 	}
-	return &rawIO{rc: rc}, func() {
+	return rawio.New(rc), func() {
 		// Closed first: a read or write on the duplicate then ends (it
 		// never blocks, the open file being non-blocking until below),
 		// and Close returns once none is left.
 		pf.Close()
-		_ = sc.Control(func(d uintptr) { _ = syscall.SetNonblock(int(d), false) })
+		if !wasNonblock {
+			_ = sc.Control(func(d uintptr) { _ = syscall.SetNonblock(int(d), false) })
+		}
 	}
 }

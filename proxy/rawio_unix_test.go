@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/foldproxy/foldproxy/proxy/rawio"
 )
 
 // unixPair returns the two ends of a connected unix socket.
@@ -50,8 +52,8 @@ func unixPair(t *testing.T) (server, client net.Conn) {
 func TestRawConnIOReadsWhatCameAndWhatComes(t *testing.T) {
 	server, client := unixPair(t)
 	rw := rawConnIO(server)
-	if _, ok := rw.(*rawIO); !ok {
-		t.Fatalf("rawConnIO of a unix socket is a %T, want *rawIO", rw)
+	if _, ok := rw.(*rawio.IO); !ok {
+		t.Fatalf("rawConnIO of a unix socket is a %T, want *rawio.IO", rw)
 	}
 	if _, err := client.Write([]byte("hello\nfirst\n")); err != nil {
 		t.Fatal(err)
@@ -169,7 +171,50 @@ func relayPipes(t *testing.T) (inR, inW, outR, outW *os.File) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { inR.Close(); inW.Close(); outR.Close(); outW.Close() })
+	// os.Pipe makes its ends non-blocking; an agent hands a process
+	// blocking ones.
+	setBlocking(t, inR)
+	setBlocking(t, outW)
 	return inR, inW, outR, outW
+}
+
+// setBlocking puts f's open file in blocking mode.
+func setBlocking(t *testing.T, f *os.File) {
+	t.Helper()
+	sc, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := sc.Control(func(fd uintptr) { serr = syscall.SetNonblock(int(fd), false) }); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+}
+
+// TestPollableStdioKeepsNonblockingPipes: a pipe that was non-blocking
+// already (as os.Pipe makes them) is left non-blocking by restore.
+func TestPollableStdioKeepsNonblockingPipes(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	in, out, restore := pollableStdio(r, w)
+	if _, ok := in.(*rawio.IO); !ok {
+		t.Fatalf("pollableStdio's reader of a pipe is a %T, want *rawio.IO", in)
+	}
+	if _, err := out.Write([]byte("x\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2)
+	if n, err := in.Read(buf); err != nil || string(buf[:n]) != "x\n" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	restore()
+	if !nonblocking(t, r) || !nonblocking(t, w) {
+		t.Errorf("restore made pipes that were non-blocking blocking")
+	}
 }
 
 // TestRelayOnPipes runs Relay on real pipes, as an agent starts it: it
@@ -325,5 +370,65 @@ func TestAttachLogCutShortKeepsTheNextMessageWhole(t *testing.T) {
 	}
 	if lines[1] != msg+"\n" {
 		t.Errorf("second line %.100q, want the message whole", lines[1])
+	}
+}
+
+// TestServeStdioOnPipes: ServeStdio (--standalone) reads and writes real,
+// blocking pipes through the poller while it serves, and leaves them
+// blocking and open when the agent closes its stdin, and when its context
+// ends while it waits for the agent.
+func TestServeStdioOnPipes(t *testing.T) {
+	for _, stop := range []string{"eof", "cancel"} {
+		t.Run(stop, func(t *testing.T) {
+			inR, inW, outR, outW := relayPipes(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- ServeStdio(ctx, newFrontFake(), inR, outW, StdioOptions{}) }()
+			agentOut := bufio.NewReader(outR)
+			for i := range 3 {
+				req := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"echo","params":{"p":"%s"}}`, i, strings.Repeat("x", i*100_000))
+				if _, err := io.WriteString(inW, req+"\n"); err != nil {
+					t.Fatal(err)
+				}
+				got, err := agentOut.ReadString('\n')
+				if err != nil || !strings.Contains(got, fmt.Sprintf(`"id":%d`, i)) || len(got) < i*100_000 {
+					t.Fatalf("answer %d: %.100q, %v", i, got, err)
+				}
+			}
+			if !nonblocking(t, inR) || !nonblocking(t, outW) {
+				t.Errorf("while ServeStdio runs, its pipes are not read and written through the poller")
+			}
+			if stop == "eof" {
+				inW.Close()
+				if err := <-done; err != nil {
+					t.Fatalf("ServeStdio: %v", err)
+				}
+			} else {
+				cancel()
+				if err := <-done; !errors.Is(err, context.Canceled) {
+					t.Fatalf("ServeStdio: %v; want context.Canceled", err)
+				}
+			}
+			if nonblocking(t, inR) || nonblocking(t, outW) {
+				t.Errorf("ServeStdio left its stdin or stdout non-blocking")
+			}
+			if _, err := io.WriteString(outW, "after\n"); err != nil {
+				t.Fatalf("stdout after ServeStdio: %v", err)
+			}
+			if got, err := agentOut.ReadString('\n'); err != nil || got != "after\n" {
+				t.Fatalf("read %q, %v after ServeStdio", got, err)
+			}
+			if stop == "cancel" {
+				// No read of stdin was left behind: what is written next
+				// is read here, whole.
+				if _, err := io.WriteString(inW, "next\n"); err != nil {
+					t.Fatal(err)
+				}
+				if got, err := bufio.NewReader(inR).ReadString('\n'); err != nil || got != "next\n" {
+					t.Fatalf("stdin after ServeStdio: %q, %v", got, err)
+				}
+			}
+		})
 	}
 }

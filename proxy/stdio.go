@@ -67,6 +67,12 @@ func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, opts
 	if opts.MaxMessageBytes < 0 {
 		return fmt.Errorf("stdio: MaxMessageBytes %d is negative", opts.MaxMessageBytes)
 	}
+	// Pipes and sockets are read and written through the poller by raw
+	// system calls (rawio_unix.go), as the relay does: a read waiting for
+	// the agent then holds no thread in a blocking system call. Restored
+	// once the session is over and nothing more is written.
+	r, w, restore := pollableStdio(r, w)
+	defer restore()
 	sv := &stdioServer{
 		opts:  opts,
 		ep:    ep,

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/foldproxy/foldproxy/proxy/rawio"
 )
 
 const (
@@ -38,7 +40,12 @@ type stdioWire struct {
 	stdin  *os.File
 	stdout *os.File
 	stderr *os.File
-	ctx    context.Context // the wire's life, for the requests of the child
+	// in and out are stdin's writer and stdout's reader: raw system calls
+	// through the poller (proxy/rawio), which spare the scheduler's work
+	// around a system call, twice per message each way.
+	in  io.Writer
+	out io.Reader
+	ctx context.Context // the wire's life, for the requests of the child
 
 	writeMu sync.Mutex
 	calls   pending
@@ -88,6 +95,7 @@ func (w *stdioWire) start(ctx context.Context) error {
 	}
 	w.cmd = cmd
 	w.stdin, w.stdout, w.stderr = pipes[1], pipes[2], pipes[4]
+	w.in, w.out = rawio.File(w.stdin), rawio.File(w.stdout)
 	if !w.tracked(func() {
 		w.waitErr = cmd.Wait()
 		close(w.exited)
@@ -132,7 +140,7 @@ func (w *stdioWire) exitState() string {
 // read reads the child's stdout, one message a line, until it ends.
 func (w *stdioWire) read() {
 	defer w.stdout.Close()
-	r := bufio.NewReaderSize(w.stdout, 64<<10)
+	r := bufio.NewReaderSize(w.out, 64<<10)
 	var long []byte
 	for {
 		chunk, err := r.ReadSlice('\n')
@@ -218,7 +226,7 @@ func (w *stdioWire) write(body []byte) error {
 	// line by line never sees half a message on its own.
 	buf := make([]byte, 0, len(line)+1)
 	buf = append(append(buf, line...), '\n')
-	if _, err := w.stdin.Write(buf); err != nil {
+	if _, err := w.in.Write(buf); err != nil {
 		return fmt.Errorf("writing to the server's stdin: %w", err)
 	}
 	return nil

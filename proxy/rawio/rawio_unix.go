@@ -1,0 +1,120 @@
+//go:build unix
+
+// Package rawio reads and writes non-blocking descriptors (pipes and
+// sockets) through the Go runtime's poller by read(2) and write(2) made as
+// raw system calls, which are not announced to the scheduler.
+//
+// Why: a system call made the ordinary way (os.File, net.Conn) enters and
+// leaves the scheduler's "in a system call" state, and whenever the
+// runtime's monitor thread (sysmon) is asleep because every P was idle,
+// entering that state wakes it; it then polls every 20 µs for the next
+// millisecond, and each poll is a context switch. A proxy that serves one
+// small message every few hundred microseconds thus keeps the monitor
+// awake all the time: CPU profiles of foldproxy serving tiny calls showed
+// the scheduler's work around these system calls, and the context switches
+// it costs, above the system calls themselves. A raw read or write on a
+// non-blocking descriptor never blocks (EAGAIN instead), so nothing is
+// lost by not announcing it: waiting is done in the poller, with the P
+// idle.
+package rawio
+
+import (
+	"errors"
+	"io"
+	"os"
+	"syscall"
+)
+
+// IO reads and writes a non-blocking descriptor through the runtime's
+// poller (rc), with raw system calls. Deadlines set on the descriptor's
+// net.Conn or os.File apply, and closing it ends a wait.
+type IO struct {
+	rc syscall.RawConn
+}
+
+func (r *IO) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n int
+	var rerr error
+	err := r.rc.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = read(int(fd), p)
+			if !errors.Is(rerr, syscall.EINTR) {
+				return !errors.Is(rerr, syscall.EAGAIN)
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != nil:
+		return 0, rerr
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (r *IO) Write(p []byte) (int, error) {
+	written := 0
+	var werr error
+	err := r.rc.Write(func(fd uintptr) bool {
+		for written < len(p) {
+			n, e := write(int(fd), p[written:])
+			switch {
+			case errors.Is(e, syscall.EINTR):
+				continue
+			case errors.Is(e, syscall.EAGAIN):
+				return false
+			case e != nil:
+				werr = e
+				return true
+			}
+			written += n
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	if err == nil && written < len(p) {
+		err = io.ErrShortWrite
+	}
+	return written, err
+}
+
+// New returns the IO of a non-blocking descriptor registered with the
+// poller: a net.Conn's or an os.File's SyscallConn.
+func New(rc syscall.RawConn) *IO { return &IO{rc: rc} }
+
+// File returns f's reader and writer by raw system calls when f is a
+// pipe or a socket that is already non-blocking and registered with the
+// poller, as os.Pipe and exec.Cmd's StdinPipe and StdoutPipe make them;
+// anything else (a blocking descriptor, a regular file) is returned as it
+// is, since a raw call on it could block its thread unseen.
+func File(f *os.File) io.ReadWriter {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return f
+	}
+	ok := false
+	if err := sc.Control(func(d uintptr) {
+		var st syscall.Stat_t
+		if syscall.Fstat(int(d), &st) != nil {
+			return
+		}
+		if t := st.Mode & syscall.S_IFMT; t != syscall.S_IFIFO && t != syscall.S_IFSOCK {
+			return
+		}
+		nb, err := nonblocking(int(d))
+		ok = err == nil && nb
+	}); err != nil || !ok {
+		return f
+	}
+	return &IO{rc: sc}
+}
+
+// Nonblocking reports whether fd's open file is in non-blocking mode.
+func Nonblocking(fd int) (bool, error) { return nonblocking(fd) }
