@@ -317,7 +317,7 @@ func readArgs(tool string, raw json.RawMessage, allowed ...string) (*args, error
 	if raw[0] != '{' {
 		return nil, fmt.Errorf("%w: %s: the arguments must be a JSON object, got %s", ErrInvalidArgument, tool, jsonscan.Kind(raw))
 	}
-	if err := json.Unmarshal(raw, &a.fields); err != nil {
+	if err := a.read(raw); err != nil {
 		return nil, fmt.Errorf("%w: %s: the arguments are not valid JSON: %v", ErrInvalidArgument, tool, err)
 	}
 	names := make([]string, 0, len(a.fields))
@@ -336,6 +336,25 @@ func readArgs(tool string, raw json.RawMessage, allowed ...string) (*args, error
 	return a, nil
 }
 
+// read fills fields from raw, an object, as json.Unmarshal into the map
+// does (a repeated name keeps its last value), by one scan rather than
+// reflection. The values are raw's own bytes, read before the call
+// returns. Invalid JSON is left to json.Unmarshal, whose error the
+// refusal quotes.
+func (a *args) read(raw []byte) error {
+	if !jsonscan.Valid(raw) {
+		return json.Unmarshal(raw, &a.fields)
+	}
+	ms, err := jsonscan.Object(raw)
+	if err != nil {
+		return json.Unmarshal(raw, &a.fields)
+	}
+	for _, m := range ms {
+		a.fields[m.Key] = m.Value.Of(raw)
+	}
+	return nil
+}
+
 func (a *args) wrong(name, want string) error {
 	return fmt.Errorf("%w: %s: field %q: want %s, got %s", ErrInvalidArgument, a.tool, name, want, jsonscan.Kind(a.fields[name]))
 }
@@ -348,8 +367,11 @@ func (a *args) str(name string, required bool) (string, error) {
 		}
 		return "", nil
 	}
-	var s string
-	if jsonscan.Kind(raw) != "a string" || json.Unmarshal(raw, &s) != nil {
+	if jsonscan.Kind(raw) != "a string" {
+		return "", a.wrong(name, "a string")
+	}
+	s, err := jsonscan.Unquote(bytes.TrimSpace(raw)) // as json.Unmarshal decodes it
+	if err != nil {
 		return "", a.wrong(name, "a string")
 	}
 	return s, nil

@@ -240,3 +240,49 @@ func FuzzCallToolArgs(f *testing.F) {
 		}
 	})
 }
+
+// TestReadArgsAsUnmarshal checks the arguments' scan against
+// encoding/json on names and strings that decode in unusual ways.
+func TestReadArgsAsUnmarshal(t *testing.T) {
+	for _, raw := range []string{
+		`{"description":"plain"}`,
+		` { "description" : "spaced" , "prompt" :"x" } `,
+		`{"description":"esc \" \\ \/ \b\f\n\r\t \u00e9 \ud83d\ude00"}`,
+		"{\"description\":\"bad utf-8 \xff\xfe end\"}",
+		`{"description":"lone \ud800 surrogate"}`,
+		`{"description":"first","description":"last"}`,
+		`{"desc\u0072iption":"escaped name"}`,
+		"{\"descr\xffiption\":\"bad name\"}",
+		`{"description":null,"prompt":"p"}`,
+		`{"description":"x","budget":12,"depends_on":["a","b"],"inject_memories":true}`,
+	} {
+		var want map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(raw), &want); err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		a := &args{tool: ToolCreate, fields: map[string]json.RawMessage{}}
+		if err := a.read([]byte(raw)); err != nil {
+			t.Fatalf("%s: read: %v", raw, err)
+		}
+		if len(a.fields) != len(want) {
+			t.Errorf("%s: fields %v, json.Unmarshal %v", raw, a.fields, want)
+		}
+		for k, v := range want {
+			if string(a.fields[k]) != string(v) {
+				t.Errorf("%s: field %q = %s, json.Unmarshal %s", raw, k, a.fields[k], v)
+			}
+			var s string
+			if string(v) == "null" || json.Unmarshal(v, &s) != nil {
+				continue // readArgs drops nulls; str refuses other kinds
+			}
+			if got, err := a.str(k, false); err != nil || got != s {
+				t.Errorf("%s: str(%q) = %q, %v; json.Unmarshal %q", raw, k, got, err, s)
+			}
+		}
+	}
+	// Invalid JSON is refused with encoding/json's own words.
+	_, err := readArgs(ToolCreate, json.RawMessage(`{"description":"x",}`), "description")
+	if err == nil || !strings.Contains(err.Error(), "the arguments are not valid JSON: invalid character '}'") {
+		t.Errorf("invalid JSON: %v", err)
+	}
+}
