@@ -399,6 +399,9 @@ func (m *Manager) dependencies(s *session, parent *node, ids []string) ([]*node,
 	if len(ids) > maxDependsOn {
 		return nil, fmt.Errorf("%w: depends_on lists %d branches; the maximum is %d", ErrInvalidArgument, len(ids), maxDependsOn)
 	}
+	if len(ids) == 0 {
+		return nil, nil // most creations: no maps, no walk up the tree
+	}
 	ancestors := map[string]bool{}
 	for p := parent; p != nil; p = m.lookup(p.parent) {
 		ancestors[p.id] = true
