@@ -782,7 +782,11 @@ func (m *Manager) failSession(ctx context.Context, id string, active []*Branch, 
 // the explicit branch_id when given, else the session's innermost active
 // branch, else its root. An explicit id must be a branch of the session
 // (else ErrBranchNotFound) and active (else ErrBranchClosed, with a message
-// that tells the agent what to do). The returned Branch is a copy.
+// that tells the agent what to do). The returned Branch is a copy of the
+// branch's fields, made on every forwarded call; its maps and slices (the
+// usage by tool and upstream, the cuts, the dependencies) are shared with
+// the manager's snapshot of the branch, which is never changed once
+// published (a charge writes a new one): read them, never write them.
 func (m *Manager) Attribute(ctx context.Context, session, explicit string) (*Branch, error) {
 	if explicit == "" {
 		s, err := m.sessionOf(session)
@@ -799,7 +803,8 @@ func (m *Manager) Attribute(ctx context.Context, session, explicit string) (*Bra
 		if b.Status != StatusActive {
 			return nil, closedErr(b)
 		}
-		return b.clone(), nil
+		c := *b
+		return &c, nil
 	}
 	_, n, err := m.branchOf(session, explicit)
 	if err != nil {
@@ -809,7 +814,8 @@ func (m *Manager) Attribute(ctx context.Context, session, explicit string) (*Bra
 	if b.Status != StatusActive {
 		return nil, closedErr(b)
 	}
-	return b.clone(), nil
+	c := *b
+	return &c, nil
 }
 
 // BranchDone returns a context done when branch of session closes
