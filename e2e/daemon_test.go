@@ -77,7 +77,8 @@ func (a *attachedProcess) start(ctx context.Context) error {
 	return nil
 }
 
-// watchExit closes done when pid is gone or a zombie.
+// watchExit closes done when pid is gone, or a zombie whose threads have all
+// exited (so its files, and the store's lock, are closed).
 func watchExit(pid int, done chan struct{}) {
 	for {
 		if !processAlive(pid) {
@@ -88,13 +89,21 @@ func watchExit(pid int, done chan struct{}) {
 	}
 }
 
+// processAlive reports whether pid still runs. A killed Go process's main
+// thread turns zombie before its other threads have exited, and the files
+// they share (Badger's lock among them) stay open until the last one has:
+// a zombie counts as gone only once /proc lists no thread but its own.
 func processAlive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return false
 	}
 	i := bytes.LastIndexByte(b, ')')
-	return !(i > 0 && i+2 < len(b) && b[i+2] == 'Z')
+	if !(i > 0 && i+2 < len(b) && b[i+2] == 'Z') {
+		return true
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return err == nil && len(tasks) > 1
 }
 
 // daemonsOf lists the pids of the foldproxy daemons serving state.

@@ -205,22 +205,8 @@ func startKillableProxyEnv(t testing.TB, name, cfg, state string, env []string) 
 		t.Fatalf("%s: no process", name)
 	}
 	// The transport waits for the process: watch for its death in /proc
-	// (gone, or a zombie) rather than with a second Wait.
-	pid := k.cmd.Process.Pid
-	go func() {
-		for {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			if err != nil {
-				close(k.done)
-				return
-			}
-			if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && b[i+2] == 'Z' {
-				close(k.done)
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
+	// rather than with a second Wait.
+	go watchExit(k.cmd.Process.Pid, k.done)
 	return p, k
 }
 
