@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/foldproxy/foldproxy/proxy/rawio"
 )
 
 // archiveFiles keeps the raw bytes of large archived results and cut
@@ -88,7 +90,7 @@ func openArchiveFiles(storeDir string, fsync bool) *archiveFiles {
 // is cut off, so that the file holds whole records only, and a full disk is
 // an error wrapping ErrStoreFull. It returns the bytes written.
 func appendRecord(f *os.File, size int64, data []byte, fsync bool) (int, error) {
-	n, err := WriteRaw(f, data)
+	n, err := rawio.WriteFile(f, data)
 	if err == nil && fsync {
 		err = f.Sync()
 	}

@@ -11,7 +11,7 @@ import (
 
 // freeBytes reports the bytes an unprivileged writer may still use on the
 // file system holding dir. The statfs(2) is a raw system call, for the
-// reason WriteRaw gives: it runs on the reply path of a write every
+// reason rawio.WriteFile gives: it runs on the reply path of a write every
 // freeRecheckAfter, and announced to the scheduler it woke the runtime's
 // monitor thread each time, which cost more than the call.
 func freeBytes(dir string) (int64, bool) {

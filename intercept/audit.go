@@ -22,6 +22,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/proxy/rawio"
 )
 
 // Record kinds written by foldproxy.
@@ -299,7 +300,7 @@ func (a *Auditor) Write(rec Record) error {
 			return err
 		}
 	}
-	n, err := fold.WriteRaw(a.f, line) // no scheduler work: see fold.WriteRaw
+	n, err := rawio.WriteFile(a.f, line) // no scheduler work: see rawio.WriteFile
 	a.size += int64(n)
 	if err != nil {
 		return fmt.Errorf("audit log %s: %w", a.path, err)

@@ -11,3 +11,6 @@ import (
 
 // File returns f: only unix builds read and write by raw system calls.
 func File(f *os.File) io.ReadWriter { return f }
+
+// WriteFile is f.Write: only unix builds write by raw system calls.
+func WriteFile(f *os.File, p []byte) (int, error) { return f.Write(p) }

@@ -85,6 +85,43 @@ func (r *IO) Write(p []byte) (int, error) {
 	return written, err
 }
 
+// WriteFile writes p to f, a regular file, as f.Write does, but by
+// write(2) made as raw system calls (on Linux; see write). It is for the
+// small appends on the reply path, the store's write-ahead log and the
+// audit log, which must reach the operating system before a reply is
+// released but do not wait for the disk: an ordinary write(2) there costs
+// less than the runtime's work around it, since the daemon is idle
+// between two requests and entering an announced system call then wakes
+// the monitor thread (see the package comment). The price: a write that
+// blocks in the kernel (dirty-page throttling, a slow file system) holds
+// its P meanwhile, as any code running that long would.
+func WriteFile(f *os.File, p []byte) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	written := 0
+	var werr error
+	if err := rc.Write(func(fd uintptr) bool {
+		for written < len(p) && werr == nil {
+			n, e := write(int(fd), p[written:])
+			switch {
+			case errors.Is(e, syscall.EINTR):
+			case e != nil:
+				werr = &os.PathError{Op: "write", Path: f.Name(), Err: e}
+			case n == 0:
+				werr = io.ErrShortWrite
+			default:
+				written += n
+			}
+		}
+		return true
+	}); err != nil {
+		return written, err
+	}
+	return written, werr
+}
+
 // New returns the IO of a non-blocking descriptor registered with the
 // poller: a net.Conn's or an os.File's SyscallConn.
 func New(rc syscall.RawConn) *IO { return &IO{rc: rc} }
