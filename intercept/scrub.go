@@ -221,7 +221,7 @@ func (s *Scrubber) scrubJSON(ctx context.Context, deadline time.Time, raw json.R
 	var dec *decodedJSON
 	err := s.run(ctx, deadline, len(raw), func(ctx context.Context) error {
 		var err error
-		edits, counts, dec, err = s.scanJSON(ctx, raw, len(raw) < s.inline)
+		edits, counts, dec, err = s.scanJSON(ctx, raw, s.inlined(len(raw)))
 		return err
 	})
 	if err != nil {
@@ -260,8 +260,8 @@ type jsonString struct {
 // itself, so the caller drops it when there are edits.
 //
 // With alias, the scan reads raw as a string without copying it: the
-// caller must run the scan on its own goroutine (run does, for texts under
-// s.inline bytes) and keep raw unchanged while it holds the view, and the
+// caller must run the scan on its own goroutine (run does when
+// s.inlined) and keep raw unchanged while it holds the view, and the
 // scan keeps no part of the text past its return but in the view (what it
 // found is redacted into a new text). Larger texts are scanned on a
 // goroutine that may outlive run at its deadline: they are copied.
@@ -443,6 +443,10 @@ func textBlob(lit []byte) (string, bool) {
 	return string(dec), true
 }
 
+// inlined reports whether run scans a text of size bytes on the caller's
+// goroutine: scanJSON may then read the text without copying it.
+func (s *Scrubber) inlined(size int) bool { return size < s.inline }
+
 // run runs f, the scan of a text of size bytes, until deadline, turning a
 // deadline, a cancellation or a panic into a *ScanError.
 //
@@ -457,7 +461,7 @@ func textBlob(lit []byte) (string, bool) {
 func (s *Scrubber) run(ctx context.Context, deadline time.Time, size int, f func(context.Context) error) error {
 	var err error
 	wctx := ctx
-	if size < s.inline {
+	if s.inlined(size) {
 		err = s.runInline(ctx, f)
 	} else {
 		var cancel context.CancelFunc
