@@ -116,28 +116,30 @@ func rawValue(s string) json.RawMessage {
 // chargeAnswer fixes an answer's figure of what its receiver has left
 // after paying for the answer itself: it renders the answer with set
 // called on the remaining budget (nil when unlimited) until the figure and
-// the tokens agree, and returns the tokens. rem is what the receiver had
-// before, -1 when unlimited.
-func (m *Manager) chargeAnswer(v any, rem int, set func(*int)) (int, error) {
+// the tokens agree, and returns the tokens and the last rendering, which
+// is the answer as it stands (the caller sends it unless it changes the
+// answer again). rem is what the receiver had before, -1 when unlimited.
+func (m *Manager) chargeAnswer(v any, rem int, set func(*int)) (int, string, error) {
 	if rem < 0 {
 		// Unlimited (the main thread by default): the answer holds no
 		// figure that depends on its own tokens, so that one count is
 		// exact.
 		text, err := answerText(v)
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
-		return m.count.CountText(text), nil
+		return m.count.CountText(text), text, nil
 	}
 	tokens := 0
+	var text string
 	for range 4 {
 		if rem >= 0 {
 			left := max(rem-tokens, 0)
 			set(&left)
 		}
-		text, err := answerText(v)
-		if err != nil {
-			return 0, err
+		var err error
+		if text, err = answerText(v); err != nil {
+			return 0, "", err
 		}
 		n := m.count.CountText(text)
 		if n == tokens {
@@ -145,7 +147,7 @@ func (m *Manager) chargeAnswer(v any, rem int, set func(*int)) (int, error) {
 		}
 		tokens = n
 	}
-	return tokens, nil
+	return tokens, text, nil
 }
 
 func remaining(b *Branch) int {
@@ -278,12 +280,15 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	}
 	// The parent receives the answer and pays for it, but for the injected
 	// memories, which the new branch paid for.
-	tokens, err := m.chargeAnswer(ans, remaining(pb), func(p *int) { ans.ParentRemaining = p })
+	tokens, text, err := m.chargeAnswer(ans, remaining(pb), func(p *int) { ans.ParentRemaining = p })
 	if err != nil {
 		return nil, err
 	}
 	if len(injected) > 0 {
 		ans.InjectedContext = injected
+		if text, err = answerText(ans); err != nil { // the answer with them
+			return nil, err
+		}
 	}
 	if rem := remaining(pb); rem >= 0 && tokens > rem {
 		if pb.Depth == 0 {
@@ -300,10 +305,6 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	npb.Calls++
 	addUsage(npb, "foldproxy", ToolCreate, tokens)
 	npb.Level = policy.LevelOf(npb.Used, npb.Budget, m.set.Thresholds).String()
-	text, err := answerText(ans)
-	if err != nil {
-		return nil, err
-	}
 	cargs, _ := json.Marshal(struct {
 		Description string `json:"description"`
 	}{desc})
@@ -533,14 +534,15 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 	}
 	ans.MemoryQueued = extract // at most what the answer will say
 	pb := parent.cur.Load()
-	tokens, err := m.chargeAnswer(ans, remaining(pb), func(p *int) { ans.ParentRemaining = p })
+	// text is the answer as it stands: rendered again whenever it changes.
+	tokens, text, err := m.chargeAnswer(ans, remaining(pb), func(p *int) { ans.ParentRemaining = p })
 	if err != nil {
 		return nil, err
 	}
 	if rem := remaining(pb); rem >= 0 && tokens >= rem && parent.depth > 0 {
 		// The answer spends the parent's last tokens: it says so.
 		ans.ParentForceReturned = true
-		if tokens, err = m.chargeAnswer(ans, rem, func(p *int) { ans.ParentRemaining = p }); err != nil {
+		if tokens, text, err = m.chargeAnswer(ans, rem, func(p *int) { ans.ParentRemaining = p }); err != nil {
 			return nil, err
 		}
 	}
@@ -556,17 +558,13 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 		npb.Calls++
 		addUsage(npb, "foldproxy", ToolReturn, tokens)
 		npb.Level = policy.LevelOf(npb.Used, npb.Budget, m.set.Thresholds).String()
-		result, err := answerText(ans)
-		if err != nil {
-			return nil, nil, false, err
-		}
 		args, _ := json.Marshal(struct {
 			BranchID string `json:"branch_id"`
 		}{n.id})
-		ans.text = result // the last rendering is the answer sent
+		ans.text = text // the last rendering is the answer sent
 		batch = &Batch{Calls: []BatchCall{{Branch: parent.id, Rec: &CallRecord{
 			Time: m.now(), Upstream: "foldproxy", Method: "tools/call", Name: ToolReturn,
-			Args: string(args), Result: result, Tokens: tokens,
+			Args: string(args), Result: text, Tokens: tokens,
 		}}}}
 		forceParent = parent.depth > 0 && (ans.ParentForceReturned || npb.Budget > 0 && npb.Used >= npb.Budget)
 		if !forceParent {
@@ -598,7 +596,7 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 		if ans.MemoryQueued = m.extractMemory(wctx, b); !ans.MemoryQueued {
 			// The answer is shorter than the one checked against the
 			// parent's budget: count it again.
-			if tokens, err = m.chargeAnswer(ans, remaining(pb), func(p *int) { ans.ParentRemaining = p }); err != nil {
+			if tokens, text, err = m.chargeAnswer(ans, remaining(pb), func(p *int) { ans.ParentRemaining = p }); err != nil {
 				return nil, err
 			}
 		}
