@@ -250,41 +250,69 @@ func (a *Auditor) flusher(interval time.Duration) {
 // time is stored in UTC, and Error and Tool are shortened. With fsync
 // "always" the record is on disk when Write returns.
 func (a *Auditor) Write(rec Record) error {
-	if rec.Kind == "" {
-		return errors.New("audit record: kind is empty")
-	}
-	if a == nil || a.path == "" {
-		return nil
-	}
+	return a.write(nil, rec)
+}
+
+// prepare sets a zero Time to now, stores the time in UTC and shortens
+// Error and Tool.
+func prepare(rec *Record) {
 	if rec.Time.IsZero() {
 		rec.Time = time.Now()
 	}
 	rec.Time = rec.Time.UTC()
 	rec.Error = shorten(rec.Error, maxErrorLen)
 	rec.Tool = shorten(rec.Tool, maxToolLen)
-	var marshaled []byte
-	if !encodable(&rec) {
-		// json.Marshal says what is wrong (or encodes what appendRecord
-		// leaves to it).
-		var err error
-		if marshaled, err = json.Marshal(rec); err != nil {
-			return fmt.Errorf("audit record %s: %w", rec.Kind, err)
+}
+
+// encodeLine appends rec's line to buf. It is encoded by hand: the same
+// bytes as json.Marshal, without its reflection and allocations; a record
+// appendRecord leaves to it goes through json.Marshal, which also says
+// what is wrong with one it cannot encode.
+func encodeLine(buf []byte, rec *Record) ([]byte, error) {
+	if !encodable(rec) {
+		m, err := json.Marshal(rec)
+		if err != nil {
+			return buf, fmt.Errorf("audit record %s: %w", rec.Kind, err)
 		}
+		return append(append(buf, m...), '\n'), nil
 	}
+	return append(appendRecord(buf, rec), '\n'), nil
+}
+
+// write appends the records of before (prepared already), then rec, to
+// the log with a single write, so that they are never interleaved with
+// other records. A record that cannot be encoded is left out, and its
+// error returned once the others are written.
+func (a *Auditor) write(before []Record, rec Record) error {
+	if rec.Kind == "" {
+		return errors.New("audit record: kind is empty")
+	}
+	if a == nil || a.path == "" {
+		return nil
+	}
+	prepare(&rec)
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	// Encoded by hand into the auditor's buffer: the same bytes as
-	// json.Marshal, without its reflection and allocations.
-	if marshaled != nil {
-		a.buf = append(a.buf[:0], marshaled...)
-	} else {
-		a.buf = appendRecord(a.buf[:0], &rec)
+	buf := a.buf[:0]
+	var encErr error
+	for i := range before {
+		var err error
+		if buf, err = encodeLine(buf, &before[i]); err != nil {
+			encErr = errors.Join(encErr, err)
+		}
 	}
-	a.buf = append(a.buf, '\n')
-	line := a.buf
+	buf, err := encodeLine(buf, &rec)
+	if err != nil {
+		encErr = errors.Join(encErr, err)
+	}
+	a.buf = buf
+	line := buf
 	if cap(a.buf) > 64<<10 {
 		a.buf = nil // a rare huge record: do not keep its buffer
+	}
+	if len(line) == 0 {
+		return encErr
 	}
 	if a.closed {
 		return fmt.Errorf("audit log %s: closed", a.path)
@@ -313,7 +341,49 @@ func (a *Auditor) Write(rec Record) error {
 	case "interval":
 		a.dirty = true
 	}
-	return nil
+	return encErr
+}
+
+// eventBatch holds the branch-event records of one audited exchange (the
+// fold manager's events while it serves a fold tool, the budget's while it
+// charges a result), which Audit writes with the exchange's call record in
+// one write(2) instead of one write each: the same records, in the same
+// order, all in the log before the response is released, as before.
+type eventBatch struct {
+	a    *Auditor
+	mu   sync.Mutex
+	recs []Record
+	done bool // the exchange's records are written: events go to the log at once
+}
+
+type eventBatchKey struct{}
+
+// batched queues rec with the records of the exchange ctx belongs to, when
+// a audits it and its records are not written yet, and reports whether it
+// did.
+func (a *Auditor) batched(ctx context.Context, rec Record) bool {
+	b, _ := ctx.Value(eventBatchKey{}).(*eventBatch)
+	if b == nil || b.a != a {
+		return false
+	}
+	prepare(&rec) // its time is the event's, not the write's
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.done {
+		return false
+	}
+	b.recs = append(b.recs, rec)
+	return true
+}
+
+// take ends the batch and returns its records.
+func (b *eventBatch) take() []Record {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.done = true
+	recs := b.recs
+	b.recs = nil
+	return recs
 }
 
 // rotate shifts <path>.i to <path>.i+1, drops what falls past maxFiles,
@@ -382,17 +452,36 @@ func (a *Auditor) Close() error {
 // The record is written synchronously after the inner handlers return, so
 // it is in the log (on disk, with fsync "always") before the response is
 // released. A failed write is logged and does not withhold the response.
+//
+// The branch events of the exchange (BranchEvent with its context) are
+// written with its record, before it, in the same write.
 func Audit(a *Auditor) Interceptor {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, ex *Exchange) error {
-			err := next(ctx, ex)
 			if a == nil || a.path == "" {
-				return err
+				return next(ctx, ex)
 			}
+			b := &eventBatch{a: a}
+			ended := false
+			defer func() {
+				if ended {
+					return
+				}
+				// A panic: the events still go to the log.
+				for _, rec := range b.take() {
+					if werr := a.write(nil, rec); werr != nil {
+						a.logger.ErrorContext(ctx, "audit: branch event lost", "session", rec.Session,
+							"branch", rec.Branch, "event", rec.Event, "err", werr)
+					}
+				}
+			}()
+			err := next(context.WithValue(ctx, eventBatchKey{}, b), ex)
+			ended = true
+			events := b.take()
 			rec := callRecord(ex, err, time.Now())
-			if werr := a.Write(rec); werr != nil {
+			if werr := a.write(events, rec); werr != nil {
 				a.logger.ErrorContext(ctx, "audit: record lost", "session", ex.Session,
-					"upstream", ex.Upstream, "method", ex.Method, "err", werr)
+					"upstream", ex.Upstream, "method", ex.Method, "events", len(events), "err", werr)
 			}
 			return err
 		}
@@ -475,6 +564,9 @@ func (a *Auditor) BranchEvent(ctx context.Context, ev fold.Event) {
 	}
 	if ev.Err != nil {
 		rec.Error = ev.Err.Error()
+	}
+	if a.batched(ctx, rec) {
+		return // written with its exchange's record (Audit)
 	}
 	if err := a.Write(rec); err != nil {
 		a.logger.ErrorContext(ctx, "audit: branch event lost", "session", ev.Session,

@@ -385,6 +385,80 @@ func TestAuditorBranchEvent(t *testing.T) {
 	}
 }
 
+// TestAuditExchangeEvents: the branch events of an audited exchange are in
+// the log, before its call record, once the exchange ends (written with it
+// in one write); an event emitted once its records are written, or for
+// another auditor's exchange, goes to the log at once; and a handler that
+// panics still leaves its events in the log.
+func TestAuditExchangeEvents(t *testing.T) {
+	for _, fsync := range []string{"always", "interval", "never"} {
+		t.Run(fsync, func(t *testing.T) {
+			au, path := newTestAuditor(t, policy.Audit{Fsync: fsync, FsyncInterval: policy.Duration(time.Millisecond)})
+			other, otherPath := newTestAuditor(t, policy.Audit{Fsync: "never"})
+			at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+			var exCtx context.Context
+			inner := func(ctx context.Context, ex *Exchange) error {
+				exCtx = ctx
+				au.BranchEvent(ctx, fold.Event{Time: at, Kind: "created", Session: "s", Branch: "b2", Parent: "b1", Depth: 1})
+				au.BranchEvent(ctx, fold.Event{Kind: "warning", Session: "s", Branch: "b1", Level: "caution"})
+				other.BranchEvent(ctx, fold.Event{Time: at, Kind: "created", Session: "o", Branch: "b9"})
+				ex.Branch = "b1"
+				return nil
+			}
+			h := Chain(inner, Audit(au))
+			ex := &Exchange{Session: "s", Upstream: "foldproxy", Method: "tools/call", Name: "branch_create", Start: time.Now()}
+			if err := h(context.Background(), ex); err != nil {
+				t.Fatal(err)
+			}
+			// After the exchange: straight to the log.
+			au.BranchEvent(exCtx, fold.Event{Time: at, Kind: "returned", Session: "s", Branch: "b2"})
+
+			recs, st := readAll(t, path)
+			if st.Skipped != 0 {
+				t.Errorf("skipped %d lines", st.Skipped)
+			}
+			var got []string
+			for _, r := range recs {
+				got = append(got, r.Kind+"/"+r.Event+"/"+r.Branch)
+			}
+			want := []string{"branch/created/b2", "branch/warning/b1", "call//b1", "branch/returned/b2"}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("records %v, want %v", got, want)
+			}
+			if !recs[0].Time.Equal(at) || recs[0].Parent != "b1" || recs[0].Depth != 1 || recs[0].Session != "s" {
+				t.Errorf("the batched event = %+v", recs[0])
+			}
+			if recs[1].Time.IsZero() || recs[1].Time.After(recs[2].Time) || recs[1].Level != "caution" {
+				t.Errorf("an event without a time gets the time it was emitted, before its call record's: %+v, call at %v", recs[1], recs[2].Time)
+			}
+			orecs, _ := readAll(t, otherPath)
+			if len(orecs) != 1 || orecs[0].Branch != "b9" {
+				t.Errorf("the other auditor's log = %+v, want its one event", orecs)
+			}
+		})
+	}
+	t.Run("panic", func(t *testing.T) {
+		au, path := newTestAuditor(t, policy.Audit{Fsync: "never"})
+		inner := func(ctx context.Context, ex *Exchange) error {
+			au.BranchEvent(ctx, fold.Event{Kind: "created", Session: "s", Branch: "b2"})
+			panic("handler failed")
+		}
+		h := Chain(inner, Audit(au))
+		func() {
+			defer func() {
+				if v := recover(); v != "handler failed" {
+					t.Errorf("recovered %v, want the handler's panic", v)
+				}
+			}()
+			_ = h(context.Background(), &Exchange{Session: "s", Method: "tools/call"})
+		}()
+		recs, _ := readAll(t, path)
+		if len(recs) != 1 || recs[0].Kind != KindBranch || recs[0].Branch != "b2" {
+			t.Errorf("log after a panic = %+v, want the event", recs)
+		}
+	})
+}
+
 func TestReadAuditLines(t *testing.T) {
 	valid := `{"time":"2025-01-01T00:00:00Z","kind":"call","tool":"x"}`
 	tests := []struct {
