@@ -269,6 +269,30 @@ func mib(n int64) string {
 // BadgerStore still owns it: closing the store closes it.
 func (s *BadgerStore) DB() *badger.DB { return s.db }
 
+// WriteKeys writes keys outside the store's own (the embedded memory
+// backend's "mem/" keys, fold/memory/badger.OpenWith) as the store's own
+// writes go: sets (key, value) then deletes, as one write-ahead-log record
+// that is in the operating system (and on disk with fold.fsync) when
+// WriteKeys returns, as durable as a Badger transaction's commit, without
+// waiting for Badger's writer; the committer applies it to Badger in
+// order with the other writes, and an open after a crash replays it before
+// anything reads the database. A direct read of DB sees it only once the
+// committer has applied it (the store's own reads commit what is pending
+// first; the memory backend reads the database only when it opens).
+func (s *BadgerStore) WriteKeys(ctx context.Context, sets [][2][]byte, dels [][]byte) error {
+	ops := make([]walOp, 0, len(sets)+len(dels))
+	for _, kv := range sets {
+		ops = append(ops, set(kv[0], kv[1]))
+	}
+	for _, k := range dels {
+		ops = append(ops, del(k))
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	return s.writeWith(ctx, "write keys", nil, ops...)
+}
+
 // badgerLogger adapts slog to Badger's logger at warn level: Badger's info
 // and debug chatter is dropped. A failed memtable flush is also reported
 // to flushes (Close waits on it, close.go).

@@ -72,7 +72,9 @@ func openMemory(ctx context.Context, set policy.Memory, d memoryDeps) (*memory.S
 			d.logger.Warn("memories are off: the state store cannot hold them", "backend", set.Backend)
 			return nil, nil
 		}
-		bs, err := membadger.Open(ctx, db.DB())
+		// Its changes go through the store's write-ahead log, as the
+		// store's own do.
+		bs, err := membadger.OpenWith(ctx, db.DB(), db.WriteKeys)
 		if err != nil {
 			return nil, err
 		}

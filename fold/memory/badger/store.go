@@ -39,7 +39,8 @@ type record struct {
 
 // Store keeps memories in a Badger database it does not own.
 type Store struct {
-	db *badgerdb.DB
+	db    *badgerdb.DB
+	write Write // nil: a Badger transaction per change
 
 	mu       sync.RWMutex
 	docs     map[string]*doc   // by memory id
@@ -66,12 +67,30 @@ type index struct {
 	n        int // live memories
 }
 
+// Write makes changes to the database durable for the store, in place of
+// a Badger transaction: the sets (key, value), then the deletes, all or
+// nothing, in the order of the calls. The proxy passes its state store's
+// fold.BadgerStore.WriteKeys: a record of its write-ahead log, in the
+// operating system (on disk with fold.fsync) when it returns and replayed
+// by the next open, instead of a commit that waits for Badger's writer
+// goroutine on the reply path of every branch_create that injects
+// memories and every return of such a branch. The database must show
+// every change written once it is opened again (the store reads it only
+// in Open).
+type Write func(ctx context.Context, sets [][2][]byte, dels [][]byte) error
+
 // Open loads every memory from db and indexes it. Close does not close db.
 func Open(ctx context.Context, db *badgerdb.DB) (*Store, error) {
+	return OpenWith(ctx, db, nil)
+}
+
+// OpenWith is Open with the store's changes made durable by write (a
+// Badger transaction each when nil).
+func OpenWith(ctx context.Context, db *badgerdb.DB, write Write) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: memory/badger: the database is nil", memory.ErrInvalid)
 	}
-	s := &Store{db: db, docs: map[string]*doc{}, projects: map[string]*index{}}
+	s := &Store{db: db, write: write, docs: map[string]*doc{}, projects: map[string]*index{}}
 	err := db.View(func(txn *badgerdb.Txn) error {
 		o := badgerdb.DefaultIteratorOptions
 		o.Prefix = []byte(prefix)
@@ -182,14 +201,23 @@ func (s *Store) PutAll(ctx context.Context, ms []*memory.Memory) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := s.db.Update(func(txn *badgerdb.Txn) error {
-		for _, r := range recs {
-			if err := txn.Set(key(r.m.ID), r.v); err != nil {
-				return err
-			}
+	var err error
+	if s.write != nil {
+		sets := make([][2][]byte, len(recs))
+		for i, r := range recs {
+			sets[i] = [2][]byte{key(r.m.ID), r.v}
 		}
-		return nil
-	})
+		err = s.write(ctx, sets, nil)
+	} else {
+		err = s.db.Update(func(txn *badgerdb.Txn) error {
+			for _, r := range recs {
+				if err := txn.Set(key(r.m.ID), r.v); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		if len(recs) == 1 {
 			return fmt.Errorf("memory/badger: put %s: %w", recs[0].m.ID, err)
@@ -224,7 +252,13 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if d == nil {
 		return fmt.Errorf("%w: %s", memory.ErrNotFound, id)
 	}
-	if err := s.db.Update(func(txn *badgerdb.Txn) error { return txn.Delete(key(id)) }); err != nil {
+	var err error
+	if s.write != nil {
+		err = s.write(ctx, nil, [][]byte{key(id)})
+	} else {
+		err = s.db.Update(func(txn *badgerdb.Txn) error { return txn.Delete(key(id)) })
+	}
+	if err != nil {
 		return fmt.Errorf("memory/badger: delete %s: %w", id, err)
 	}
 	s.unindexLocked(d)
