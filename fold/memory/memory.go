@@ -148,3 +148,10 @@ type Store interface {
 type BatchStore interface {
 	PutAll(ctx context.Context, ms []*Memory) error
 }
+
+// EmptyStore is a Store that tells at once, without a query, that a
+// project holds no memory; Inject then skips building the query (the
+// branch_create of a project without memories yet, the default).
+type EmptyStore interface {
+	Empty(project string) bool
+}

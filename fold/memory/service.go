@@ -308,6 +308,9 @@ func (s *Service) Inject(ctx context.Context, text string, budget int) ([]Item, 
 	if s.set.MaxItems == 0 || strings.TrimSpace(text) == "" {
 		return []Item{}, 0, nil
 	}
+	if es, ok := s.store.(EmptyStore); ok && es.Empty(s.set.Project) {
+		return []Item{}, 0, nil
+	}
 	limit := int(s.set.InjectionRatio * float64(budget))
 	if budget <= 0 {
 		limit = int(^uint(0) >> 1)

@@ -24,7 +24,11 @@ import (
 	"github.com/foldproxy/foldproxy/fold/memory"
 )
 
-var _ memory.Store = (*Store)(nil)
+var (
+	_ memory.Store      = (*Store)(nil)
+	_ memory.BatchStore = (*Store)(nil)
+	_ memory.EmptyStore = (*Store)(nil)
+)
 
 const prefix = "mem/"
 
@@ -289,6 +293,14 @@ func (s *Store) Count(_ context.Context, project string) (int, error) {
 		return ix.n, nil
 	}
 	return 0, nil
+}
+
+// Empty implements memory.EmptyStore.
+func (s *Store) Empty(project string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ix := s.projects[project]
+	return ix == nil || ix.n == 0
 }
 
 // Search implements memory.Store: the memories sharing a term with the

@@ -36,12 +36,22 @@ func Run(t *testing.T, open func(t *testing.T) memory.Store) {
 		s := open(t)
 		defer s.Close()
 		ctx := t.Context()
+		// A store that says a project is empty must agree with Count.
+		empty := func(project string, want bool) {
+			t.Helper()
+			if es, ok := s.(memory.EmptyStore); ok && es.Empty(project) != want {
+				t.Fatalf("Empty(%q) = %v, want %v", project, !want, want)
+			}
+		}
+		empty("p", true)
 		m := Mem("mem-1", "p", "Fix flaky test", "Retry the HTTP client in tests/test_client.py", 0.8)
 		m.Tags = []string{"tests"}
 		m.Suspicious = []string{"control-chars"}
 		if err := s.Put(ctx, m); err != nil {
 			t.Fatal(err)
 		}
+		empty("p", false)
+		empty("other", true)
 		got, err := s.Get(ctx, "mem-1")
 		if err != nil {
 			t.Fatal(err)
@@ -56,6 +66,7 @@ func Run(t *testing.T, open func(t *testing.T) memory.Store) {
 		if err := s.Delete(ctx, "mem-1"); err != nil {
 			t.Fatal(err)
 		}
+		empty("p", true)
 		if _, err := s.Get(ctx, "mem-1"); !errors.Is(err, memory.ErrNotFound) {
 			t.Fatalf("Get after Delete: %v, want ErrNotFound", err)
 		}
