@@ -64,9 +64,10 @@ type BadgerStore struct {
 
 	mu  sync.Mutex
 	seq map[string]int // last sequence number by branch, loaded lazily
-	// indexed holds the session index keys (s/...) this process has
-	// written: a branch's later versions need not write its key again
-	// (a charge rewrites the branch record on every call).
+	// indexed holds, by id, the branches whose session index key (s/...)
+	// this process has written: a branch's later versions need not write
+	// it again (a charge rewrites the branch record on every call, and a
+	// create and a return each their parent's), nor build it to find out.
 	indexed map[string]bool
 
 	wal *walLog // nil when read-only
@@ -421,31 +422,28 @@ func (s *BadgerStore) PutBranch(ctx context.Context, b *Branch) error {
 	if err := s.write(ctx, "put branch "+b.ID, ops...); err != nil {
 		return err
 	}
-	s.markIndexed(ops)
+	s.markIndexed(b)
 	return nil
 }
 
 // indexBranch appends to ops the set of b's session index key, unless
 // this process has written it already.
 func (s *BadgerStore) indexBranch(ops []walOp, b *Branch) []walOp {
-	k := sessionIndexKey(b.Session, b.ID)
 	s.mu.Lock()
-	done := s.indexed[string(k)]
+	done := s.indexed[b.ID]
 	s.mu.Unlock()
 	if done {
 		return ops
 	}
-	return append(ops, set(k, nil))
+	return append(ops, set(sessionIndexKey(b.Session, b.ID), nil))
 }
 
-// markIndexed records the session index keys that ops, now written, set.
-func (s *BadgerStore) markIndexed(ops []walOp) {
+// markIndexed records that the session index keys of bs are written.
+func (s *BadgerStore) markIndexed(bs ...*Branch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, op := range ops {
-		if !op.del && len(op.k) > 2 && op.k[0] == 's' && op.k[1] == '/' {
-			s.indexed[string(op.k)] = true
-		}
+	for _, b := range bs {
+		s.indexed[b.ID] = true
 	}
 }
 
@@ -814,7 +812,7 @@ func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
 	if err := s.writeWith(ctx, "write batch", &refs, sets...); err != nil {
 		return err
 	}
-	s.markIndexed(sets)
+	s.markIndexed(b.Branches...)
 	for i, c := range b.Calls {
 		c.Rec.Seq = seqs[i]
 	}
@@ -1057,7 +1055,7 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 	s.mu.Lock()
 	for _, b := range oldBranches {
 		delete(s.seq, b.ID)
-		delete(s.indexed, string(sessionIndexKey(b.Session, b.ID)))
+		delete(s.indexed, b.ID)
 		ops = append(ops, del(branchKey(b.ID)), del(sessionIndexKey(b.Session, b.ID)))
 	}
 	s.mu.Unlock()
