@@ -14,9 +14,14 @@ import (
 // and a 10-byte upstream call measured in the same rounds.
 func runBranchOps(ctx context.Context, e *env, res *results) error {
 	const sec = "3 branch ops (stdio)"
-	n, warm := 150, 20
+	// A round's p99 must rest on more than its few slowest samples: with
+	// 150 calls it was the second slowest, one preemption on a shared
+	// 2-core machine, and the ratio of two such p99s moved between 0.84x
+	// and 3.35x for the same binary. 1,500 calls a round put 15 samples
+	// above it (about 2 s per op and round).
+	n, warm := 1500, 50
 	if e.quick {
-		n, warm = 40, 5
+		n, warm = 200, 10
 	}
 	p, err := e.startProxy(ctx, "branchops", map[string]any{"replay": e.replayEntry()}, "replay__emit", "branch_create")
 	if err != nil {
