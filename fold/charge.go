@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -86,9 +87,14 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 
 	// Decided: write it all, even if the caller goes away meanwhile.
 	wctx := context.WithoutCancel(ctx)
+	// The record's result is a view of ch.Result, not a copy of it: it
+	// lives only until commit returns, and both stores copy what they keep
+	// (the Badger store into its write-ahead log record or its encoded
+	// record, the in-memory store into its encoded record). A result is
+	// never written to once its upstream has answered.
 	rec := &CallRecord{
 		Time: m.now(), Upstream: ch.Upstream, Method: ch.Method, Name: ch.Name,
-		Args: ch.Args, Result: string(ch.Result), Tokens: ch.Tokens,
+		Args: ch.Args, Result: unsafe.String(unsafe.SliceData(ch.Result), len(ch.Result)), Tokens: ch.Tokens,
 	}
 	batch := &Batch{Calls: []BatchCall{{Branch: b.ID, Rec: rec}}}
 	if ch.Cut {
