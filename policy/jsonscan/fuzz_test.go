@@ -154,6 +154,15 @@ func FuzzQuote(f *testing.F) {
 	for _, s := range []string{"", "plain", "<&>", "\u2028\u2029", "\x00\x1f\b\f\n\r\t\"\\/", "é😀", "\xff\xfe", "a\xc3"} {
 		f.Add(s)
 	}
+	// Longer than a word, so that appendQuote's eight-byte steps run, with
+	// the bytes to escape at every place in a word and next to each other.
+	for _, s := range []string{
+		"a plain line of text, long enough", "twelve bytes<", "0123456\"89abcdef\\x", "0123456789abcde\x7f\x1f\x20!",
+		"\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f",
+		"abcdefg\u2028hijklmn\xe2\x80opqrstuvwxyz&&<<>>", "{\"content\":[{\"type\":\"text\",\"text\":\"line\\nline\"}]}",
+	} {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, s string) {
 		var want bytes.Buffer
 		enc := json.NewEncoder(&want)
