@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/tiktoken-go/tokenizer"
 
@@ -862,7 +863,9 @@ func (it *item) fullText() (string, error) {
 		if err != nil {
 			return "", err
 		}
-		it.text, it.decoded = string(b), true
+		// b is this text's own and is never written again: a view of it,
+		// not a second copy.
+		it.text, it.decoded = unsafe.String(unsafe.SliceData(b), len(b)), true
 	}
 	return it.text, nil
 }
