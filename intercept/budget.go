@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unsafe"
 
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/policy"
@@ -154,13 +155,14 @@ func (bi *budgeter) handle(ctx context.Context, ex *Exchange, next Handler) erro
 		}
 		return ex.Err
 	}
+	isErr := deliveredIsError(ex, d)
 	ex.Result = d.result
 	ex.DeliveredTokens = d.tokens
 	if d.cut {
 		ex.CutHandle = res.Handle
 	}
 	switch {
-	case isErrorResult(d.result):
+	case isErr:
 		// An error result stays an error in the record even when cut (a
 		// cut keeps isError, and checking the delivered result spares a
 		// scan of a large original); CutHandle still tells that it was.
@@ -535,6 +537,23 @@ func appendNotices(method string, result json.RawMessage, notices []string) (out
 	out = append(out, add...)
 	out = append(out, "]}"...)
 	return out, true, nil
+}
+
+// deliveredIsError reports whether d.result, the result fit delivers for
+// ex.Result, has "isError": true. A result delivered whole is ex.Result,
+// or ex.Result with notices appended (every other byte as it was): it has
+// the isError of ex.Result, which Tokens read when it counted ex.Result.
+// A cut result is read (a cut may mark it an error).
+func deliveredIsError(ex *Exchange, d delivery) bool {
+	if !d.cut && ex.resultErr != errUnknown && sameBytes(ex.resultErrOf, ex.Result) {
+		return ex.resultErr == errYes
+	}
+	return isErrorResult(d.result)
+}
+
+// sameBytes reports whether a and b are the same slice of the same array.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
 // isErrorResult reports whether a result has "isError": true.

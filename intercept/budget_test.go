@@ -551,3 +551,55 @@ func BenchmarkCut10MB(b *testing.B) {
 		}
 	}
 }
+
+// TestCountIsErrorFlag: what the count reads of a result's "isError", which
+// Budget takes instead of parsing the result again, is what isErrorResult
+// reads, for every method and shape, and a result the count cannot parse
+// leaves it unknown.
+func TestCountIsErrorFlag(t *testing.T) {
+	c := newCounter(t, "")
+	results := []string{
+		`{"content":[{"type":"text","text":"x"}],"isError":true}`,
+		`{"content":[{"type":"text","text":"x"}],"isError":false}`,
+		`{"isError": true ,"content":[]}`,
+		`{"isError":"true","content":[]}`,
+		`{"isError":1,"content":[]}`,
+		`{"isError":false,"isError":true,"content":[]}`,
+		`{"isError":true,"isError":false}`,
+		`{"content":[{"type":"text","text":"\"isError\":true"}]}`,
+		`{"structuredContent":{"isError":true},"content":[]}`,
+		`  {"contents":[{"uri":"a","text":"b"}],"isError":true}  `,
+		`{}`, `[]`, `"isError"`, `true`, `null`,
+		`{"content":[{"type":"text","text":"x"}],"isError":tru}`,
+		`{"content":[{"type":"text","text":"x"}]`,
+	}
+	for _, method := range []string{"tools/call", "resources/read", "prompts/get", "completion/complete", "other/method"} {
+		for _, r := range results {
+			var fl errFlag
+			_, _, err := c.countResult(method, json.RawMessage(r), -1, nil, &fl)
+			if err != nil {
+				if fl != errUnknown {
+					t.Errorf("%s %s: the count failed (%v) but read isError %v", method, r, err, fl)
+				}
+				continue
+			}
+			if want := isErrorResult([]byte(r)); fl == errUnknown || (fl == errYes) != want {
+				t.Errorf("%s %s: the count read isError %v (known %v), isErrorResult %v", method, r, fl == errYes, fl != errUnknown, want)
+			}
+		}
+	}
+	// Budget takes the count's reading only for the result it was made of.
+	ex := &Exchange{Result: json.RawMessage(`{"content":[],"isError":true}`), resultErr: errNo}
+	ex.resultErrOf = ex.Result
+	if deliveredIsError(ex, delivery{result: ex.Result}) {
+		t.Error("deliveredIsError did not take the count's reading of the same result")
+	}
+	ex.resultErrOf = []byte(`{"content":[],"isError":true}`)
+	if !deliveredIsError(ex, delivery{result: ex.Result}) {
+		t.Error("deliveredIsError took the count's reading of another result")
+	}
+	ex.resultErrOf = ex.Result
+	if !deliveredIsError(ex, delivery{result: ex.Result, cut: true}) {
+		t.Error("deliveredIsError took the count's reading for a cut result")
+	}
+}

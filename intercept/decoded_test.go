@@ -79,9 +79,13 @@ func TestDecodedSharedWithCount(t *testing.T) {
 		}
 		for _, lim := range []int{-1, 0, 5, 100} {
 			n1, o1, err1 := c.CountResult(k.method, out, lim)
-			n2, o2, err2 := c.countResult(k.method, out, lim, dec)
+			var fl errFlag
+			n2, o2, err2 := c.countResult(k.method, out, lim, dec, &fl)
 			if n1 != n2 || o1 != o2 || (err1 == nil) != (err2 == nil) {
 				t.Errorf("case %d limit %d: count %d %v %v with the shared texts, %d %v %v without", i, lim, n2, o2, err2, n1, o1, err1)
+			}
+			if fl != errUnknown && (fl == errYes) != isErrorResult(out) {
+				t.Errorf("case %d: the count read isError %v, isErrorResult %v", i, fl == errYes, isErrorResult(out))
 			}
 		}
 	}

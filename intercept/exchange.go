@@ -69,6 +69,12 @@ type Exchange struct {
 	// them, when it left Result as it was: Tokens counts from it instead of
 	// decoding the texts again. Only good while decoded.of(Result).
 	decoded *decodedJSON
+	// resultErr is whether resultErrOf, the Result that Tokens counted,
+	// has "isError": true, as Tokens found it parsing the result (unknown
+	// when it could not): Budget reads it rather than parsing the result
+	// again, while Result is still resultErrOf.
+	resultErr   errFlag
+	resultErrOf []byte
 }
 
 // Handler processes an exchange: the innermost one forwards it upstream.

@@ -422,6 +422,7 @@ func Tokens(c *Counter) Interceptor {
 				return ex.Err
 			}
 			ex.ArgTokens, ex.ResultTokens, ex.Over = tc.args, tc.n, tc.over
+			ex.resultErr, ex.resultErrOf = tc.isErr, ex.Result
 			return err
 		}
 	}
@@ -434,7 +435,7 @@ func (c *Counter) countExchange(args, res json.RawMessage, dec *decodedJSON, met
 	var tc tokenCounts
 	tc.args = c.CountArgs(args)
 	var err error
-	tc.n, tc.over, err = c.countResult(method, res, remaining, dec)
+	tc.n, tc.over, err = c.countResult(method, res, remaining, dec, &tc.isErr)
 	if err != nil {
 		tc.n, tc.over = c.CountUpTo(string(res), remaining)
 	}
@@ -445,6 +446,30 @@ func (c *Counter) countExchange(args, res json.RawMessage, dec *decodedJSON, met
 type tokenCounts struct {
 	args, n int
 	over    bool
+	isErr   errFlag // the result's "isError", as isErrorResult reads it
+}
+
+// errFlag is whether a result has "isError": true, when known.
+type errFlag uint8
+
+const (
+	errUnknown errFlag = iota
+	errNo
+	errYes
+)
+
+// errFlag reads the result's "isError" member as isErrorResult does: the
+// first member of that key, true only when its value is the literal true.
+func (sh *shape) errFlag() errFlag {
+	for i, m := range sh.members {
+		if m.Key == "isError" {
+			if string(sh.value(i)) == "true" {
+				return errYes
+			}
+			return errNo
+		}
+	}
+	return errNo
 }
 
 // inlineCountBytes is the size under which Tokens counts on the caller's
@@ -520,15 +545,21 @@ func (c *Counter) countBy(deadline time.Time, args, res json.RawMessage, dec *de
 // negative). It fails only when the result is not valid JSON where it
 // matters.
 func (c *Counter) CountResult(method string, result json.RawMessage, limit int) (n int, over bool, err error) {
-	return c.countResult(method, result, limit, nil)
+	return c.countResult(method, result, limit, nil, nil)
 }
 
 // countResult is CountResult that takes the texts of the result's items
-// from dec, when dec decodes result, instead of decoding them.
-func (c *Counter) countResult(method string, result json.RawMessage, limit int, dec *decodedJSON) (n int, over bool, err error) {
+// from dec, when dec decodes result, instead of decoding them, and that
+// sets *isErr (when isErr is not nil) to what the result's top-level
+// members say of "isError", as isErrorResult would read it, once they are
+// parsed: the budget interceptor then need not parse the result again.
+func (c *Counter) countResult(method string, result json.RawMessage, limit int, dec *decodedJSON, isErr *errFlag) (n int, over bool, err error) {
 	sh, err := c.parseResult(method, result)
 	if err != nil {
 		return 0, false, err
+	}
+	if isErr != nil {
+		*isErr = sh.errFlag()
 	}
 	if dec.of(result) {
 		for i := range sh.items {
