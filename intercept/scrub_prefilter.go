@@ -56,22 +56,54 @@ func newRunFilter(re *syntax.Regexp) *runFilter {
 func (f *runFilter) pass(s string) bool {
 	nl := !endsInNewline(s)
 	for _, a := range f.alts {
-		run := 0
-		for i := 0; i < len(s); i++ {
-			if a.class[s[i]] {
-				run++
-				if run >= a.n {
-					return true
-				}
-			} else {
-				run = 0
-			}
+		if hasRun(a.class, s, a.n) {
+			return true
 		}
-		if nl && a.class['\n'] && run+1 >= a.n {
+		if nl && a.class['\n'] && tailRun(a.class, s, a.n-1)+1 >= a.n {
 			return true
 		}
 	}
 	return false
+}
+
+// hasRun reports whether s holds n (at least 1) consecutive bytes of
+// class. It tests one byte in n where no run is near: every run of n
+// bytes starting in s[p:p+n] holds s[p+n-1], so when that byte is not of
+// the class none does, and the search goes on at p+n.
+func hasRun(class *[256]bool, s string, n int) bool {
+	p := 0 // no run of n bytes starts before p
+	for p+n <= len(s) {
+		q := p + n - 1
+		if !class[s[q]] {
+			p = q + 1
+			continue
+		}
+		// The bytes of the class around q, from a (not before p) to e.
+		a := q
+		for a > p && class[s[a-1]] {
+			a--
+		}
+		e := q + 1
+		for e < len(s) && e-a < n && class[s[e]] {
+			e++
+		}
+		if e-a >= n {
+			return true
+		}
+		// s[e] is not of the class (or e is the end): a run starting
+		// at or before e would hold it.
+		p = e + 1
+	}
+	return false
+}
+
+// tailRun returns how many bytes of class end s, counting up to limit.
+func tailRun(class *[256]bool, s string, limit int) int {
+	n := 0
+	for i := len(s) - 1; i >= 0 && n < limit && class[s[i]]; i-- {
+		n++
+	}
+	return n
 }
 
 func endsInNewline(s string) bool { return len(s) > 0 && s[len(s)-1] == '\n' }

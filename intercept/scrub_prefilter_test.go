@@ -229,3 +229,65 @@ func TestDecodesPrintableShortcuts(t *testing.T) {
 		t.Fatalf("only %d of %d cases decode: the test is weak", yes, len(cases))
 	}
 }
+
+// passRef is runFilter.pass as first written, a byte at a time: the
+// reference the skipping one is tested against.
+func passRef(f *runFilter, s string) bool {
+	nl := !endsInNewline(s)
+	for _, a := range f.alts {
+		run := 0
+		for i := 0; i < len(s); i++ {
+			if a.class[s[i]] {
+				run++
+				if run >= a.n {
+					return true
+				}
+			} else {
+				run = 0
+			}
+		}
+		if nl && a.class['\n'] && run+1 >= a.n {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRunFilterSkipExact: pass, which tests one byte in n away from runs,
+// answers as the byte-at-a-time reference on random texts of bytes in and
+// out of the classes, runs of every length around n at every place
+// included, and on texts ending in a run, with and without a newline.
+func TestRunFilterSkipExact(t *testing.T) {
+	var digits, hexNL [256]bool
+	for c := '0'; c <= '9'; c++ {
+		digits[c], hexNL[c] = true, true
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		hexNL[c] = true
+	}
+	hexNL['\n'] = true
+	filters := []*runFilter{
+		{alts: []runReq{{class: &digits, n: 8}}},
+		{alts: []runReq{{class: &hexNL, n: 9}}},
+		{alts: []runReq{{class: &digits, n: 12}, {class: &hexNL, n: 8}}},
+	}
+	r := rand.New(rand.NewPCG(7, 9))
+	alpha := "0123456789abcdefxyz \n"
+	for range 200000 {
+		b := make([]byte, r.IntN(40))
+		for i := range b {
+			b[i] = alpha[r.IntN(len(alpha))]
+		}
+		if r.IntN(4) == 0 {
+			// A run of digits of a length around the filters' n.
+			at, n := r.IntN(len(b)+1), 6+r.IntN(8)
+			b = append(b[:at], append([]byte(strings.Repeat("7", n)), b[at:]...)...)
+		}
+		s := string(b)
+		for i, f := range filters {
+			if got, want := f.pass(s), passRef(f, s); got != want {
+				t.Fatalf("filter %d, %q: pass %v, byte at a time %v", i, s, got, want)
+			}
+		}
+	}
+}
