@@ -60,6 +60,8 @@ type Metrics struct {
 	// events holds the branch event counters by label once used, which
 	// WithLabelValues would otherwise hash and look up at every event.
 	events map[string]prometheus.Counter
+	// series holds the series of the exchanges by label set (observe).
+	series map[seriesKey]*callSeries
 }
 
 var _ fold.EventSink = (*Metrics)(nil)
@@ -148,6 +150,7 @@ func NewMetrics() *Metrics {
 		}),
 		tools:  make(map[[2]string]struct{}),
 		events: make(map[string]prometheus.Counter),
+		series: make(map[seriesKey]*callSeries),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -201,31 +204,33 @@ func (m *Metrics) observe(ex *Exchange, herr error) {
 	}
 	outcome = outcomeLabel(outcome)
 
-	m.calls.WithLabelValues(upstream, method, outcome).Inc()
-	if ex.Method == "tools/call" || ex.Method == "prompts/get" {
-		m.toolCalls.WithLabelValues(upstream, m.toolLabel(upstream, ex.Name), outcome).Inc()
+	tool := ex.Method == "tools/call" || ex.Method == "prompts/get"
+	counts := [3]int{ex.ArgTokens, ex.ResultTokens, ex.DeliveredTokens}
+	var d time.Duration
+	latency := false
+	if !ex.Start.IsZero() {
+		d = time.Since(ex.Start)
+		latency = d >= 0
 	}
-	for _, t := range []struct {
-		kind string
-		n    int
-	}{
-		{TokensArgument, ex.ArgTokens},
-		{TokensResult, ex.ResultTokens},
-		{TokensDelivered, ex.DeliveredTokens},
-	} {
-		if t.n <= 0 {
+
+	s := m.seriesOf(upstream, method, outcome, tool, ex.Name, counts, latency, ex.UpstreamLatency > 0)
+
+	s.calls.Inc()
+	if tool {
+		s.toolCalls.Inc()
+	}
+	for i, n := range counts {
+		if n <= 0 {
 			continue
 		}
-		m.tokens.WithLabelValues(upstream, t.kind).Add(float64(t.n))
-		m.callTokens.WithLabelValues(upstream, t.kind).Observe(float64(t.n))
+		s.tokens[i].Add(float64(n))
+		s.callTokens[i].Observe(float64(n))
 	}
-	if !ex.Start.IsZero() {
-		if d := time.Since(ex.Start); d >= 0 {
-			m.latency.WithLabelValues(upstream, method).Observe(d.Seconds())
-		}
+	if latency {
+		s.latency.Observe(d.Seconds())
 	}
 	if ex.UpstreamLatency > 0 {
-		m.upstreamLatency.WithLabelValues(upstream, method).Observe(ex.UpstreamLatency.Seconds())
+		s.upstreamLatency.Observe(ex.UpstreamLatency.Seconds())
 	}
 	if ex.ScrubTime > 0 {
 		m.scrubTime.Observe(ex.ScrubTime.Seconds())
@@ -240,12 +245,74 @@ func (m *Metrics) observe(ex *Exchange, herr error) {
 	}
 }
 
-// toolLabel returns name as a label value while fewer than maxToolLabels
-// distinct names are in use, "other" past that.
-func (m *Metrics) toolLabel(upstream, name string) string {
-	key := [2]string{upstream, name} // no string built per call
+// seriesKey is the label values of the series of one kind of exchange:
+// its upstream, method and outcome labels, and for a tool call or prompt
+// get its tool label.
+type seriesKey struct{ upstream, method, outcome, tool string }
+
+// callSeries holds the series an exchange of one seriesKey is recorded in,
+// each set once first used. tokens and callTokens are by tokenKinds.
+type callSeries struct {
+	calls, toolCalls         prometheus.Counter
+	tokens                   [3]prometheus.Counter
+	callTokens               [3]prometheus.Observer
+	latency, upstreamLatency prometheus.Observer
+}
+
+// tokenKinds are the token kinds of an exchange, in the order observe
+// counts them.
+var tokenKinds = [3]string{TokensArgument, TokensResult, TokensDelivered}
+
+// maxSeries bounds the label sets whose series observe keeps (their labels
+// are bounded already: this is a backstop). Past it, an exchange's series
+// are looked up each time.
+const maxSeries = 4096
+
+// seriesOf returns the series an exchange with these labels is recorded
+// in, looked up once per label set rather than hashed by WithLabelValues
+// for each metric at every call. A series is still made only once it is
+// used (a token kind with counts above zero, the latencies when measured),
+// as WithLabelValues would make it.
+func (m *Metrics) seriesOf(upstream, method, outcome string, tool bool, name string, counts [3]int, latency, upLatency bool) callSeries {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	key := seriesKey{upstream: upstream, method: method, outcome: outcome}
+	if tool {
+		key.tool = m.toolLabelLocked(upstream, name)
+	}
+	se := m.series[key]
+	if se == nil {
+		se = &callSeries{}
+		if len(m.series) < maxSeries {
+			m.series[key] = se
+		}
+	}
+	if se.calls == nil {
+		se.calls = m.calls.WithLabelValues(upstream, method, outcome)
+	}
+	if tool && se.toolCalls == nil {
+		se.toolCalls = m.toolCalls.WithLabelValues(upstream, key.tool, outcome)
+	}
+	for i, n := range counts {
+		if n > 0 && se.tokens[i] == nil {
+			se.tokens[i] = m.tokens.WithLabelValues(upstream, tokenKinds[i])
+			se.callTokens[i] = m.callTokens.WithLabelValues(upstream, tokenKinds[i])
+		}
+	}
+	if latency && se.latency == nil {
+		se.latency = m.latency.WithLabelValues(upstream, method)
+	}
+	if upLatency && se.upstreamLatency == nil {
+		se.upstreamLatency = m.upstreamLatency.WithLabelValues(upstream, method)
+	}
+	return *se
+}
+
+// toolLabelLocked returns name as a label value while fewer than
+// maxToolLabels distinct names are in use, "other" past that. m.mu is
+// held.
+func (m *Metrics) toolLabelLocked(upstream, name string) string {
+	key := [2]string{upstream, name} // no string built per call
 	if _, ok := m.tools[key]; ok {
 		return name
 	}

@@ -255,3 +255,48 @@ func TestMetricsHandler(t *testing.T) {
 		}
 	}
 }
+
+// TestObserveSeriesOnceUsed: observe keeps each label set's series once
+// looked up, and still makes a series only when an exchange uses it, as
+// WithLabelValues at every call did: a token kind that was zero, or a
+// latency not measured, shows no series until one is recorded; counts
+// add up across exchanges of one label set.
+func TestObserveSeriesOnceUsed(t *testing.T) {
+	m := NewMetrics()
+	h := Observe(m)(func(_ context.Context, ex *Exchange) error { return nil })
+	ex := func(args int) *Exchange {
+		return &Exchange{Upstream: "gh", Method: "tools/call", Name: "search", ArgTokens: args, ResultTokens: 7, Outcome: OutcomeOK}
+	}
+	if err := h(context.Background(), ex(0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"foldproxy_call_duration_seconds", "foldproxy_upstream_duration_seconds"} {
+		if n := testutil.CollectAndCount(m.reg, name); n != 0 {
+			t.Errorf("%s has %d series after an exchange that measured none", name, n)
+		}
+	}
+	if n := testutil.CollectAndCount(m.tokens); n != 1 {
+		t.Errorf("foldproxy_tokens_total has %d series after result tokens only, want 1", n)
+	}
+	for range 2 {
+		if err := h(context.Background(), ex(5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := testutil.CollectAndCount(m.tokens); n != 2 {
+		t.Errorf("foldproxy_tokens_total has %d series, want 2", n)
+	}
+	for _, tt := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"calls", testutil.ToFloat64(m.calls.WithLabelValues("gh", "tools/call", "ok")), 3},
+		{"tool calls", testutil.ToFloat64(m.toolCalls.WithLabelValues("gh", "search", "ok")), 3},
+		{"argument tokens", testutil.ToFloat64(m.tokens.WithLabelValues("gh", TokensArgument)), 10},
+		{"result tokens", testutil.ToFloat64(m.tokens.WithLabelValues("gh", TokensResult)), 21},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("%s = %v, want %v", tt.name, tt.got, tt.want)
+		}
+	}
+}
