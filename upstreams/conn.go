@@ -48,7 +48,6 @@ var errSessionLost = errors.New("upstream session lost")
 type conn struct {
 	u      *Upstream
 	w      wire
-	cmd    *exec.Cmd // stdio only; set once the child has started
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -187,7 +186,6 @@ func (u *Upstream) connect(life context.Context) (*conn, Catalog, error) {
 		return nil, Catalog{}, c.startError("starting", err)
 	}
 	if st, ok := c.w.(*stdioWire); ok {
-		c.cmd = st.cmd
 		r := st.stderrReader()
 		if !u.goTracked(func() { c.readStderr(r) }) {
 			c.fail(errClosing)
@@ -470,16 +468,17 @@ func (c *conn) teardown(cause error) {
 	u := c.u
 	closeErr := c.w.close()
 	c.cancel()
-	if c.cmd != nil {
-		switch {
-		case errors.Is(closeErr, errChildShutdownTimeout):
+	// The child of a stdio wire, read from the wire: its start set it
+	// before it started the reader whose end of stream can bring us here
+	// (a copy made by connect after start returned raced with that reader,
+	// and a child that exited at once had its process group left alone).
+	if st, ok := c.w.(*stdioWire); ok && st.cmd != nil {
+		if errors.Is(closeErr, errChildShutdownTimeout) {
 			c.exit = "it did not exit when asked to"
-		default:
-			if st, ok := c.w.(*stdioWire); ok {
-				c.exit = st.exitState()
-			}
+		} else {
+			c.exit = st.exitState()
 		}
-		killProcessGroup(c.cmd)
+		killProcessGroup(st.cmd)
 	}
 	c.cause = cause
 	close(c.dead)

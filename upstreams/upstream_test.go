@@ -944,7 +944,7 @@ func TestCloseKillsTheServerAndItsChildren(t *testing.T) {
 	u := New(e, Options{Logger: testLogger(t)})
 	startUpstream(t, u)
 	u.mu.Lock()
-	serverPid := u.conn.cmd.Process.Pid
+	serverPid := u.conn.w.(*stdioWire).cmd.Process.Pid
 	u.mu.Unlock()
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
