@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/spf13/viper"
 	"github.com/zricethezav/gitleaks/v8/config"
@@ -165,7 +167,7 @@ func translateToml(data []byte, name string) (translated, error) {
 			amending = append(amending, vc.Rules[i].ID)
 		}
 	}
-	cfg, err := vc.Translate()
+	cfg, err := translateParallel(vc, runtime.GOMAXPROCS(0))
 	if err != nil {
 		return translated{}, fmt.Errorf("%s: %v", name, err)
 	}
@@ -189,6 +191,81 @@ func translateToml(data []byte, name string) (translated, error) {
 		}
 	}
 	return t, nil
+}
+
+// translateMinRules is the fewest rules per part worth a goroutine of
+// its own in translateParallel.
+const translateMinRules = 32
+
+// translateParallel is vc.Translate with the rules split into up to n
+// parts translated at once. Translating is mostly compiling the rules'
+// regexes (on go-re2 about 120 ms of CPU for the default rules, the
+// longest step of a proxy's start), one after another; the parts compile
+// on n cores. The first part carries everything but the other parts'
+// rules (title, minimum version, global allowlists), the others their
+// rules alone, and the rules, keywords and rule order of all are joined
+// into the first part's configuration: what Translate builds per rule
+// depends on that rule alone, and finishConfig validates the whole again
+// and recomputes the keywords and the order. Rules that require other
+// rules ([[rules.required]]) are checked by Translate within one
+// configuration, so a file that has any is translated whole.
+//
+// Translate reads package-level state of gitleaks' config package (its
+// extend depth) but writes it only when extending, which translateToml
+// has switched off; a bad regex panics in gitleaks' MustCompile, so each
+// part recovers its own panic and returns it as an error.
+func translateParallel(vc config.ViperConfig, n int) (config.Config, error) {
+	parts := min(n, len(vc.Rules)/translateMinRules)
+	for _, r := range vc.Rules {
+		if len(r.Required) > 0 {
+			parts = 1
+		}
+	}
+	if parts <= 1 {
+		return vc.Translate()
+	}
+	vcs := make([]config.ViperConfig, parts)
+	vcs[0] = vc
+	vcs[0].Rules = nil
+	for i, r := range vc.Rules {
+		vcs[i%parts].Rules = append(vcs[i%parts].Rules, r)
+	}
+	cfgs := make([]config.Config, parts)
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for i := range vcs {
+		wg.Go(func() {
+			defer func() {
+				if r := recover(); r != nil {
+					errs[i] = fmt.Errorf("%v", r)
+				}
+			}()
+			cfgs[i], errs[i] = vcs[i].Translate()
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return config.Config{}, err
+		}
+	}
+	out := cfgs[0]
+	for _, c := range cfgs[1:] {
+		for id, r := range c.Rules {
+			if _, dup := out.Rules[id]; dup {
+				// Translate keeps the last of two rules with one id;
+				// parts would not know which came last.
+				return vc.Translate()
+			}
+			out.Rules[id] = r
+		}
+		for k := range c.Keywords {
+			out.Keywords[k] = struct{}{}
+		}
+		out.OrderedRules = append(out.OrderedRules, c.OrderedRules...)
+	}
+	sort.Strings(out.OrderedRules)
+	return out, nil
 }
 
 // mergeConfig merges top over base, as gitleaks' Config.extend does, and
