@@ -156,22 +156,20 @@ func AppendQuote(dst []byte, s string) []byte { return appendQuote(dst, s, false
 func AppendQuoteHTML(dst []byte, s string) []byte { return appendQuote(dst, s, true) }
 
 // quoteMask returns a word with the high bit set of each byte of b (eight
-// bytes, the first lowest) that appendQuote must look at: a control byte, a
-// quote, a backslash, a byte of a multi-byte character and, with html, <, >
-// and &. A byte above one that is set may be set too (a borrow), never a
-// byte that needs looking at left clear: the lowest set byte is the first
-// to look at.
+// bytes, the first lowest) that appendQuote must look at: specialBytes'
+// quote, backslash and control bytes, a byte of a multi-byte character
+// and, with html, <, > and &. A byte above one that is set may be set too
+// (a borrow), never a byte that needs looking at left clear: the lowest
+// set byte is the first to look at.
 func quoteMask(b string, html bool) uint64 {
 	const ones, high = 0x0101010101010101, 0x8080808080808080
 	w := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
 		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
-	m := w | (w - 0x20*ones) // high bit: a byte >= 0x80, or one below 0x20
-	m |= hasZero(w ^ '"'*ones)
-	m |= hasZero(w ^ '\\'*ones)
+	m := specialBytes(w) | w&high
 	if html {
 		m |= hasZero(w^'<'*ones) | hasZero(w^'>'*ones) | hasZero(w^'&'*ones)
 	}
-	return m & high
+	return m
 }
 
 // hasZero sets the high bit of each zero byte of x (and, by a borrow, maybe
