@@ -44,7 +44,7 @@ type record struct {
 // Store keeps memories in a Badger database it does not own.
 type Store struct {
 	db    *badgerdb.DB
-	write Write // nil: a Badger transaction per change
+	write Write // how a change is made durable
 
 	mu       sync.RWMutex
 	docs     map[string]*doc   // by memory id
@@ -83,6 +83,26 @@ type index struct {
 // in Open).
 type Write func(ctx context.Context, sets [][2][]byte, dels [][]byte) error
 
+// txnWrite is the Write of a store opened without one: the changes in
+// one Badger transaction.
+func txnWrite(db *badgerdb.DB) Write {
+	return func(_ context.Context, sets [][2][]byte, dels [][]byte) error {
+		return db.Update(func(txn *badgerdb.Txn) error {
+			for _, kv := range sets {
+				if err := txn.Set(kv[0], kv[1]); err != nil {
+					return err
+				}
+			}
+			for _, k := range dels {
+				if err := txn.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+}
+
 // Open loads every memory from db and indexes it. Close does not close db.
 func Open(ctx context.Context, db *badgerdb.DB) (*Store, error) {
 	return OpenWith(ctx, db, nil)
@@ -93,6 +113,9 @@ func Open(ctx context.Context, db *badgerdb.DB) (*Store, error) {
 func OpenWith(ctx context.Context, db *badgerdb.DB, write Write) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: memory/badger: the database is nil", memory.ErrInvalid)
+	}
+	if write == nil {
+		write = txnWrite(db)
 	}
 	s := &Store{db: db, write: write, docs: map[string]*doc{}, projects: map[string]*index{}}
 	err := db.View(func(txn *badgerdb.Txn) error {
@@ -180,15 +203,12 @@ func (s *Store) Put(ctx context.Context, m *memory.Memory) error {
 	return s.PutAll(ctx, []*memory.Memory{m})
 }
 
-// PutAll implements memory.BatchStore: one Badger transaction for all of
-// ms (a Badger commit each, with fold.fsync a disk flush each, was most of
-// a branch_create's time when it injected memories).
+// PutAll implements memory.BatchStore: one write for all of ms (a Badger
+// commit each, with fold.fsync a disk flush each, was most of a
+// branch_create's time when it injected memories).
 func (s *Store) PutAll(ctx context.Context, ms []*memory.Memory) error {
-	type kv struct {
-		m *memory.Memory
-		v []byte
-	}
-	recs := make([]kv, 0, len(ms))
+	kept := make([]*memory.Memory, 0, len(ms))
+	sets := make([][2][]byte, 0, len(ms))
 	for _, m := range ms {
 		if m == nil || m.ID == "" {
 			return fmt.Errorf("%w: memory/badger: a memory needs an id", memory.ErrInvalid)
@@ -198,38 +218,22 @@ func (s *Store) PutAll(ctx context.Context, ms []*memory.Memory) error {
 		if err != nil {
 			return fmt.Errorf("memory/badger: encode %s: %w", m.ID, err)
 		}
-		recs = append(recs, kv{m, v})
+		kept = append(kept, m)
+		sets = append(sets, [2][]byte{key(m.ID), v})
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var err error
-	if s.write != nil {
-		sets := make([][2][]byte, len(recs))
-		for i, r := range recs {
-			sets[i] = [2][]byte{key(r.m.ID), r.v}
+	if err := s.write(ctx, sets, nil); err != nil {
+		if len(kept) == 1 {
+			return fmt.Errorf("memory/badger: put %s: %w", kept[0].ID, err)
 		}
-		err = s.write(ctx, sets, nil)
-	} else {
-		err = s.db.Update(func(txn *badgerdb.Txn) error {
-			for _, r := range recs {
-				if err := txn.Set(key(r.m.ID), r.v); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		return fmt.Errorf("memory/badger: put %d memories: %w", len(kept), err)
 	}
-	if err != nil {
-		if len(recs) == 1 {
-			return fmt.Errorf("memory/badger: put %s: %w", recs[0].m.ID, err)
-		}
-		return fmt.Errorf("memory/badger: put %d memories: %w", len(recs), err)
-	}
-	for _, r := range recs {
-		s.indexLocked(r.m)
+	for _, m := range kept {
+		s.indexLocked(m)
 	}
 	return nil
 }
@@ -256,13 +260,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if d == nil {
 		return fmt.Errorf("%w: %s", memory.ErrNotFound, id)
 	}
-	var err error
-	if s.write != nil {
-		err = s.write(ctx, nil, [][]byte{key(id)})
-	} else {
-		err = s.db.Update(func(txn *badgerdb.Txn) error { return txn.Delete(key(id)) })
-	}
-	if err != nil {
+	if err := s.write(ctx, nil, [][]byte{key(id)}); err != nil {
 		return fmt.Errorf("memory/badger: delete %s: %w", id, err)
 	}
 	s.unindexLocked(d)

@@ -18,6 +18,19 @@ func openDB(t testing.TB, dir string) *badgerdb.DB {
 	return openDBSync(t, dir, false)
 }
 
+// reopen opens the database in dir again (closed at the test's end) and
+// a store on it.
+func reopen(t testing.TB, dir string) *Store {
+	t.Helper()
+	db := openDB(t, dir)
+	t.Cleanup(func() { db.Close() })
+	s, err := Open(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // openDBSync is openDB with Badger's SyncWrites (fold.fsync) set to sync.
 func openDBSync(t testing.TB, dir string, sync bool) *badgerdb.DB {
 	t.Helper()
@@ -66,12 +79,7 @@ func TestReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	db = openDB(t, dir)
-	defer db.Close()
-	s, err = Open(t.Context(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = reopen(t, dir)
 	hits, err := s.Search(t.Context(), memory.Query{Sparse: memory.QueryVector("autodoc import errors"), Project: "p", Limit: 3})
 	if err != nil || len(hits) != 1 || hits[0].Memory.ID != "m1" || !slices.Equal(hits[0].Memory.Dense, m.Dense) {
 		t.Fatalf("after reopen: %v %v", hits, err)
@@ -94,25 +102,6 @@ func TestSuiteWrite(t *testing.T) {
 		}
 		return s
 	})
-}
-
-// txnWrite is a Write that applies the changes in one Badger transaction.
-func txnWrite(db *badgerdb.DB) Write {
-	return func(_ context.Context, sets [][2][]byte, dels [][]byte) error {
-		return db.Update(func(txn *badgerdb.Txn) error {
-			for _, kv := range sets {
-				if err := txn.Set(kv[0], kv[1]); err != nil {
-					return err
-				}
-			}
-			for _, k := range dels {
-				if err := txn.Delete(k); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
 }
 
 // TestOpenWith: with a Write, every change goes through it and none to the
@@ -169,12 +158,7 @@ func TestOpenWith(t *testing.T) {
 	}
 
 	db.Close()
-	db = openDB(t, dir)
-	defer db.Close()
-	s, err = Open(t.Context(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = reopen(t, dir)
 	all, _ := s.List(t.Context(), "p", true)
 	if len(all) != 1 || all[0].ID != "m1" {
 		t.Fatalf("after reopening: %v, want m1 alone", all)
