@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"log/slog"
 	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"sync"
@@ -142,6 +143,7 @@ type walBlob struct {
 type walRecord struct {
 	ops   []walOp
 	blobs []walBlob // written to the archive files before ops are committed
+	buf   *[]byte   // the encoded record, which blobs are views of: recycled once committed
 	file  uint32    // the log file holding it
 	end   int64     // the offset of its end in that file
 	size  int       // estimated transaction size
@@ -211,9 +213,9 @@ func walPending(storeDir string) (bool, error) {
 	return false, nil
 }
 
-// encodeWALRecord frames blobs and ops as one record. The blobs it returns
-// hold their bytes in the record's.
-func encodeWALRecord(blobs []walBlob, ops []walOp) ([]byte, []walBlob) {
+// encodeWALRecord frames blobs and ops as one record, in a buffer from
+// getWALBuf. The blobs it returns hold their bytes in the record's.
+func encodeWALRecord(blobs []walBlob, ops []walOp) (*[]byte, []walBlob) {
 	n := walHeader
 	for _, b := range blobs {
 		n += 1 + 3*binary.MaxVarintLen64 + 4 + len(b.data)
@@ -221,7 +223,8 @@ func encodeWALRecord(blobs []walBlob, ops []walOp) ([]byte, []walBlob) {
 	for _, op := range ops {
 		n += 1 + 2*binary.MaxVarintLen32 + len(op.k) + len(op.v)
 	}
-	buf := make([]byte, walHeader, n)
+	bp := getWALBuf(n)
+	buf := append((*bp)[:0], make([]byte, walHeader)...)
 	var views []walBlob
 	if len(blobs) > 0 {
 		views = make([]walBlob, len(blobs))
@@ -251,7 +254,55 @@ func encodeWALRecord(blobs []walBlob, ops []walOp) ([]byte, []walBlob) {
 	payload := buf[walHeader:]
 	binary.LittleEndian.PutUint32(buf[0:4], uint32(len(payload)))
 	binary.LittleEndian.PutUint32(buf[4:8], crc32.Checksum(payload, crcTable))
-	return buf, views
+	*bp = buf
+	return bp, views
+}
+
+// The buffers of the records the committer has applied are used again for
+// new records (an archived result is copied into its record: without
+// this, the copies of every call were garbage for the collector a few
+// milliseconds later). walBufPools[k] holds buffers of capacity
+// walBufMin<<k; a record bigger than the largest class gets a buffer of
+// its own.
+const (
+	walBufMin     = 4 << 10
+	walBufClasses = 9 // up to 1 MiB
+)
+
+var walBufPools [walBufClasses]sync.Pool
+
+// walBufClass returns the class of the buffers with room for n bytes, or
+// walBufClasses when n is over the largest.
+func walBufClass(n int) int {
+	if n <= walBufMin {
+		return 0
+	}
+	return bits.Len(uint(n-1)) - bits.Len(walBufMin-1)
+}
+
+// getWALBuf returns an empty buffer with room for n bytes.
+func getWALBuf(n int) *[]byte {
+	k := walBufClass(n)
+	if k >= walBufClasses {
+		b := make([]byte, 0, n)
+		return &b
+	}
+	if bp, ok := walBufPools[k].Get().(*[]byte); ok {
+		return bp
+	}
+	b := make([]byte, 0, walBufMin<<k)
+	return &b
+}
+
+// putWALBuf gives back a buffer of getWALBuf that nothing refers to
+// anymore.
+func putWALBuf(bp *[]byte) {
+	c := cap(*bp)
+	if c < walBufMin || c > walBufMin<<(walBufClasses-1) || c&(c-1) != 0 {
+		return
+	}
+	*bp = (*bp)[:0]
+	walBufPools[bits.Len(uint(c))-bits.Len(walBufMin)].Put(bp)
 }
 
 // decodeWALPayload parses a checked payload into its ops and blobs.
@@ -467,7 +518,8 @@ func (w *walLog) openNextLocked() error {
 // the blobs' reservations (archiveFiles.done) once they are committed.
 func (s *BadgerStore) appendWAL(what string, blobs []walBlob, ops []walOp) error {
 	w := s.wal
-	rec, blobs := encodeWALRecord(blobs, ops)
+	bp, blobs := encodeWALRecord(blobs, ops)
+	rec := *bp
 	size := 0
 	for _, op := range ops {
 		size += len(op.k) + len(op.v) + walOpOverhead
@@ -493,10 +545,11 @@ func (s *BadgerStore) appendWAL(what string, blobs []walBlob, ops []walOp) error
 	// Whole records only (a torn one would also be dropped when replayed).
 	n, err := appendRecord(w.f, w.size, rec, w.fsync)
 	if err != nil {
+		putWALBuf(bp)
 		return fmt.Errorf("fold: %s: write the write-ahead log: %w", what, err)
 	}
 	w.size += int64(n)
-	w.pending = append(w.pending, walRecord{ops: ops, blobs: blobs, file: w.id, end: w.size, size: size, bytes: n})
+	w.pending = append(w.pending, walRecord{ops: ops, blobs: blobs, buf: bp, file: w.id, end: w.size, size: size, bytes: n})
 	w.npending.Store(int64(len(w.pending)))
 	w.gsize += size
 	w.gbytes += n
@@ -632,6 +685,15 @@ func (s *BadgerStore) commitPending() error {
 	for _, r := range recs {
 		for _, b := range r.blobs {
 			s.arch.done(b.ref.Seg)
+		}
+	}
+	// The records are in Badger and their blobs in the archive files:
+	// nothing reads their buffers anymore (lastSeq, which looks at the
+	// pending records without commitMu, reads their ops only, which are
+	// not in the buffer).
+	for _, r := range recs {
+		if r.buf != nil {
+			putWALBuf(r.buf)
 		}
 	}
 	w.pending = w.pending[len(recs):]

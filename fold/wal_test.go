@@ -253,7 +253,8 @@ func TestWALTornTailDropped(t *testing.T) {
 			}
 			path := s.wal.path(s.wal.id)
 			s.crashForTest(t)
-			rec, _ := encodeWALRecord(nil, []walOp{set(callKey("b-1", 4), []byte(`{"seq":4,"result":"torn"}`))})
+			bp, _ := encodeWALRecord(nil, []walOp{set(callKey("b-1", 4), []byte(`{"seq":4,"result":"torn"}`))})
+			rec := *bp
 			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -784,4 +785,61 @@ func TestWALCommitsGroups(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// The buffers of committed records are used again (walBufPools): a result
+// archived before a commit reads back whole after later records have taken
+// its record's buffer, and those later records read back whole too.
+func TestWALRecycledBuffersKeepArchives(t *testing.T) {
+	ctx := t.Context()
+	s := openWALStore(t, t.TempDir(), nil)
+	defer s.Close()
+	s.holdCommitter() // reads commit
+	var want []string
+	for i := range 40 {
+		// Sizes across several buffer classes, the same class again and again.
+		r := bigResult(3000+(i%5)*9000, fmt.Sprint("result ", i))
+		want = append(want, r)
+		if _, err := s.AppendCall(ctx, "b-1", &CallRecord{Result: r}); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 2 {
+			// A read commits what is pending, and its buffers go back.
+			if _, err := s.Calls(ctx, "b-1", 0, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	calls, err := s.Calls(ctx, "b-1", 0, 0)
+	if err != nil || len(calls) != len(want) {
+		t.Fatalf("calls: %d, %v", len(calls), err)
+	}
+	for i, c := range calls {
+		if c.Result != want[i] {
+			t.Errorf("call %d: the archived result changed (%d bytes, want %d)", i+1, len(c.Result), len(want[i]))
+		}
+	}
+}
+
+func TestWALBufClasses(t *testing.T) {
+	for _, tc := range []struct{ n, class int }{
+		{0, 0}, {1, 0}, {walBufMin, 0}, {walBufMin + 1, 1}, {2 * walBufMin, 1}, {2*walBufMin + 1, 2},
+		{walBufMin << (walBufClasses - 1), walBufClasses - 1}, {walBufMin<<(walBufClasses-1) + 1, walBufClasses},
+	} {
+		if got := walBufClass(tc.n); got != tc.class {
+			t.Errorf("walBufClass(%d) = %d, want %d", tc.n, got, tc.class)
+		}
+		bp := getWALBuf(tc.n)
+		if len(*bp) != 0 || cap(*bp) < tc.n {
+			t.Errorf("getWALBuf(%d): len %d cap %d", tc.n, len(*bp), cap(*bp))
+		}
+		if tc.class < walBufClasses && cap(*bp) != walBufMin<<tc.class {
+			t.Errorf("getWALBuf(%d): cap %d, want the class's %d", tc.n, cap(*bp), walBufMin<<tc.class)
+		}
+		*bp = append(*bp, 1, 2, 3)
+		putWALBuf(bp)
+	}
+	// A buffer of no class is not kept.
+	odd := make([]byte, 0, walBufMin+7)
+	putWALBuf(&odd)
 }

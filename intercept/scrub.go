@@ -573,6 +573,9 @@ type scanJob struct {
 // It also returns the view the scan starts from: in JSON mode the text with
 // one level of escaping undone (its strings decoded), else the text itself.
 func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]found, *view, error) {
+	if uint64(len(text)) > maxScanText {
+		return nil, nil, &ScanError{Reason: fmt.Sprintf("scan refused: the text is %d bytes, over the scrubber's limit of %d", len(text), uint64(maxScanText))}
+	}
 	root := &view{text: text}
 	cur := root
 	if jsonMode {

@@ -28,10 +28,27 @@ type view struct {
 }
 
 // escRec records that text[dst:dst+dlen] was decoded from
-// parent.text[src:src+slen].
+// parent.text[src:src+slen]. It takes 12 bytes, not 32 (a JSON text holds
+// an escape every few dozen bytes, and a record per escape was most of
+// what a scan allocated): offsets fit 32 bits, as scan refuses a longer
+// text (maxScanText), and lengths 8 bits, as an escape is at most 12
+// bytes long.
 type escRec struct {
-	dst, dlen, src, slen int
+	dst32, src32 uint32
+	dlen8, slen8 uint8
 }
+
+// maxScanText is the longest text the scrubber scans (escRec's offsets).
+const maxScanText = 1<<32 - 1
+
+func newEsc(dst, dlen, src, slen int) escRec {
+	return escRec{dst32: uint32(dst), src32: uint32(src), dlen8: uint8(dlen), slen8: uint8(slen)}
+}
+
+func (r escRec) dst() int  { return int(r.dst32) }
+func (r escRec) src() int  { return int(r.src32) }
+func (r escRec) dlen() int { return int(r.dlen8) }
+func (r escRec) slen() int { return int(r.slen8) }
 
 // unescapeView decodes one level of JSON string escapes in v.text. It
 // reports false when v.text holds no escape sequence.
@@ -96,7 +113,7 @@ func unescapeView(v *view) (*view, bool) {
 		if dn == 1 && buf[d] == '\n' {
 			nls = append(nls, d)
 		}
-		recs = append(recs, escRec{dst: d, dlen: dn, src: i, slen: n})
+		recs = append(recs, newEsc(d, dn, i, n))
 		i, d = i+n, d+dn
 	}
 	if len(recs) == 0 {
@@ -193,20 +210,20 @@ func hex4(s string, i int) (rune, bool) {
 func (v *view) toParent(a, b int) (int, int) {
 	pos := func(i int, end bool) int {
 		k, _ := slices.BinarySearchFunc(v.esc, i, func(r escRec, i int) int {
-			if r.dst+r.dlen <= i {
+			if r.dst()+r.dlen() <= i {
 				return -1
 			}
-			if r.dst > i {
+			if r.dst() > i {
 				return 1
 			}
 			return 0
 		})
 		// k is the first record ending after i.
-		if k < len(v.esc) && v.esc[k].dst <= i {
+		if k < len(v.esc) && v.esc[k].dst() <= i {
 			if end {
-				return v.esc[k].src + v.esc[k].slen
+				return v.esc[k].src() + v.esc[k].slen()
 			}
-			return v.esc[k].src
+			return v.esc[k].src()
 		}
 		if k == 0 {
 			if end {
@@ -215,7 +232,7 @@ func (v *view) toParent(a, b int) (int, int) {
 			return i
 		}
 		r := v.esc[k-1]
-		p := r.src + r.slen + (i - r.dst - r.dlen)
+		p := r.src() + r.slen() + (i - r.dst() - r.dlen())
 		if end {
 			return p + 1
 		}
@@ -241,7 +258,7 @@ func (v *view) toRoot(a, b int) (int, int) {
 func (v *view) changedWindows(pad int) [][2]int {
 	var wins [][2]int
 	for _, r := range v.esc {
-		a, b := max(r.dst-pad, 0), min(r.dst+r.dlen+pad, len(v.text))
+		a, b := max(r.dst()-pad, 0), min(r.dst()+r.dlen()+pad, len(v.text))
 		if n := len(wins); n > 0 && a <= wins[n-1][1] {
 			wins[n-1][1] = max(wins[n-1][1], b)
 			continue
@@ -511,10 +528,10 @@ func (d *decodedJSON) at(p int) int {
 	esc := d.v.esc
 	// k is the number of escapes that start before p.
 	k, _ := slices.BinarySearchFunc(esc, p, func(r escRec, p int) int {
-		if r.src < p {
+		if r.src() < p {
 			return -1
 		}
-		if r.src > p {
+		if r.src() > p {
 			return 1
 		}
 		return 0
@@ -523,7 +540,7 @@ func (d *decodedJSON) at(p int) int {
 		return p
 	}
 	r := esc[k-1]
-	return r.dst + r.dlen + p - (r.src + r.slen)
+	return r.dst() + r.dlen() + p - (r.src() + r.slen())
 }
 
 // text returns the decoded value of the JSON string whose literal, quotes

@@ -85,13 +85,13 @@ func escapeAtRef(s string, i int, b *strings.Builder, recs *[]escRec) (int, bool
 			}
 		}
 		b.WriteRune(r)
-		*recs = append(*recs, escRec{dst: dst, dlen: b.Len() - dst, src: i, slen: n})
+		*recs = append(*recs, newEsc(dst, b.Len()-dst, i, n))
 		return n, true
 	default:
 		return 0, false
 	}
 	b.WriteByte(c)
-	*recs = append(*recs, escRec{dst: dst, dlen: 1, src: i, slen: 2})
+	*recs = append(*recs, newEsc(dst, 1, i, 2))
 	return 2, true
 }
 
