@@ -181,7 +181,9 @@ func (s *Scrubber) scrubText(ctx context.Context, deadline time.Time, text strin
 	var spans []found
 	err := s.run(ctx, deadline, len(text), func(ctx context.Context) error {
 		var err error
-		spans, _, err = s.scan(ctx, text, false)
+		var v *view
+		spans, v, err = s.scan(ctx, text, false)
+		v.release()
 		return err
 	})
 	if err != nil {
@@ -230,6 +232,7 @@ func (s *Scrubber) scrubJSON(ctx context.Context, deadline time.Time, raw json.R
 	if len(edits) == 0 {
 		return raw, nil, dec, nil
 	}
+	dec.release() // it decodes raw, which the edits replace
 	var b bytes.Buffer
 	b.Grow(len(raw))
 	last := 0
@@ -285,7 +288,8 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte, alias bool) ([]edit
 			continue
 		}
 		blank = append(blank, js)
-		spans, _, err := s.scan(ctx, dec, false)
+		spans, v, err := s.scan(ctx, dec, false)
+		v.release()
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -324,6 +328,8 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte, alias bool) ([]edit
 	var dec *decodedJSON
 	if len(blank) == 0 {
 		dec = &decodedJSON{raw: raw, v: v}
+	} else {
+		v.release()
 	}
 	// Keep only the parts of each span inside string literals (never a
 	// quote or a structural character) and outside textual blobs.
@@ -589,11 +595,21 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 		nls = newlines(cur.text, nil)
 	}
 	texts := []*scanText{{v: cur, text: cur.text, nls: nls}}
+	// The deeper views are the scan's own: their buffers go back when it
+	// ends (every job has ended by then, runJobs waits for them; what
+	// the scan returns holds offsets into the raw text).
+	var deeper []*view
+	defer func() {
+		for _, v := range deeper {
+			v.release()
+		}
+	}()
 	for range unescapeDepth {
 		v, ok := unescapeView(cur)
 		if !ok {
 			break
 		}
+		deeper = append(deeper, v)
 		for _, w := range v.changedWindows(unescapePad) {
 			sub := v.text[w[0]:w[1]]
 			texts = append(texts, &scanText{v: v, off: w[0], text: sub, nls: newlines(sub, nil)})

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
@@ -25,7 +26,54 @@ type view struct {
 	// nls are the offsets of text's newlines (newlines), found while
 	// decoding; nil for the raw text.
 	nls []int
+	// bufs holds text, esc and nls when they came from viewPool; release
+	// gives them back.
+	bufs *viewBufs
 }
+
+// viewBufs are the buffers of a decoded view. A scan decodes every JSON
+// text it scans (and again what that holds escaped); the buffers go back
+// to viewPool once nothing refers to the view anymore (release): the
+// deeper views when the scan ends, the first one when the count has read
+// it (decodedJSON.release), rather than becoming garbage a call.
+type viewBufs struct {
+	buf  []byte
+	esc  []escRec
+	nls  []int
+	used bool // handed out: release gives back only once
+}
+
+var viewPool = sync.Pool{New: func() any { return new(viewBufs) }}
+
+// release gives v's buffers back to viewPool. Nothing may use v, or a
+// string or slice of it, afterwards. A view not from the pool (the raw
+// text) is left alone.
+func (v *view) release() {
+	if v == nil || v.bufs == nil {
+		return
+	}
+	b := v.bufs
+	v.bufs, v.text, v.esc, v.nls = nil, "", nil, nil
+	if !b.used {
+		return
+	}
+	b.used = false
+	// Very large buffers are not kept: one 10 MB result would pin them.
+	if cap(b.buf) > maxPooledView {
+		b.buf = nil
+	}
+	if cap(b.esc) > maxPooledView/8 {
+		b.esc = nil
+	}
+	if cap(b.nls) > maxPooledView/16 {
+		b.nls = nil
+	}
+	viewPool.Put(b)
+}
+
+// maxPooledView is the largest decoded text whose buffer goes back to
+// viewPool.
+const maxPooledView = 1 << 20
 
 // escRec records that text[dst:dst+dlen] was decoded from
 // parent.text[src:src+slen]. It takes 12 bytes, not 32 (a JSON text holds
@@ -67,14 +115,17 @@ func unescapeView(v *view) (*view, bool) {
 	// The decoded text is never longer than s (an escape decodes to fewer
 	// bytes than it takes); eight more bytes let every word be stored
 	// whole.
-	buf := make([]byte, len(s)+8)
+	bufs := viewPool.Get().(*viewBufs)
+	bufs.used = true
+	buf := grown(bufs.buf, len(s)+8)
+	buf = buf[:cap(buf)]
 	d := copy(buf, s[:i])
 	// One record per escape: sized once (JSON text holds many \n).
 	nesc := strings.Count(s[i:], `\`)
-	recs := make([]escRec, 0, nesc)
+	recs := grown(bufs.esc, nesc)
 	// The newlines of the decoded text are listed on the way, those
 	// before i first: most come from \n escapes, at most one an escape.
-	nls := make([]int, 0, nesc+strings.Count(s, "\n"))
+	nls := grown(bufs.nls, nesc+strings.Count(s, "\n"))
 	for j := 0; j < i; j++ {
 		if s[j] == '\n' {
 			nls = append(nls, j)
@@ -116,10 +167,22 @@ func unescapeView(v *view) (*view, bool) {
 		recs = append(recs, newEsc(d, dn, i, n))
 		i, d = i+n, d+dn
 	}
+	bufs.buf, bufs.esc, bufs.nls = buf[:0], recs[:0], nls[:0]
 	if len(recs) == 0 {
+		bufs.used = false
+		viewPool.Put(bufs)
 		return nil, false
 	}
-	return &view{text: unsafe.String(unsafe.SliceData(buf), d), parent: v, esc: recs, nls: nls}, true
+	return &view{text: unsafe.String(unsafe.SliceData(buf), d), parent: v, esc: recs, nls: nls, bufs: bufs}, true
+}
+
+// grown returns b emptied, with room for n elements: b's own array when it
+// has the room, else a new one.
+func grown[T any](b []T, n int) []T {
+	if cap(b) >= n {
+		return b[:0]
+	}
+	return make([]T, 0, n)
 }
 
 // byteMask returns a word with the high bit set of each byte of w equal to
@@ -514,6 +577,15 @@ type decodedJSON struct {
 	// v is raw with one level of escaping undone (v.parent.text is raw),
 	// or raw itself (v.parent is nil) when raw holds no escape.
 	v *view
+}
+
+// release gives back the buffers of d's decoded view (view.release): for
+// the count to call once it has read d. Nothing may use d afterwards.
+func (d *decodedJSON) release() {
+	if d != nil {
+		d.v.release()
+		d.v, d.raw = nil, nil
+	}
 }
 
 // of reports whether d decodes raw: the same bytes at the same address, as

@@ -415,6 +415,13 @@ func Tokens(c *Counter) Interceptor {
 				dec = ex.decoded
 			}
 			tc, ok := c.countBy(ex.WorkDeadline, ex.Args, ex.Result, dec, ex.Method, ex.Remaining)
+			if ok && ex.decoded != nil {
+				// The count has read the decoded texts (a count that did
+				// not end in time may still be reading them: left to the
+				// collector), and nothing after it does.
+				ex.decoded.release()
+				ex.decoded = nil
+			}
 			if !ok {
 				ex.Result, ex.RPCError = nil, nil
 				ex.Outcome = OutcomeWithheld
