@@ -782,11 +782,10 @@ func (m *Manager) failSession(ctx context.Context, id string, active []*Branch, 
 // the explicit branch_id when given, else the session's innermost active
 // branch, else its root. An explicit id must be a branch of the session
 // (else ErrBranchNotFound) and active (else ErrBranchClosed, with a message
-// that tells the agent what to do). The returned Branch is a copy of the
-// branch's fields, made on every forwarded call; its maps and slices (the
-// usage by tool and upstream, the cuts, the dependencies) are shared with
-// the manager's snapshot of the branch, which is never changed once
-// published (a charge writes a new one): read them, never write them.
+// that tells the agent what to do). The returned Branch is the manager's
+// snapshot of the branch, never changed once published (a charge publishes
+// a new one): read it, never write it. (It is not copied: this runs on
+// every forwarded call.)
 func (m *Manager) Attribute(ctx context.Context, session, explicit string) (*Branch, error) {
 	if explicit == "" {
 		s, err := m.sessionOf(session)
@@ -803,8 +802,7 @@ func (m *Manager) Attribute(ctx context.Context, session, explicit string) (*Bra
 		if b.Status != StatusActive {
 			return nil, closedErr(b)
 		}
-		c := *b
-		return &c, nil
+		return b, nil
 	}
 	_, n, err := m.branchOf(session, explicit)
 	if err != nil {
@@ -814,8 +812,7 @@ func (m *Manager) Attribute(ctx context.Context, session, explicit string) (*Bra
 	if b.Status != StatusActive {
 		return nil, closedErr(b)
 	}
-	c := *b
-	return &c, nil
+	return b, nil
 }
 
 // BranchDone returns a context done when branch of session closes

@@ -25,7 +25,8 @@ type Brancher interface {
 	// Attribute returns the branch a call of the session is charged to: the
 	// explicit branch id when not empty, else the session's innermost
 	// active branch, else its root. It fails with fold.ErrBranchClosed or
-	// fold.ErrBranchNotFound.
+	// fold.ErrBranchNotFound. The branch is shared: read it, never write
+	// it.
 	Attribute(ctx context.Context, session, explicit string) (*fold.Branch, error)
 	// Charge runs fit under the branch's charge lock with the branch's
 	// budget as it is now, then records the charge it returns (archive,
