@@ -217,3 +217,60 @@ func FuzzFrontClassify(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseOneFast checks that parseOne's quick path decodes a message
+// exactly as json.Unmarshal into a Message does, and takes it whenever it
+// says it did.
+func FuzzParseOneFast(f *testing.F) {
+	for _, s := range frontFuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(`{"jsonrpc":"2.0","id":"a\u0062","method":"tools/call","params":{"name":"x"}}`))
+	f.Add([]byte(` {"id":null,"result":null,"jsonrpc":"2.0"} `))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"id":2,"method":"m"}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","ID":1,"Method":"m"}`))
+	f.Add([]byte(`{"jsonrpc":"2.\u0030","method":"\ud800"}`))
+	f.Add([]byte("{\"jsonrpc\":\"2.0\",\"method\":\"\xff\"}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := parseOneFast(data)
+		if !ok {
+			return
+		}
+		var want Message
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("quick path decoded %q, which json.Unmarshal refuses: %v", data, err)
+		}
+		if got.JSONRPC != want.JSONRPC || got.Method != want.Method || got.Error != nil ||
+			!bytes.Equal(got.ID, want.ID) || !bytes.Equal(got.Params, want.Params) || !bytes.Equal(got.Result, want.Result) ||
+			(got.ID == nil) != (want.ID == nil) || (got.Params == nil) != (want.Params == nil) || (got.Result == nil) != (want.Result == nil) {
+			t.Fatalf("%q: quick path %+v, json.Unmarshal %+v", data, got, want)
+		}
+		if len(got.ID) > 0 && &got.ID[0] == &data[bytes.Index(data, got.ID)] {
+			t.Fatalf("%q: the id aliases the input", data)
+		}
+	})
+}
+
+func TestParseOneFastTakesCommonMessages(t *testing.T) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a__b","arguments":{}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`,
+		`{"jsonrpc":"2.0","id":"x","result":{}}`,
+	} {
+		if _, ok := parseOneFast([]byte(s)); !ok {
+			t.Errorf("parseOneFast(%s) left it to json.Unmarshal", s)
+		}
+	}
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":"x","error":{"code":1,"message":"m"}}`,
+		`{"jsonrpc":"2.0","id":1,"id":2,"method":"m"}`,
+		`{"jsonrpc":"2.0","Method":"m"}`,
+		`{"jsonrpc":"2.0","method":null}`,
+		"{\"jsonrpc\":\"2.0\",\"method\":\"\xff\"}",
+		`[{"jsonrpc":"2.0","method":"m"}]`,
+	} {
+		if _, ok := parseOneFast([]byte(s)); ok {
+			t.Errorf("parseOneFast(%s) took a message it should leave to json.Unmarshal", s)
+		}
+	}
+}

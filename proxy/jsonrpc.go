@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/foldproxy/foldproxy/policy/jsonrpc"
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // JSON-RPC and MCP error codes, under proxy's names; the numbers are coded
@@ -134,13 +135,15 @@ func ParseMessages(data []byte) (msgs []*Message, batch bool, err *Error) {
 }
 
 func parseOne(data []byte) (*Message, *Error) {
-	var m Message
-	if err := json.Unmarshal(data, &m); err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) || !json.Valid(data) {
-			return nil, Errorf(CodeParseError, "parse error: %v", err)
+	m, ok := parseOneFast(data)
+	if !ok {
+		if err := json.Unmarshal(data, &m); err != nil {
+			var se *json.SyntaxError
+			if errors.As(err, &se) || !json.Valid(data) {
+				return nil, Errorf(CodeParseError, "parse error: %v", err)
+			}
+			return nil, Errorf(CodeInvalidRequest, "invalid request: %v", err)
 		}
-		return nil, Errorf(CodeInvalidRequest, "invalid request: %v", err)
 	}
 	if m.JSONRPC != "2.0" {
 		return nil, Errorf(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0", got %q`, m.JSONRPC)
@@ -181,6 +184,80 @@ func parseOne(data []byte) (*Message, *Error) {
 		return nil, Errorf(CodeInvalidRequest, "invalid request: params must be an object or an array")
 	}
 	return &m, nil
+}
+
+// parseOneFast decodes data as json.Unmarshal into a Message does, for
+// the messages an agent sends most: one valid UTF-8 object whose members
+// are among "jsonrpc", "id", "method", "params" and "result", each once,
+// with "jsonrpc" and "method" strings. It reads data with policy/jsonscan
+// (jsonscan.Valid accepts exactly what encoding/json accepts) and copies
+// data once, where json.Unmarshal copies each raw member. ok is false for
+// anything else (an error object, a repeated or unknown member, a key in
+// another case, which encoding/json would match too, a null), which
+// json.Unmarshal then decodes, its errors included.
+func parseOneFast(data []byte) (m Message, ok bool) {
+	if !utf8.Valid(data) || !jsonscan.Valid(data) {
+		return Message{}, false
+	}
+	members, err := jsonscan.Object(data)
+	if err != nil || len(members) > 5 {
+		return Message{}, false
+	}
+	var seen [5]bool
+	for _, mem := range members {
+		v := mem.Value.Of(data)
+		var k int
+		switch mem.Key {
+		case "jsonrpc":
+			k = 0
+		case "id":
+			k = 1
+		case "method":
+			k = 2
+		case "params":
+			k = 3
+		case "result":
+			k = 4
+		default:
+			return Message{}, false
+		}
+		if seen[k] {
+			return Message{}, false
+		}
+		seen[k] = true
+		switch k {
+		case 0, 2:
+			if v[0] != '"' {
+				return Message{}, false
+			}
+			s := "2.0"
+			if string(v) != `"2.0"` {
+				if s, err = jsonscan.Unquote(v); err != nil {
+					return Message{}, false
+				}
+			}
+			if k == 0 {
+				m.JSONRPC = s
+			} else {
+				m.Method = s
+			}
+		}
+	}
+	// The raw members point into one copy of data, as json.Unmarshal's
+	// copies of them do not alias the caller's buffer.
+	data = bytes.Clone(data)
+	for _, mem := range members {
+		v := json.RawMessage(mem.Value.Of(data))
+		switch mem.Key {
+		case "id":
+			m.ID = v
+		case "params":
+			m.Params = v
+		case "result":
+			m.Result = v
+		}
+	}
+	return m, true
 }
 
 // The envelopes below are built by appending raw members to fixed bytes:

@@ -78,9 +78,9 @@ func (s *Scanner) ObjectAt(b []byte, i int) ([]Member, int, error) {
 	return ms, end, nil
 }
 
-// commonKey returns the member names MCP messages use most as constants,
-// so that listing their members allocates no string for them; ok is false
-// for other names (body is the name between its quotes).
+// commonKey returns the member names MCP and JSON-RPC messages use most
+// as constants, so that listing their members allocates no string for
+// them; ok is false for other names (body is the name between its quotes).
 func commonKey(body []byte) (string, bool) {
 	switch string(body) { // compared without a conversion
 	case "content":
@@ -117,6 +117,18 @@ func commonKey(body []byte) (string, bool) {
 		return "data", true
 	case "blob":
 		return "blob", true
+	case "jsonrpc": // the JSON-RPC envelope's, read for every message
+		return "jsonrpc", true
+	case "id":
+		return "id", true
+	case "method":
+		return "method", true
+	case "params":
+		return "params", true
+	case "result":
+		return "result", true
+	case "error":
+		return "error", true
 	}
 	return "", false
 }
