@@ -2,7 +2,9 @@ package fold
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"unsafe"
 
@@ -65,7 +67,7 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 	}
 	bud := Budget{
 		Branch: b.ID, Used: b.Used, Total: b.Budget, Remaining: rem, Level: b.Level,
-		Handle: newID(b.ID+"~", 6), Summaries: summaries,
+		Handle: newCallHandle(b.ID), Summaries: summaries,
 	}
 	// The reserve is worded and counted once per branch (and budget): the
 	// handles of its calls differ only in their random digits, which
@@ -155,6 +157,24 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 		res.Handle = bud.Handle
 	}
 	return res, nil
+}
+
+// newCallHandle returns a fresh handle for a cut of branch's next result,
+// as newID(branch+"~", 6) does. Every charge makes one and few are ever
+// used (only a cut keeps it), so its six random bytes come from the
+// runtime's generator (ChaCha8, seeded from the operating system's
+// entropy, per thread, no system call) rather than crypto/rand: a handle
+// must only not repeat, across restarts too; it grants nothing, since
+// branch_recall checks that its branch is the caller's session's.
+func newCallHandle(branch string) string {
+	var b [8]byte
+	v := rand.Uint64()
+	for i := range b {
+		b[i] = byte(v >> (8 * i))
+	}
+	var h [12]byte
+	hex.Encode(h[:], b[:6])
+	return branch + "~" + string(h[:])
 }
 
 // rootAnswerReserve is what a limited main thread keeps, beyond the

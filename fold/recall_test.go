@@ -244,3 +244,18 @@ func TestParseHandle(t *testing.T) {
 		}
 	}
 }
+
+func TestNewCallHandleIsACutHandle(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		h := newCallHandle("b-0123")
+		branch, _, isCall, ok := parseHandle(h)
+		if !ok || isCall || branch != "b-0123" || len(h) != len("b-0123~")+12 {
+			t.Fatalf("newCallHandle = %q: parseHandle gives %q, call %v, ok %v", h, branch, isCall, ok)
+		}
+		if seen[h] {
+			t.Fatalf("newCallHandle repeated %q", h)
+		}
+		seen[h] = true
+	}
+}
