@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,8 +49,10 @@ const stdioDefaultDrain = 5 * time.Second
 // message per line, never interleaved.
 //
 // Each request is delivered to ep in its own goroutine, so a slow tool call
-// does not hold up the others and a cancellation notification gets through;
-// notifications and responses are delivered in the order they arrive. A
+// does not hold up the others and a cancellation notification gets through
+// (a request that arrives alone is served on the goroutine that read it,
+// which reads on after stdioLendFor at the latest); notifications and
+// responses are delivered in the order they arrive. A
 // malformed line is answered with a JSON-RPC error and the loop goes on; a
 // line longer than MaxMessageBytes is refused with CodeMessageTooLarge and
 // skipped without being buffered. A batch is answered with an array.
@@ -103,6 +106,13 @@ type stdioServer struct {
 	detach   bool            // leave the session in the store at shutdown
 	reqCtx   context.Context // parent of every request's context
 	inflight sync.WaitGroup
+	active   atomic.Int32 // requests (and batches) in flight
+
+	// lent is true while the goroutine that read a request serves it
+	// itself and nobody else reads (see read); ensureReading, which
+	// lendTimer runs, takes the reading back from it.
+	lent      atomic.Bool
+	lendTimer *time.Timer
 
 	br    *bufio.Reader
 	pool  stdioPool
@@ -136,6 +146,9 @@ func (sv *stdioServer) serve(ctx context.Context, r io.Reader) error {
 		sv.opts.Opened(sv.s)
 	}
 
+	sv.lendTimer = time.AfterFunc(time.Hour, sv.ensureReading)
+	sv.lendTimer.Stop()
+	defer sv.lendTimer.Stop()
 	sv.br = bufio.NewReaderSize(r, 64<<10)
 	sv.ended = make(chan error, 1)
 	defer sv.pool.close()
@@ -163,6 +176,18 @@ func (sv *stdioServer) serve(ctx context.Context, r io.Reader) error {
 // that goroutine first passes the reading on to another one of the pool,
 // so that the request starts at once, on a thread already running, and a
 // notification behind it (its cancellation) still gets through.
+//
+// Except when the request is alone: no other request in flight and
+// nothing more read yet. The goroutine then serves it without passing the
+// reading on first, and reads on once it is answered, unless the request
+// took longer than stdioLendFor: lendTimer then passes the reading on
+// (ensureReading) and the goroutine returns to the pool when done. The
+// agent of a tool call at a time thus costs no goroutine hand-off (a
+// goroutine readied, often a thread woken for it, and its own system call
+// that finds nothing to read) per call; a message that arrives while the
+// request is served is read at most stdioLendFor late, and no wait of the
+// request (on the agent reading its output, say) can hold the reading up
+// longer.
 func (sv *stdioServer) read() {
 	for {
 		data, tooLarge, err := stdioReadLine(sv.br, sv.max)
@@ -172,8 +197,9 @@ func (sv *stdioServer) read() {
 			return
 		}
 		var serve func()
+		inline := false
 		if tooLarge || len(data) > 0 {
-			serve = sv.handleLine(stdioLine{data: data, tooLarge: tooLarge})
+			serve, inline = sv.handleLine(stdioLine{data: data, tooLarge: tooLarge})
 		}
 		sv.gate.RUnlock()
 		if err != nil {
@@ -183,11 +209,38 @@ func (sv *stdioServer) read() {
 			sv.ended <- err // once: this goroutine reads no more
 			return
 		}
+		if serve != nil && inline && sv.br.Buffered() == 0 {
+			// Alone: serve it here, reading lent out (see above).
+			sv.lent.Store(true)
+			sv.lendTimer.Reset(stdioLendFor)
+			serve()
+			sv.lendTimer.Stop()
+			if sv.lent.CompareAndSwap(true, false) {
+				continue // nobody took the reading over: read on
+			}
+			return // another goroutine reads now
+		}
 		if serve != nil {
 			sv.pool.run(sv.read)
 			serve()
 			return
 		}
+	}
+}
+
+// stdioLendFor is how long the goroutine that read a request may serve
+// it itself before the reading passes to another one (see read): the
+// longest a message that arrives meanwhile (another request, a
+// cancellation) waits to be read.
+const stdioLendFor = time.Millisecond
+
+// ensureReading makes sure that the agent's input is being read: when the
+// goroutine that reads it is serving a request itself (lent), another one
+// of the pool takes the reading over. It is safe to call from any
+// goroutine, any number of times.
+func (sv *stdioServer) ensureReading() {
+	if sv.lent.CompareAndSwap(true, false) {
+		sv.pool.run(sv.read)
 	}
 }
 
@@ -322,15 +375,16 @@ func stdioWait(wg *sync.WaitGroup, d time.Duration, stop <-chan struct{}) bool {
 
 // handleLine decodes one line and delivers its notifications and
 // responses. A single request is counted in flight and returned as serve,
-// for the caller to run; a batch's requests run in goroutines of their own.
-func (sv *stdioServer) handleLine(ln stdioLine) (serve func()) {
+// for the caller to run, with inline true when no other request is in
+// flight (see read); a batch's requests run in goroutines of their own.
+func (sv *stdioServer) handleLine(ln stdioLine) (serve func(), inline bool) {
 	if ln.tooLarge {
 		sv.write(Response(nil, nil, Errorf(CodeMessageTooLarge,
 			"message too large: a message may be at most %d bytes (maxMessageBytes)", sv.max)))
-		return nil
+		return nil, false
 	}
 	if len(bytes.TrimSpace(ln.data)) == 0 {
-		return nil // blank lines separate nothing; ignore them
+		return nil, false // blank lines separate nothing; ignore them
 	}
 	items, batch := frontDecode(ln.data)
 	if !batch {
@@ -341,16 +395,19 @@ func (sv *stdioServer) handleLine(ln stdioLine) (serve func()) {
 		case it.msg.IsRequest():
 			c := &stdioCollector{main: sv.out, await: newFrontAwait()}
 			c.await.add(it.msg.ID)
+			inline = sv.active.Load() == 0
 			sv.inflight.Add(1)
+			sv.active.Add(1)
 			return func() {
 				defer sv.inflight.Done()
+				defer sv.active.Add(-1)
 				sv.deliverRequest(it.msg, c)
 				c.finish()
-			}
+			}, inline
 		default:
 			frontDeliver(sv.reqCtx, sv.log, sv.ep, sv.s, it.msg, sv.out)
 		}
-		return nil
+		return nil, false
 	}
 
 	// A batch: notifications and responses go in order, requests each in
@@ -365,6 +422,7 @@ func (sv *stdioServer) handleLine(ln stdioLine) (serve func()) {
 		}
 	}
 	sv.inflight.Add(1)
+	sv.active.Add(1)
 	var batchWG sync.WaitGroup
 	for _, it := range items {
 		if it.msg == nil {
@@ -382,10 +440,11 @@ func (sv *stdioServer) handleLine(ln stdioLine) (serve func()) {
 	}
 	go func() {
 		defer sv.inflight.Done()
+		defer sv.active.Add(-1)
 		batchWG.Wait()
 		c.finish()
 	}()
-	return nil
+	return nil, false
 }
 
 // deliverRequest hands one request to the core.
