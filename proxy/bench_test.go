@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/foldproxy/foldproxy/upstreams"
 )
 
 // resultEndpoint answers every request with one raw result, as the core
@@ -87,5 +89,32 @@ func BenchmarkStdioFrontResult(b *testing.B) {
 			}
 			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
+	}
+}
+
+// discardOutbound takes every message and keeps none.
+type discardOutbound struct{}
+
+func (discardOutbound) WriteMessage([]byte) error { return nil }
+
+// BenchmarkServerToolsCallTiny measures the core's own path of a forwarded
+// tools/call with a tiny result, without interceptors and with an upstream
+// that answers at once: routing, the request's contexts and bookkeeping,
+// and the response envelope.
+func BenchmarkServerToolsCallTiny(b *testing.B) {
+	res := json.RawMessage(`{"content":[{"type":"text","text":"0123456789"}]}`)
+	up := &fakeUpstream{name: "ev", cat: upstreams.Catalog{Tools: []json.RawMessage{json.RawMessage(echoTool)}},
+		answer: func(context.Context, string, json.RawMessage) (json.RawMessage, error) { return res, nil }}
+	s, _ := newTestServer(b, []Upstream{up}, nil)
+	sess := initSession(b, s, `{}`)
+	msg := &Message{JSONRPC: "2.0", ID: json.RawMessage(`12`), Method: "tools/call",
+		Params: json.RawMessage(`{"name":"ev__echo","arguments":{"message":"hi"}}`)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		up.mu.Lock()
+		up.seen = up.seen[:0]
+		up.mu.Unlock()
+		s.Deliver(ctx, sess, msg, discardOutbound{})
 	}
 }
