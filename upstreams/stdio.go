@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -49,6 +50,18 @@ type stdioWire struct {
 
 	writeMu sync.Mutex
 	calls   pending
+
+	// The reading of stdout is a role (see read): the wire's reader
+	// goroutine (read) holds it, or lends it out while no call is in
+	// flight, so that the next call's goroutine reads its answer itself.
+	role      atomic.Int32
+	resume    chan struct{} // buffered: the role is back with read
+	lendTimer *time.Timer
+	canLend   bool            // stdout takes read deadlines
+	br        *bufio.Reader   // used by the role's holder only
+	long      []byte          // a line longer than br's buffer, so far
+	life      context.Context // ends when the wire finishes (done)
+	endLife   context.CancelFunc
 
 	done      chan struct{} // closed once the wire is closed or stdout ended
 	doneOnce  sync.Once
@@ -96,6 +109,12 @@ func (w *stdioWire) start(ctx context.Context) error {
 	w.cmd = cmd
 	w.stdin, w.stdout, w.stderr = pipes[1], pipes[2], pipes[4]
 	w.in, w.out = rawio.File(w.stdin), rawio.File(w.stdout)
+	w.br = bufio.NewReaderSize(w.out, 64<<10)
+	w.resume = make(chan struct{}, 1)
+	w.life, w.endLife = context.WithCancel(context.Background())
+	w.lendTimer = time.AfterFunc(time.Hour, func() { w.giveBack(roleLent) })
+	w.lendTimer.Stop()
+	w.canLend = w.stdout.SetReadDeadline(time.Time{}) == nil
 	if !w.tracked(func() {
 		w.waitErr = cmd.Wait()
 		close(w.exited)
@@ -137,61 +156,186 @@ func (w *stdioWire) exitState() string {
 	return w.cmd.ProcessState.String()
 }
 
+// The roles of the reading of stdout (stdioWire.role).
+const (
+	roleWire   = iota // read, the wire's reader goroutine, reads
+	roleLent          // nobody reads: the next call may take the reading
+	roleCaller        // a call's goroutine reads, for its own answer
+	roleEnded         // the stream has ended: read returns
+)
+
+// stdioLendFor is how long the reading may stay lent out (roleLent)
+// before read takes it back: the longest a message the server sends
+// between two calls (a notification, a request, its end) waits to be
+// read.
+const stdioLendFor = time.Millisecond
+
 // read reads the child's stdout, one message a line, until it ends.
+//
+// While no call is in flight, read lends the reading out (roleLent) for
+// up to stdioLendFor: a call that starts meanwhile takes it (readFor) and
+// reads its own answer, so that the answer wakes the goroutine that waits
+// for it, from the poller, rather than this one, which would then have
+// to wake that one: a tiny call costs one goroutine hand-off less. The
+// reading comes back to read when the lend times out, when the caller
+// has its answer while other calls wait for theirs, or when the caller's
+// context ends.
 func (w *stdioWire) read() {
 	defer w.stdout.Close()
-	r := bufio.NewReaderSize(w.out, 64<<10)
-	var long []byte
 	for {
-		chunk, err := r.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			if len(long)+len(chunk) > maxStdioLine {
-				w.end(fmt.Errorf("the server wrote a line longer than %d bytes", maxStdioLine))
+		if w.role.Load() != roleWire {
+			<-w.resume
+			if w.role.Load() == roleEnded {
 				return
 			}
-			long = append(long, chunk...)
 			continue
 		}
+		m, err := w.readOne()
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// A late kick meant for a caller (readFor).
+				_ = w.stdout.SetReadDeadline(time.Time{})
+				continue
+			}
+			w.role.Store(roleEnded)
+			w.end(err)
+			return
+		}
+		if m != nil && m.isResponse() && w.canLend && w.calls.idle() && w.role.CompareAndSwap(roleWire, roleLent) {
+			w.lendTimer.Reset(stdioLendFor)
+		}
+	}
+}
+
+// giveBack returns the reading to read from the role from.
+func (w *stdioWire) giveBack(from int32) {
+	if w.role.CompareAndSwap(from, roleWire) {
+		select {
+		case w.resume <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// readOne reads and dispatches one line; it returns the message read
+// (nil for a blank or unreadable line) or the error that ended the
+// stream (os.ErrDeadlineExceeded when a read deadline cut the wait).
+func (w *stdioWire) readOne() (*inMsg, error) {
+	for {
+		chunk, err := w.br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			if len(w.long)+len(chunk) > maxStdioLine {
+				return nil, fmt.Errorf("the server wrote a line longer than %d bytes", maxStdioLine)
+			}
+			w.long = append(w.long, chunk...)
+			continue
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// ReadSlice returned, and dropped from its buffer, the
+			// start of a line: keep it for the next read.
+			if len(w.long)+len(chunk) > maxStdioLine {
+				return nil, fmt.Errorf("the server wrote a line longer than %d bytes", maxStdioLine)
+			}
+			w.long = append(w.long, chunk...)
+			return nil, err
+		}
 		line := chunk
-		if long != nil {
-			line = append(long, chunk...)
-			long = nil
+		if w.long != nil {
+			line = append(w.long, chunk...)
+			w.long = nil
 		} else {
 			// ReadSlice's buffer is reused: the message keeps a copy.
 			line = bytes.Clone(chunk)
 		}
+		var m *inMsg
 		if msg := bytes.TrimSpace(line); len(msg) > 0 {
-			w.dispatch(msg)
+			m = w.dispatch(msg)
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
 				err = errors.New("the server closed its stdout")
 			}
-			w.end(err)
-			return
+			return m, err
+		}
+		return m, nil
+	}
+}
+
+// readFor reads stdout on the caller's goroutine, the reading taken from
+// roleLent, until the answer to the call arrives on ch, the stream ends
+// or ctx ends; then it passes the reading on: lent again when no other
+// call is in flight, else back to read. ok is false when it returns
+// without an answer or error of its own (the caller then waits on ch).
+func (w *stdioWire) readFor(ctx context.Context, ch chan *inMsg) (m *inMsg, err error, ok bool) {
+	kick := func() { _ = w.stdout.SetReadDeadline(time.Unix(1, 0)) }
+	stop := context.AfterFunc(ctx, kick)
+	defer stop()
+	stopLife := context.AfterFunc(w.life, kick)
+	defer stopLife()
+	for {
+		// First ch: read may have read the answer, and lent the reading
+		// out, before this call took it.
+		select {
+		case m := <-ch:
+			if w.calls.idle() && w.role.CompareAndSwap(roleCaller, roleLent) {
+				w.lendTimer.Reset(stdioLendFor)
+			} else {
+				w.giveBack(roleCaller)
+			}
+			return m, nil, true
+		default:
+		}
+		_, rerr := w.readOne()
+		switch {
+		case rerr == nil:
+		case errors.Is(rerr, os.ErrDeadlineExceeded):
+			// A kick: this call's context or the wire's life ended, or
+			// a late one meant for an earlier caller. Cleared before the
+			// reading passes on, as a kick for the next holder must
+			// find it set.
+			_ = w.stdout.SetReadDeadline(time.Time{})
+			if ctx.Err() != nil || w.life.Err() != nil {
+				w.giveBack(roleCaller)
+				return nil, nil, false
+			}
+		default:
+			w.endFrom(rerr)
+			return nil, nil, false // the answer too, if it came, is on ch
 		}
 	}
 }
 
+// endFrom ends the stream from a caller that held the reading: read
+// returns, and the wire ends as read would have ended it.
+func (w *stdioWire) endFrom(err error) {
+	w.role.Store(roleEnded)
+	select {
+	case w.resume <- struct{}{}:
+	default:
+	}
+	w.end(err)
+}
+
 // dispatch passes one message on: a response to its call, anything else to
-// the handler.
-func (w *stdioWire) dispatch(line []byte) {
+// the handler. It returns the message, nil when it could not be read.
+func (w *stdioWire) dispatch(line []byte) *inMsg {
 	m, err := parseIn(line)
 	if err != nil {
 		w.log.Warn("ignoring a line from the server that is not a JSON-RPC message", "err", err, "bytes", len(line))
-		return
+		return nil
 	}
 	if m.isResponse() {
 		if !w.calls.deliver(m) {
 			w.log.Debug("ignoring a response to no request in flight", "id", string(m.ID))
 		}
-		return
+		return m
 	}
 	if m.Method == "" {
 		w.log.Warn("ignoring a message from the server with neither a method nor an id")
-		return
+		return m
 	}
 	w.handle(w.ctx, m)
+	return m
 }
 
 // end marks the stream over; unless the wire is being closed, the
@@ -207,7 +351,18 @@ func (w *stdioWire) end(err error) {
 	w.lost(err)
 }
 
-func (w *stdioWire) finish() { w.doneOnce.Do(func() { close(w.done) }) }
+func (w *stdioWire) finish() {
+	w.doneOnce.Do(func() {
+		close(w.done)
+		if w.endLife != nil {
+			w.endLife()
+		}
+		if w.lendTimer != nil {
+			// read takes the reading back, to drain stdout to its end.
+			w.giveBack(roleLent)
+		}
+	})
+}
 
 // write writes one message on one line.
 func (w *stdioWire) write(body []byte) error {
@@ -233,7 +388,13 @@ func (w *stdioWire) write(body []byte) error {
 }
 
 func (w *stdioWire) call(ctx context.Context, id int64, _ string, body []byte) (*inMsg, error) {
-	return w.calls.call(ctx, w.done, id, func() error { return w.write(body) })
+	return w.calls.callWith(ctx, w.done, id, func() error { return w.write(body) }, func(ch chan *inMsg) (*inMsg, error, bool) {
+		if !w.role.CompareAndSwap(roleLent, roleCaller) {
+			return nil, nil, false
+		}
+		w.lendTimer.Stop()
+		return w.readFor(ctx, ch)
+	})
 }
 
 func (w *stdioWire) send(ctx context.Context, body []byte) error {

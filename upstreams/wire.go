@@ -258,6 +258,13 @@ func (p *pending) add(id int64) (chan *inMsg, func()) {
 // response, ctx's end, or done (the wire closing; a response that arrived
 // just before still counts).
 func (p *pending) call(ctx context.Context, done <-chan struct{}, id int64, send func() error) (*inMsg, error) {
+	return p.callWith(ctx, done, id, send, nil)
+}
+
+// callWith is call; once the request is sent, read (when not nil) may
+// read the response itself: it returns the response or an error with ok,
+// or ok false, and the call then waits as call does.
+func (p *pending) callWith(ctx context.Context, done <-chan struct{}, id int64, send func() error, read func(ch chan *inMsg) (*inMsg, error, bool)) (*inMsg, error) {
 	select {
 	case <-done:
 		return nil, errTransportClosed
@@ -267,6 +274,11 @@ func (p *pending) call(ctx context.Context, done <-chan struct{}, id int64, send
 	defer forget()
 	if err := send(); err != nil {
 		return nil, err
+	}
+	if read != nil {
+		if m, err, ok := read(ch); ok {
+			return m, err
+		}
 	}
 	select {
 	case m := <-ch:
@@ -281,6 +293,13 @@ func (p *pending) call(ctx context.Context, done <-chan struct{}, id int64, send
 		}
 		return nil, errTransportClosed
 	}
+}
+
+// idle reports whether no call waits for its response.
+func (p *pending) idle() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.calls) == 0
 }
 
 // deliver passes a response to the call waiting for it and reports
