@@ -1082,3 +1082,77 @@ func TestExactBytesBothWays(t *testing.T) {
 		t.Errorf("notifications %v, want one with params %s", rec.notes, rawExact)
 	}
 }
+
+// TestStdioReadingHandOver drives the hand-overs of a stdio wire's reading
+// (stdioWire.read, readFor): thousands of calls one at a time, so that each
+// next call takes the reading lent out after the last answer and reads its
+// own; bursts of calls at once, so that one reads for the others and the
+// reading goes back to the wire's reader; calls whose server sends
+// notifications first (read by whoever holds the reading); calls cancelled
+// while they read; and pauses that let the lend run out. Every call must
+// get its own answer and none may hang (testCtx bounds each one).
+func TestStdioReadingHandOver(t *testing.T) {
+	checkNoLeaks(t)
+	var rec recorder
+	var notes atomic.Int64
+	opts := rec.options(t)
+	opts.OnNotification = func(u *Upstream, method string, params json.RawMessage) {
+		if method == "notifications/message" && bytes.Contains(params, []byte("notified")) {
+			notes.Add(1)
+		}
+	}
+	u := New(selfEntry(t, "srv", "mcp"), opts)
+	startUpstream(t, u)
+	echo := func(ctx context.Context, want string) error {
+		res, err := callTool(ctx, u, "echo", fmt.Sprintf(`{"text":%q}`, want))
+		if err != nil {
+			return err
+		}
+		if got := toolText(t, res); got != want {
+			return fmt.Errorf("echo %q answered %q", want, got)
+		}
+		return nil
+	}
+	notified := 0
+	for i := range 3000 {
+		switch {
+		case i%97 == 0:
+			var wg sync.WaitGroup
+			for j := range 6 {
+				wg.Go(func() {
+					if err := echo(testCtx(t), fmt.Sprintf("burst-%d-%d", i, j)); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+		case i%89 == 0:
+			// Cancelled while it waits or reads: it ends with the
+			// cancellation or with its answer, and the next call works.
+			ctx, cancel := context.WithCancel(testCtx(t))
+			go cancel()
+			if err := echo(ctx, fmt.Sprint("cancelled-", i)); err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("cancelled call %d: %v", i, err)
+			}
+		case i%53 == 0:
+			res, err := callTool(testCtx(t), u, "notify", "")
+			if err != nil || toolText(t, res) != "notified" {
+				t.Fatalf("notify %d: %v", i, err)
+			}
+			notified++
+		case i%41 == 0:
+			// Longer than the lend: the wire's reader takes the reading
+			// back before the next call.
+			time.Sleep(2 * stdioLendFor)
+			fallthrough
+		default:
+			if err := echo(testCtx(t), fmt.Sprint("call-", i)); err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+		}
+	}
+	waitFor(t, "every notify call's notification", func() bool { return notes.Load() == int64(notified) })
+	if u.State() != StateUp {
+		t.Errorf("state %v after the calls, want up", u.State())
+	}
+}
