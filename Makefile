@@ -6,7 +6,7 @@
 #   make test    all tests, with the race detector (installs e2e/node_modules first)
 #   make bench   the benchmarks
 #   make fuzz    every fuzz target in the tree for $(FUZZTIME) each
-#   make fuzz-ci the fronts' and the long-piece counter's fuzz targets, a fixed number of inputs each (CI runs it)
+#   make fuzz-ci the fronts', the fast message parser's and the long-piece counter's fuzz targets, a fixed number of inputs each (CI runs it)
 #   make drills  the operational drills: kill -9, crashing upstream, soak, frame fuzzing
 #   make drills-quick the same drills, shortened for CI (a minute or two)
 #   make lint    gofmt, go vet (every build tag), and a build for windows and darwin
@@ -103,7 +103,7 @@ fuzz:
 # default minute. A real hang still fails: the worker panics after 10 s on
 # one input and the input is written to testdata/fuzz.
 FUZZCI_TARGETS := ./proxy/:FuzzStdioFront:40000x ./proxy/:FuzzHTTPFront:40000x \
-	./proxy/:FuzzModelFront:40000x ./intercept/:FuzzLongPieceExact:1500x
+	./proxy/:FuzzModelFront:40000x ./proxy/:FuzzParseOneFast:40000x ./intercept/:FuzzLongPieceExact:1500x
 fuzz-ci:
 	@set -e; for triple in $(FUZZCI_TARGETS); do \
 		pkg=$${triple%%:*}; rest=$${triple#*:}; target=$${rest%%:*}; count=$${rest#*:}; \
