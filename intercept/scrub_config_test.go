@@ -3,6 +3,7 @@ package intercept
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -34,12 +35,7 @@ func canonicalConfig(c config.Config) string {
 			fmt.Fprintf(&b, "   regex %s\n", r.String())
 		}
 	}
-	ids := make([]string, 0, len(c.Rules))
-	for id := range c.Rules {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(c.Rules)) {
 		r := c.Rules[id]
 		var rx, px string
 		if r.Regex != nil {

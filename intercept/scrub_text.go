@@ -37,10 +37,9 @@ type view struct {
 // deeper views when the scan ends, the first one when the count has read
 // it (decodedJSON.release), rather than becoming garbage a call.
 type viewBufs struct {
-	buf  []byte
-	esc  []escRec
-	nls  []int
-	used bool // handed out: release gives back only once
+	buf []byte
+	esc []escRec
+	nls []int
 }
 
 var viewPool = sync.Pool{New: func() any { return new(viewBufs) }}
@@ -54,10 +53,6 @@ func (v *view) release() {
 	}
 	b := v.bufs
 	v.bufs, v.text, v.esc, v.nls = nil, "", nil, nil
-	if !b.used {
-		return
-	}
-	b.used = false
 	// Very large buffers are not kept: one 10 MB result would pin them.
 	if cap(b.buf) > maxPooledView {
 		b.buf = nil
@@ -116,7 +111,6 @@ func unescapeView(v *view) (*view, bool) {
 	// bytes than it takes); eight more bytes let every word be stored
 	// whole.
 	bufs := viewPool.Get().(*viewBufs)
-	bufs.used = true
 	buf := grown(bufs.buf, len(s)+8)
 	buf = buf[:cap(buf)]
 	d := copy(buf, s[:i])
@@ -169,7 +163,6 @@ func unescapeView(v *view) (*view, bool) {
 	}
 	bufs.buf, bufs.esc, bufs.nls = buf[:0], recs[:0], nls[:0]
 	if len(recs) == 0 {
-		bufs.used = false
 		viewPool.Put(bufs)
 		return nil, false
 	}
@@ -591,7 +584,7 @@ func (d *decodedJSON) release() {
 // of reports whether d decodes raw: the same bytes at the same address, as
 // the scrubber handed them on.
 func (d *decodedJSON) of(raw []byte) bool {
-	return d != nil && len(d.raw) == len(raw) && len(raw) > 0 && &d.raw[0] == &raw[0]
+	return d != nil && len(raw) > 0 && sameBytes(d.raw, raw)
 }
 
 // at maps offset p of raw, which must not fall inside an escape sequence,
