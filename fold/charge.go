@@ -2,6 +2,7 @@ package fold
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
@@ -168,10 +169,7 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 // branch_recall checks that its branch is the caller's session's.
 func newCallHandle(branch string) string {
 	var b [8]byte
-	v := rand.Uint64()
-	for i := range b {
-		b[i] = byte(v >> (8 * i))
-	}
+	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
 	var h [12]byte
 	hex.Encode(h[:], b[:6])
 	return branch + "~" + string(h[:])
