@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,10 +35,10 @@ const (
 )
 
 // inlineScanBytes is the size under which a text is scanned on the
-// caller's goroutine (see run). Tool results are mostly this small (the
+// caller's goroutine (see runScan). Tool results are mostly this small (the
 // median of the trajectory data is a few hundred bytes), and a scan of
 // this much takes well under a millisecond: the goroutine, its stack and
-// the timer that would let run return at the deadline whatever the
+// the timer that would let runScan return at the deadline whatever the
 // detector does cost more than the scan itself.
 const inlineScanBytes = 16 << 10
 
@@ -178,13 +179,10 @@ func (s *Scrubber) scrubText(ctx context.Context, deadline time.Time, text strin
 	if s.disabled || text == "" {
 		return text, nil, nil
 	}
-	var spans []found
-	err := s.run(ctx, deadline, len(text), func(ctx context.Context) error {
-		var err error
-		var v *view
-		spans, v, err = s.scan(ctx, text, false)
+	spans, err := runScan(s, ctx, deadline, len(text), func(ctx context.Context) ([]found, error) {
+		spans, v, err := s.scan(ctx, text, false)
 		v.release()
-		return err
+		return spans, err
 	})
 	if err != nil {
 		return "", nil, err
@@ -218,17 +216,22 @@ func (s *Scrubber) scrubJSON(ctx context.Context, deadline time.Time, raw json.R
 	if !jsonscan.Valid(raw) { // as encoding/json.Valid, faster
 		return nil, nil, nil, &ScanError{Reason: "the message is not valid JSON"}
 	}
-	var edits []edit
-	var counts map[string]int
-	var dec *decodedJSON
-	err := s.run(ctx, deadline, len(raw), func(ctx context.Context) error {
-		var err error
-		edits, counts, dec, err = s.scanJSON(ctx, raw, s.inlined(len(raw)))
-		return err
+	if bytes.IndexByte(raw, '"') < 0 {
+		// No string, so nothing to scrub: only the insides of string
+		// literals are ever edited (arguments such as {} or a result of
+		// numbers). There is nothing decoded to share either.
+		return raw, nil, nil, nil
+	}
+	// The scan's results are returned, not stored in variables of this
+	// frame: the closure would move such variables to the heap, three
+	// allocations a call.
+	r, err := runScan(s, ctx, deadline, len(raw), func(ctx context.Context) (jsonScan, error) {
+		return s.scanJSON(ctx, raw, s.inlined(len(raw)))
 	})
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	edits, counts, dec := r.edits, r.counts, r.dec
 	if len(edits) == 0 {
 		return raw, nil, dec, nil
 	}
@@ -251,6 +254,15 @@ type edit struct {
 	repl       string
 }
 
+// jsonScan is what scanJSON returns: the edits that remove the secrets
+// found and their counts by rule, or when there are none, the view of raw
+// the scan decoded (nil when there is none to share).
+type jsonScan struct {
+	edits  []edit
+	counts map[string]int
+	dec    *decodedJSON
+}
+
 // jsonString is the interior of one string literal of a JSON text.
 type jsonString struct {
 	start, end int // raw[start:end] is between the quotes
@@ -263,12 +275,12 @@ type jsonString struct {
 // itself, so the caller drops it when there are edits.
 //
 // With alias, the scan reads raw as a string without copying it: the
-// caller must run the scan on its own goroutine (run does when
+// caller must run the scan on its own goroutine (runScan does when
 // s.inlined) and keep raw unchanged while it holds the view, and the
 // scan keeps no part of the text past its return but in the view (what it
 // found is redacted into a new text). Larger texts are scanned on a
-// goroutine that may outlive run at its deadline: they are copied.
-func (s *Scrubber) scanJSON(ctx context.Context, raw []byte, alias bool) ([]edit, map[string]int, *decodedJSON, error) {
+// goroutine that may outlive runScan at its deadline: they are copied.
+func (s *Scrubber) scanJSON(ctx context.Context, raw []byte, alias bool) (jsonScan, error) {
 	// The string literals are listed up front only when a textual blob may
 	// be among them; otherwise only once a secret is found (most results
 	// hold none), to keep its edits inside the strings.
@@ -291,7 +303,7 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte, alias bool) ([]edit
 		spans, v, err := s.scan(ctx, dec, false)
 		v.release()
 		if err != nil {
-			return nil, nil, nil, err
+			return jsonScan{}, err
 		}
 		if len(spans) == 0 {
 			continue
@@ -323,7 +335,7 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte, alias bool) ([]edit
 	}
 	spans, v, err := s.scan(ctx, text, true)
 	if err != nil {
-		return nil, nil, nil, err
+		return jsonScan{}, err
 	}
 	var dec *decodedJSON
 	if len(blank) == 0 {
@@ -359,10 +371,10 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte, alias bool) ([]edit
 		}
 	}
 	if len(edits) == 0 {
-		return nil, nil, dec, nil
+		return jsonScan{dec: dec}, nil
 	}
 	sortEdits(edits)
-	return edits, counts, nil, nil
+	return jsonScan{edits: edits, counts: counts}, nil
 }
 
 func isBlanked(blank []jsonString, js jsonString) bool {
@@ -449,72 +461,85 @@ func textBlob(lit []byte) (string, bool) {
 	return string(dec), true
 }
 
-// inlined reports whether run scans a text of size bytes on the caller's
+// inlined reports whether runScan scans a text of size bytes on the caller's
 // goroutine: scanJSON may then read the text without copying it.
 func (s *Scrubber) inlined(size int) bool { return size < s.inline }
 
-// run runs f, the scan of a text of size bytes, until deadline, turning a
+// runScan runs f, the scan of a text of size bytes, until deadline, turning a
 // deadline, a cancellation or a panic into a *ScanError.
 //
 // A text of s.inline bytes or more is scanned on a goroutine of its own,
-// under a context that ends at the deadline, and run returns at the
+// under a context that ends at the deadline, and runScan returns at the
 // deadline even when f does not: a detector that ignores its context is
 // left to finish on its own, its result discarded. A smaller text is
 // scanned on the caller's goroutine, as Tokens counts a small result, with
 // no goroutine, context or timer of its own: go-re2's engine runs in time
 // linear in the text, and a scan that ends past the deadline fails all the
 // same. ctx still cancels both (gitleaks checks it between rules).
-func (s *Scrubber) run(ctx context.Context, deadline time.Time, size int, f func(context.Context) error) error {
+//
+// f returns what it found rather than storing it in the caller's
+// variables, which would move them to the heap (f escapes, to the
+// goroutine). What it returns is dropped when runScan fails.
+func runScan[T any](s *Scrubber, ctx context.Context, deadline time.Time, size int, f func(context.Context) (T, error)) (T, error) {
+	var v T
 	var err error
 	wctx := ctx
 	if s.inlined(size) {
-		err = s.runInline(ctx, f)
+		v, err = runScanInline(s, ctx, f)
 	} else {
 		var cancel context.CancelFunc
 		wctx, cancel = context.WithDeadlineCause(ctx, deadline, errWorkTimeout)
 		defer cancel()
-		done := make(chan error, 1)
+		type outcome struct {
+			v   T
+			err error
+		}
+		done := make(chan outcome, 1)
 		go func() {
 			growStack(0)
 			defer func() {
 				if r := recover(); r != nil {
-					done <- s.panicked(r)
+					done <- outcome{err: s.panicked(r)}
 				}
 			}()
-			done <- f(wctx)
+			v, err := f(wctx)
+			done <- outcome{v, err}
 		}()
 		select {
-		case err = <-done:
+		case o := <-done:
+			v, err = o.v, o.err
 		case <-wctx.Done():
 			err = wctx.Err()
 		}
 	}
 	late := !time.Now().Before(deadline)
 	if err == nil && !late {
-		return nil
+		return v, nil
 	}
+	var zero T
 	var se *ScanError
 	switch {
 	case ctx.Err() != nil:
-		return &ScanError{Reason: "scan canceled: " + ctx.Err().Error(), Err: ctx.Err()}
+		return zero, &ScanError{Reason: "scan canceled: " + ctx.Err().Error(), Err: ctx.Err()}
 	case late || errors.Is(err, context.DeadlineExceeded) || wctx.Err() != nil:
-		return &ScanError{Reason: fmt.Sprintf("scan timed out after %s", s.timeout), Err: context.DeadlineExceeded}
+		return zero, &ScanError{Reason: fmt.Sprintf("scan timed out after %s", s.timeout), Err: context.DeadlineExceeded}
 	case errors.As(err, &se):
-		return se
+		return zero, se
 	default:
-		return &ScanError{Reason: "scan failed: the secret detector reported an error", Err: err}
+		return zero, &ScanError{Reason: "scan failed: the secret detector reported an error", Err: err}
 	}
 }
 
-// runInline runs f on the calling goroutine, a panic becoming an error.
-func (s *Scrubber) runInline(ctx context.Context, f func(context.Context) error) (err error) {
+// runScanInline runs f on the calling goroutine, a panic becoming an error.
+func runScanInline[T any](s *Scrubber, ctx context.Context, f func(context.Context) (T, error)) (v T, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = s.panicked(r)
+			var zero T
+			v, err = zero, s.panicked(r)
 		}
 	}()
 	if err := ctx.Err(); err != nil {
-		return err
+		return v, err
 	}
 	return f(ctx)
 }
@@ -557,9 +582,14 @@ type scanText struct {
 }
 
 // scanJob is one piece of a scanText: the secrets whose keyword starts in
-// text[lo:hi], or (rule >= 0) one whole rule over the whole text.
+// text[lo:hi], or (rule >= 0) one whole rule over the whole text. It holds
+// its text by value, and ti is the text's index in the scan's list: a scan
+// of one piece then keeps its texts and jobs in its own frame (a pointer
+// to a text, shared with the workers of runJobsParallel, would move every
+// text to the heap).
 type scanJob struct {
-	t      *scanText
+	t      scanText
+	ti     int
 	lo, hi int
 	rule   int
 }
@@ -594,7 +624,9 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 	if cur.parent == nil {
 		nls = newlines(cur.text, nil)
 	}
-	texts := []*scanText{{v: cur, text: cur.text, nls: nls}}
+	// Sized for the common scan, which these fit: kept in this frame.
+	texts := make([]scanText, 0, 4)
+	texts = append(texts, scanText{v: cur, text: cur.text, nls: nls})
 	// The deeper views are the scan's own: their buffers go back when it
 	// ends (every job has ended by then, runJobs waits for them; what
 	// the scan returns holds offsets into the raw text).
@@ -612,23 +644,27 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 		deeper = append(deeper, v)
 		for _, w := range v.changedWindows(unescapePad) {
 			sub := v.text[w[0]:w[1]]
-			texts = append(texts, &scanText{v: v, off: w[0], text: sub, nls: newlines(sub, nil)})
+			texts = append(texts, scanText{v: v, off: w[0], text: sub, nls: newlines(sub, nil)})
 		}
 		cur = v
 	}
-	var jobs []scanJob
-	for _, t := range texts {
+	jobs := make([]scanJob, 0, 4)
+	for ti, t := range texts {
 		for lo := 0; lo < len(t.text); {
 			hi := len(t.text)
 			if len(t.text)-lo > s.chunk {
 				hi = s.eng.splitPoint(t.text, lo+s.chunk)
 			}
-			jobs = append(jobs, scanJob{t: t, lo: lo, hi: hi, rule: -1})
+			jobs = append(jobs, scanJob{t: t, ti: ti, lo: lo, hi: hi, rule: -1})
 			lo = hi
 		}
 	}
-	res, err := s.runJobs(ctx, jobs)
-	if err != nil {
+	res := make([]jobResult, 4)
+	if len(jobs) > len(res) {
+		res = make([]jobResult, len(jobs))
+	}
+	res = res[:len(jobs)]
+	if err := s.runJobs(ctx, jobs, res); err != nil {
 		return nil, nil, err
 	}
 	// Second round: whole rules whose keyword a piece saw.
@@ -636,43 +672,31 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 	seen := map[[2]int]bool{}
 	for i, r := range res {
 		for _, ri := range r.whole {
-			k := [2]int{textIndex(texts, jobs[i].t), ri}
+			k := [2]int{jobs[i].ti, ri}
 			if !seen[k] {
 				seen[k] = true
-				more = append(more, scanJob{t: jobs[i].t, rule: ri})
+				more = append(more, scanJob{t: jobs[i].t, ti: jobs[i].ti, rule: ri})
 			}
 		}
 	}
-	var res2 []jobResult
+	var all []found
+	for i, r := range res {
+		all = appendMapped(all, jobs[i].t.v, r.fs, jobs[i].t.off)
+	}
 	if len(more) > 0 {
-		if res2, err = s.runJobs(ctx, more); err != nil {
+		res2 := make([]jobResult, len(more))
+		if err := s.runJobs(ctx, more, res2); err != nil {
 			return nil, nil, err
 		}
-	}
-	var all []found
-	for i, r := range append(res, res2...) {
-		t := jobs[0].t
-		if i < len(jobs) {
-			t = jobs[i].t
-		} else {
-			t = more[i-len(jobs)].t
+		for i, r := range res2 {
+			all = appendMapped(all, more[i].t.v, r.fs, more[i].t.off)
 		}
-		all = appendMapped(all, t.v, r.fs, t.off)
 	}
 	if len(all) == 0 {
 		return nil, first, nil
 	}
 	all = append(all, sweep(text, all)...)
 	return mergeFound(all), first, nil
-}
-
-func textIndex(texts []*scanText, t *scanText) int {
-	for i, x := range texts {
-		if x == t {
-			return i
-		}
-	}
-	return -1
 }
 
 // jobResult is what one scanJob found.
@@ -691,22 +715,24 @@ func (s *Scrubber) runJob(ctx context.Context, j scanJob) (jobResult, error) {
 	return jobResult{fs: fs, whole: whole}, err
 }
 
-// runJobs runs jobs over GOMAXPROCS workers and returns their results in
-// order. The first error (a *ScanError first) cancels the rest.
-func (s *Scrubber) runJobs(ctx context.Context, jobs []scanJob) ([]jobResult, error) {
+// runJobs runs jobs over GOMAXPROCS workers and stores their results in
+// res, in order (res has a result for each job). The first error (a
+// *ScanError first) cancels the rest.
+func (s *Scrubber) runJobs(ctx context.Context, jobs []scanJob, res []jobResult) error {
 	if len(jobs) == 1 {
 		r, err := s.runJob(ctx, jobs[0])
-		if err != nil {
-			return nil, err
-		}
-		return []jobResult{r}, nil
+		res[0] = r
+		return err
 	}
-	return s.runJobsParallel(ctx, jobs)
+	results, err := s.runJobsParallel(ctx, slices.Clone(jobs))
+	copy(res, results)
+	return err
 }
 
 // runJobsParallel is runJobs of more than one job. It is a function of its
 // own so that what its workers share is put on the heap only when there
-// are workers (a small text is one job).
+// are workers (a small text is one job); jobs is its own, shared with
+// them.
 func (s *Scrubber) runJobsParallel(ctx context.Context, jobs []scanJob) ([]jobResult, error) {
 	results := make([]jobResult, len(jobs))
 	ctx, cancel := context.WithCancel(ctx)
@@ -862,7 +888,8 @@ func Scrub(s *Scrubber) Interceptor {
 				// is the scrubbed copy. A copy that cannot be scanned
 				// withholds the exchange: nothing is delivered, so
 				// nothing is archived.
-				out, counts, _, serr := s.scrubJSON(ctx, deadline, ex.Args)
+				out, counts, dec, serr := s.scrubJSON(ctx, deadline, ex.Args)
+				dec.release() // nothing reads the arguments decoded
 				if serr != nil {
 					return s.withhold(ctx, ex, serr)
 				}

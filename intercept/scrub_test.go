@@ -293,6 +293,8 @@ func TestScrubJSONUnchanged(t *testing.T) {
 		`{"contents":[{"uri":"file:///a.png","mimeType":"image/png","blob":"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="}]}`,
 		`[1, 2.5, true, null, "x", {"a": {"b": []}}]`,
 		`"just a string"`,
+		`{}`,
+		`[1, -2.5e3, true, null, {}, []]`, // no string at all
 	}
 	for _, in := range ins {
 		raw := json.RawMessage(in)
@@ -304,8 +306,10 @@ func TestScrubJSONUnchanged(t *testing.T) {
 			t.Errorf("ScrubJSON(%s) = %s, %v; want the input slice itself", in, got, counts)
 		}
 	}
-	if _, _, err := s.ScrubJSON(context.Background(), json.RawMessage(`{"a": `)); err == nil {
-		t.Error("ScrubJSON of invalid JSON: want an error")
+	for _, in := range []string{`{"a": `, `[1, 2`, `{1: 2}`} {
+		if _, _, err := s.ScrubJSON(context.Background(), json.RawMessage(in)); err == nil {
+			t.Errorf("ScrubJSON(%s) of invalid JSON: want an error", in)
+		}
 	}
 }
 
