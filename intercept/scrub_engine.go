@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/zricethezav/gitleaks/v8/config"
 	"github.com/zricethezav/gitleaks/v8/detect"
@@ -833,9 +834,15 @@ var encClass = func() (t [256]uint8) {
 // decodesPrintable reports whether s decodes, as base64 (standard or URL)
 // or hex, to printable ASCII, as gitleaks' decoder requires. s is a run of
 // base64 bytes ([\w/+-]) and up to two '='.
+//
+// It decodes into a buffer on its stack when the segment fits (most do),
+// not into a new one a segment as DecodeString would.
 func decodesPrintable(s string) bool {
+	var buf [decodeBuf]byte
+	src := unsafe.Slice(unsafe.StringData(s), len(s)) // only read
 	if isHexString(strings.TrimRight(s, "=")) && len(s) >= 32 {
-		if b, err := hex.DecodeString(s); err == nil && printableASCII(b) {
+		dst := sized(buf[:], hex.DecodedLen(len(s)))
+		if n, err := hex.Decode(dst, src); err == nil && printableASCII(dst[:n]) {
 			return true
 		}
 	}
@@ -848,15 +855,29 @@ func decodesPrintable(s string) bool {
 		seen |= encClass[s[i]]
 	}
 	if seen&encNotStd == 0 && len(s)%4 == 0 {
-		if b, err := base64.StdEncoding.DecodeString(s); err == nil && printableASCII(b) {
+		dst := sized(buf[:], base64.StdEncoding.DecodedLen(len(s)))
+		if n, err := base64.StdEncoding.Decode(dst, src); err == nil && printableASCII(dst[:n]) {
 			return true
 		}
 	}
 	if seen&encNotURL != 0 || strings.IndexByte(s, '=') >= 0 || len(s)%4 == 1 {
 		return false
 	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	return err == nil && printableASCII(b)
+	dst := sized(buf[:], base64.RawURLEncoding.DecodedLen(len(s)))
+	n, err := base64.RawURLEncoding.Decode(dst, src)
+	return err == nil && printableASCII(dst[:n])
+}
+
+// decodeBuf is the size of decodesPrintable's buffer: the decoded length
+// of a segment of 512 bytes.
+const decodeBuf = 384
+
+// sized returns buf[:n], or a new slice of n bytes when buf is shorter.
+func sized(buf []byte, n int) []byte {
+	if n > len(buf) {
+		return make([]byte, n)
+	}
+	return buf[:n]
 }
 
 // isEncodedByte reports whether c can be part of a segment gitleaks

@@ -200,13 +200,19 @@ func TestDecodesPrintableShortcuts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
 	const alpha = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_"
 	var cases []string
-	for range 20000 {
+	for i := range 20000 {
 		n := 1 + rng.IntN(40)
+		if i%50 == 0 {
+			n = 500 + rng.IntN(300) // past decodesPrintable's buffer
+		}
 		b := make([]byte, n)
 		for i := range b {
 			b[i] = alpha[rng.IntN(len(alpha))]
 		}
 		text := make([]byte, rng.IntN(30))
+		if i%50 == 1 {
+			text = make([]byte, 350+rng.IntN(200))
+		}
 		for i := range text {
 			text[i] = byte(0x20 + rng.IntN(0x60))
 		}
