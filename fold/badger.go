@@ -2,6 +2,7 @@ package fold
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -981,6 +983,8 @@ func (s *BadgerStore) DeleteSession(ctx context.Context, id string) error {
 // their total size is at most maxBytes. A maxAge or maxBytes of zero or less
 // disables that rule. Active branches are never removed. Space is given back
 // to the file system by Badger's value log garbage collection afterwards.
+// It reads the time index both in groups and under entries' own keys
+// (timeindex.go).
 func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes int64) error {
 	if s.readOnly {
 		return fmt.Errorf("fold: prune: the store was opened read-only")
@@ -990,38 +994,70 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 		t         int64
 		size      int64
 		seg       uint32 // archive segment of its bytes, 0 when inline
+		direct    bool   // under its own key (a store written before the index was grouped)
+		inGroup   bool   // in one group or more
 	}
 	var all []entry
 	var total int64
 	var oldBranches []*Branch
+	type group struct {
+		key   []byte
+		pairs [][2][]byte
+	}
+	var groups []group
 	cutoff := time.Now().Add(-maxAge)
+	// add records the index entry k → v, once however many places hold it.
+	seen := map[string]int{}
+	add := func(k, v []byte, direct bool) error {
+		if i, ok := seen[string(k)]; ok {
+			all[i].direct = all[i].direct || direct
+			all[i].inGroup = all[i].inGroup || !direct
+			return nil
+		}
+		// t/<20 digits>/<key>
+		if len(k) < 2+20+1 {
+			return fmt.Errorf("fold: bad archive index key %q", k)
+		}
+		ns, err := strconv.ParseInt(string(k[2:22]), 10, 64)
+		if err != nil {
+			return fmt.Errorf("fold: bad archive index key %q: %w", k, err)
+		}
+		sz, segText, inFile := strings.Cut(string(v), "@")
+		size, err := strconv.ParseInt(sz, 10, 64)
+		if err != nil {
+			return fmt.Errorf("fold: bad archive index value for %q: %w", k, err)
+		}
+		var seg uint64
+		if inFile {
+			if seg, err = strconv.ParseUint(segText, 10, 32); err != nil || seg == 0 {
+				return fmt.Errorf("fold: bad archive segment in the index value for %q: %q", k, v)
+			}
+		}
+		seen[string(k)] = len(all)
+		all = append(all, entry{tkey: k, key: k[23:], t: ns, size: size, seg: uint32(seg), direct: direct, inGroup: !direct})
+		total += size
+		return nil
+	}
 	// Taken before the index is read: every reference into a segment below
 	// it is written (in the write-ahead log), so the index read next, which
 	// first commits what is pending, sees it.
 	floor := s.arch.floor()
 	err := s.view(ctx, func(txn *badger.Txn) error {
-		err := scan(txn, []byte("t/"), true, func(k, v []byte) error {
-			// t/<20 digits>/<key>
-			if len(k) < 2+20+1 {
-				return fmt.Errorf("fold: bad archive index key %q", k)
-			}
-			ns, err := strconv.ParseInt(string(k[2:22]), 10, 64)
+		err := scan(txn, []byte("t/"), true, func(k, v []byte) error { return add(k, v, true) })
+		if err != nil {
+			return err
+		}
+		err = scan(txn, timeGroupPrefix, true, func(k, v []byte) error {
+			pairs, err := decodeTimeGroup(v)
 			if err != nil {
-				return fmt.Errorf("fold: bad archive index key %q: %w", k, err)
+				return fmt.Errorf("fold: bad archive index group %q: %w", k, err)
 			}
-			sz, segText, inFile := strings.Cut(string(v), "@")
-			size, err := strconv.ParseInt(sz, 10, 64)
-			if err != nil {
-				return fmt.Errorf("fold: bad archive index value for %q: %w", k, err)
-			}
-			var seg uint64
-			if inFile {
-				if seg, err = strconv.ParseUint(segText, 10, 32); err != nil || seg == 0 {
-					return fmt.Errorf("fold: bad archive segment in the index value for %q: %q", k, v)
+			groups = append(groups, group{key: k, pairs: pairs})
+			for _, p := range pairs {
+				if err := add(p[0], p[1], false); err != nil {
+					return err
 				}
 			}
-			all = append(all, entry{tkey: k, key: k[23:], t: ns, size: size, seg: uint32(seg)})
-			total += size
 			return nil
 		})
 		if err != nil || maxAge <= 0 {
@@ -1041,6 +1077,14 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 	if err != nil {
 		return fmt.Errorf("fold: prune: %w", err)
 	}
+	// Oldest first (the groups are not in time order among themselves or
+	// with the entries under their own keys).
+	slices.SortFunc(all, func(a, b entry) int {
+		if c := cmp.Compare(a.t, b.t); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.tkey, b.tkey)
+	})
 	var drop []entry
 	i := 0
 	if maxAge > 0 {
@@ -1065,8 +1109,27 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 		return s.arch.removeUnreferenced(floor, live)
 	}
 	ops := make([]walOp, 0, 2*(len(drop)+len(oldBranches)))
+	dropped := make(map[string]bool, len(drop))
 	for _, e := range drop {
-		ops = append(ops, del(e.tkey), del(e.key))
+		if e.direct {
+			ops = append(ops, del(e.tkey))
+		}
+		if e.inGroup {
+			dropped[string(e.tkey)] = true
+		}
+		ops = append(ops, del(e.key))
+	}
+	// A group loses its dropped entries: written again with the rest, or
+	// deleted once none is left.
+	for _, g := range groups {
+		keep := slices.DeleteFunc(slices.Clone(g.pairs), func(p [2][]byte) bool { return dropped[string(p[0])] })
+		switch {
+		case len(keep) == len(g.pairs):
+		case len(keep) == 0:
+			ops = append(ops, del(g.key))
+		default:
+			ops = append(ops, set(g.key, encodeTimeGroup(keep)))
+		}
 	}
 	s.mu.Lock()
 	for _, b := range oldBranches {

@@ -738,13 +738,31 @@ func (w *walLog) trimLocked() {
 // applyRecords writes recs to Badger in order, in as few transactions as
 // its size limit allows; a record is split across two only when it alone
 // is too big for one. Each transaction also records the position of the
-// last record it holds completely (walAppliedKey).
+// last record it holds completely (walAppliedKey), and holds the time
+// index entries its records set in one entry, a group (timeindex.go).
 func (s *BadgerStore) applyRecords(recs []walRecord) error {
 	txn := s.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
 	inTxn := 0
 	var last *walRecord // the last record complete in txn
+	var tg timeGroup
 	commit := func() error {
+		if tg.key != nil {
+			err := txn.Set(tg.key, tg.val)
+			if errors.Is(err, badger.ErrTxnTooBig) {
+				// The group alone in a transaction of its own, which
+				// records the position: a crash between the two
+				// commits replays these records.
+				if err = txn.Commit(); err == nil {
+					txn = s.db.NewTransaction(true)
+					err = txn.Set(tg.key, tg.val)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			tg.reset()
+		}
 		if last != nil {
 			err := txn.Set(walAppliedKey, walPos{last.file, last.end}.encode())
 			if err != nil && !errors.Is(err, badger.ErrTxnTooBig) {
@@ -776,7 +794,11 @@ func (s *BadgerStore) applyRecords(recs []walRecord) error {
 				return err
 			}
 		}
-		for _, op := range r.ops {
+		for j, op := range r.ops {
+			if !op.del && isTimeKey(op.k) {
+				tg.add(op.k, op.v, r.file, r.end, j)
+				continue
+			}
 			err := apply(op)
 			if errors.Is(err, badger.ErrTxnTooBig) {
 				if err = next(); err == nil {
