@@ -317,3 +317,22 @@ func TestTimeIndexGroupOverflow(t *testing.T) {
 		t.Fatalf("calls left after pruning to 1 byte: %v", seqs)
 	}
 }
+
+// A group's value read back from a damaged store is an error, never a
+// panic, and what decodes survives encoding and decoding again.
+func FuzzDecodeTimeGroup(f *testing.F) {
+	f.Add(encodeTimeGroup([][2][]byte{{[]byte("t/00000000000000000001/c/b/1"), []byte("12")}}))
+	f.Add([]byte("\x05t/"))
+	f.Add([]byte{})
+	f.Add([]byte("\x80\x00\x80\x00")) // lengths in more bytes than needed
+	f.Fuzz(func(t *testing.T, v []byte) {
+		pairs, err := decodeTimeGroup(v)
+		if err != nil {
+			return
+		}
+		again, err := decodeTimeGroup(encodeTimeGroup(pairs))
+		if err != nil || fmt.Sprintf("%q", again) != fmt.Sprintf("%q", pairs) {
+			t.Fatalf("decode(encode(%q)) = %q, %v", pairs, again, err)
+		}
+	})
+}
