@@ -2,7 +2,6 @@ package fold
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 )
 
@@ -84,21 +83,12 @@ func appendTimePair(b, k, v []byte) []byte {
 // their values, views of v.
 func decodeTimeGroup(v []byte) ([][2][]byte, error) {
 	var out [][2][]byte
-	field := func() ([]byte, error) {
-		n, w := binary.Uvarint(v)
-		if w <= 0 || n > uint64(len(v)-w) {
-			return nil, errors.New("a length runs past the value")
-		}
-		b := v[w : w+int(n)]
-		v = v[w+int(n):]
-		return b, nil
-	}
 	for len(v) > 0 {
-		k, err := field()
+		k, err := lengthPrefixed(&v, "value")
 		if err != nil {
 			return nil, err
 		}
-		val, err := field()
+		val, err := lengthPrefixed(&v, "value")
 		if err != nil {
 			return nil, err
 		}

@@ -306,6 +306,19 @@ func putWALBuf(bp *[]byte) {
 	walBufPools[bits.Len(uint(c))-bits.Len(walBufMin)].Put(bp)
 }
 
+// lengthPrefixed reads a uvarint length and that many bytes from *p, and
+// moves *p past them; what names the bytes *p holds, for the error when
+// the length runs past them.
+func lengthPrefixed(p *[]byte, what string) ([]byte, error) {
+	n, w := binary.Uvarint(*p)
+	if w <= 0 || n > uint64(len(*p)-w) {
+		return nil, errors.New("a length runs past the " + what)
+	}
+	b := (*p)[w : w+int(n)]
+	*p = (*p)[w+int(n):]
+	return b, nil
+}
+
 // decodeWALPayload parses a checked payload into its ops and blobs.
 func decodeWALPayload(p []byte) ([]walOp, []walBlob, error) {
 	var ops []walOp
@@ -318,15 +331,7 @@ func decodeWALPayload(p []byte) ([]walOp, []walBlob, error) {
 		p = p[w:]
 		return n, nil
 	}
-	field := func() ([]byte, error) {
-		n, w := binary.Uvarint(p)
-		if w <= 0 || n > uint64(len(p)-w) {
-			return nil, errors.New("a length runs past the record")
-		}
-		b := p[w : w+int(n)]
-		p = p[w+int(n):]
-		return b, nil
-	}
+	field := func() ([]byte, error) { return lengthPrefixed(&p, "record") }
 	for len(p) > 0 {
 		kind := p[0]
 		p = p[1:]
