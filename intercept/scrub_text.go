@@ -111,15 +111,15 @@ func unescapeView(v *view) (*view, bool) {
 	// bytes than it takes); eight more bytes let every word be stored
 	// whole.
 	bufs := viewPool.Get().(*viewBufs)
-	buf := grown(bufs.buf, len(s)+8)
+	buf := slices.Grow(bufs.buf[:0], len(s)+8)
 	buf = buf[:cap(buf)]
 	d := copy(buf, s[:i])
 	// One record per escape: sized once (JSON text holds many \n).
 	nesc := strings.Count(s[i:], `\`)
-	recs := grown(bufs.esc, nesc)
+	recs := slices.Grow(bufs.esc[:0], nesc)
 	// The newlines of the decoded text are listed on the way, those
 	// before i first: most come from \n escapes, at most one an escape.
-	nls := grown(bufs.nls, nesc+strings.Count(s, "\n"))
+	nls := slices.Grow(bufs.nls[:0], nesc+strings.Count(s, "\n"))
 	for j := 0; j < i; j++ {
 		if s[j] == '\n' {
 			nls = append(nls, j)
@@ -167,15 +167,6 @@ func unescapeView(v *view) (*view, bool) {
 		return nil, false
 	}
 	return &view{text: unsafe.String(unsafe.SliceData(buf), d), parent: v, esc: recs, nls: nls, bufs: bufs}, true
-}
-
-// grown returns b emptied, with room for n elements: b's own array when it
-// has the room, else a new one.
-func grown[T any](b []T, n int) []T {
-	if cap(b) >= n {
-		return b[:0]
-	}
-	return make([]T, 0, n)
 }
 
 // byteMask returns a word with the high bit set of each byte of w equal to
