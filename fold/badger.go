@@ -995,7 +995,6 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 		size      int64
 		seg       uint32 // archive segment of its bytes, 0 when inline
 		direct    bool   // under its own key (a store written before the index was grouped)
-		inGroup   bool   // in one group or more
 	}
 	var all []entry
 	var total int64
@@ -1011,7 +1010,6 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 	add := func(k, v []byte, direct bool) error {
 		if i, ok := seen[string(k)]; ok {
 			all[i].direct = all[i].direct || direct
-			all[i].inGroup = all[i].inGroup || !direct
 			return nil
 		}
 		// t/<20 digits>/<key>
@@ -1034,7 +1032,7 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 			}
 		}
 		seen[string(k)] = len(all)
-		all = append(all, entry{tkey: k, key: k[23:], t: ns, size: size, seg: uint32(seg), direct: direct, inGroup: !direct})
+		all = append(all, entry{tkey: k, key: k[23:], t: ns, size: size, seg: uint32(seg), direct: direct})
 		total += size
 		return nil
 	}
@@ -1114,9 +1112,7 @@ func (s *BadgerStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes 
 		if e.direct {
 			ops = append(ops, del(e.tkey))
 		}
-		if e.inGroup {
-			dropped[string(e.tkey)] = true
-		}
+		dropped[string(e.tkey)] = true
 		ops = append(ops, del(e.key))
 	}
 	// A group loses its dropped entries: written again with the rest, or
