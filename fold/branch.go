@@ -780,7 +780,11 @@ func (m *Manager) summarize(b *Branch, closed []string) string {
 		fmt.Fprintf(&sb, " By tool: %s.", strings.Join(parts, ", "))
 	}
 	if len(b.Cuts) > 0 {
-		fmt.Fprintf(&sb, " Cut results, whose rest branch_recall reads by handle: %s.", strings.Join(b.Cuts, ", "))
+		if b.CutCount > len(b.Cuts) {
+			fmt.Fprintf(&sb, " Cut results: %d, the last %d of which branch_recall reads by handle: %s.", b.CutCount, len(b.Cuts), strings.Join(b.Cuts, ", "))
+		} else {
+			fmt.Fprintf(&sb, " Cut results, whose rest branch_recall reads by handle: %s.", strings.Join(b.Cuts, ", "))
+		}
 	}
 	var kids []string
 	for _, id := range closed {

@@ -108,6 +108,9 @@ func marshalBranch(b *Branch) ([]byte, error) {
 	e.counts(`,"byTool":`, b.ByTool)
 	e.counts(`,"byUpstream":`, b.ByUpstream)
 	e.list(`,"cuts":`, b.Cuts)
+	if b.CutCount != 0 {
+		e.num(`,"cutCount":`, b.CutCount)
+	}
 	e.str(`,"message":`, b.Message, true)
 	e.str(`,"returnValue":`, b.ReturnValue, true)
 	e.str(`,"summary":`, b.Summary, true)

@@ -110,7 +110,7 @@ func FuzzEncodeBranch(f *testing.F) {
 		b := &Branch{
 			ID: id, Session: session, Parent: parent, Depth: depth, Description: desc, Prompt: prompt, Status: Status(status),
 			Reason: reason, Budget: budget, Used: used, Level: level, Created: at(created), Deadline: at(deadline), Closed: at(closed),
-			Ord: len(ord) - 1, DependsOn: split(deps), Calls: calls, Cuts: split(cuts), Message: msg, ReturnValue: rv,
+			Ord: len(ord) - 1, DependsOn: split(deps), Calls: calls, Cuts: split(cuts), CutCount: budget - used, Message: msg, ReturnValue: rv,
 			Summary: summary, Injected: split(injected), SummaryDelivered: delivered,
 		}
 		for i, kv := range split(byTool) {

@@ -119,7 +119,8 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 		nb.Level = policy.LevelOf(nb.Used, nb.Budget, m.set.Thresholds).String()
 	}
 	if ch.Cut {
-		nb.Cuts = append(nb.Cuts, bud.Handle)
+		nb.Cuts = addCut(nb.Cuts, bud.Handle)
+		nb.CutCount++
 	}
 	forced := b.Depth > 0 && (ch.Cut || (nb.Budget > 0 && nb.Used >= nb.Budget))
 	if forced {
@@ -167,6 +168,20 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 // entropy, per thread, no system call) rather than crypto/rand: a handle
 // must only not repeat, across restarts too; it grants nothing, since
 // branch_recall checks that its branch is the caller's session's.
+// listedCuts is how many handles of its latest cut results a branch's
+// record lists (Branch.Cuts).
+const listedCuts = 16
+
+// addCut returns the list of a branch's latest cut handles with handle
+// added, the oldest dropped past listedCuts. cuts is the branch's clone's
+// own list.
+func addCut(cuts []string, handle string) []string {
+	if len(cuts) >= listedCuts {
+		cuts = append(cuts[:0], cuts[len(cuts)-listedCuts+1:]...)
+	}
+	return append(cuts, handle)
+}
+
 func newCallHandle(branch string) string {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], rand.Uint64())

@@ -382,6 +382,11 @@ func decodeBranch(data []byte) (*Branch, error) {
 	if err := json.Unmarshal(data, &b); err != nil {
 		return nil, fmt.Errorf("fold: decode branch record: %w", err)
 	}
+	// A record written before CutCount was kept lists every cut.
+	b.CutCount = max(b.CutCount, len(b.Cuts))
+	if len(b.Cuts) > listedCuts {
+		b.Cuts = slices.Clone(b.Cuts[len(b.Cuts)-listedCuts:])
+	}
 	return &b, nil
 }
 

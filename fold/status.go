@@ -41,7 +41,8 @@ type branchView struct {
 	UsageByTool      map[string]int  `json:"usage_by_tool,omitempty"`
 	UsageByUpstream  map[string]int  `json:"usage_by_upstream,omitempty"`
 	Calls            int             `json:"calls"`
-	Cuts             []string        `json:"cuts,omitempty"`
+	Cuts             []string        `json:"cuts,omitempty"`      // the latest, at most listedCuts
+	CutCount         int             `json:"cut_count,omitempty"` // all of them, when Cuts does not list all
 	Summary          string          `json:"summary,omitempty"`
 	Message          string          `json:"message,omitempty"`
 	ReturnValue      json.RawMessage `json:"return_value,omitempty"`
@@ -114,6 +115,9 @@ func (m *Manager) view(n *node, full bool) *branchView {
 		Created:     b.Created.UTC().Format(time.RFC3339),
 		UsageByTool: b.ByTool, UsageByUpstream: b.ByUpstream, Calls: b.Calls, Cuts: b.Cuts,
 		Summary: b.Summary,
+	}
+	if b.CutCount > len(b.Cuts) {
+		v.CutCount = b.CutCount
 	}
 	if b.Budget > 0 {
 		v.BudgetPercent = math.Round(float64(b.Used)*1000/float64(b.Budget)) / 10

@@ -42,7 +42,7 @@ func storeConformance(t *testing.T, s Store) {
 		{ID: "root-a/b", Session: "a/b", Status: StatusActive, Created: created, Level: "normal"},
 		{ID: "b-1", Session: "a/b", Parent: "root-a/b", Depth: 1, Status: StatusForced, Reason: ReasonBudget, Budget: 100, Used: 100,
 			Created: created.Add(time.Second), Closed: created.Add(time.Minute), Deadline: created.Add(time.Hour),
-			ByTool: map[string]int{"up/x": 100}, ByUpstream: map[string]int{"up": 100}, Cuts: []string{"b-1~aa"}, Summary: "s", Ord: 3},
+			ByTool: map[string]int{"up/x": 100}, ByUpstream: map[string]int{"up": 100}, Cuts: []string{"b-1~aa"}, CutCount: 1, Summary: "s", Ord: 3},
 		{ID: "b-2", Session: "a/b", Parent: "b-1", Depth: 2, Ord: 1, Status: StatusActive, Created: created.Add(2 * time.Second)},
 		{ID: "root-c", Session: "c", Status: StatusActive, Created: created.Add(3 * time.Second)},
 	}

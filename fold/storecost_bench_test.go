@@ -3,6 +3,7 @@ package fold
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -154,6 +155,26 @@ func BenchmarkStoreChargeFsync(b *testing.B) {
 				if err := s.barrier(); err != nil {
 					b.Fatal(err)
 				}
+			}
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// BenchmarkChargeAfterCuts charges a 10-byte result to a main thread that
+// already cut 0 or 1,000 results: what a charge costs must not grow with
+// the cuts (the branch's record lists only its latest, listedCuts).
+func BenchmarkChargeAfterCuts(b *testing.B) {
+	for _, n := range []int{0, 1000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			s := openBadgerNoFsyncT(b, b.TempDir())
+			defer s.Close()
+			e := newEnvStore(b, s, nil)
+			cutRoot(b, e, n)
+			result := []byte(`"10 bytes!"`)
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				chargeOne(b, e, RootID("s1"), result)
 			}
 			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 		})

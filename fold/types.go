@@ -69,15 +69,24 @@ type Branch struct {
 	// every branch_create and branch_return): the Manager keeps the list
 	// in memory and rebuilds it from the children's Parent and Ord when a
 	// session is loaded (childrenFromParents).
-	Ord         int            `json:"ord,omitempty"`
-	DependsOn   []string       `json:"dependsOn,omitempty"`
-	Calls       int            `json:"calls"`
-	ByTool      map[string]int `json:"byTool,omitempty"`      // tokens by "<upstream>/<tool>"
-	ByUpstream  map[string]int `json:"byUpstream,omitempty"`  // tokens by upstream
-	Cuts        []string       `json:"cuts,omitempty"`        // recall handles of cut results
-	Message     string         `json:"message,omitempty"`     // the return message as the parent sees it
-	ReturnValue string         `json:"returnValue,omitempty"` // compact JSON text of the value returned
-	Summary     string         `json:"summary,omitempty"`     // automatic summary of a forced return
+	Ord        int            `json:"ord,omitempty"`
+	DependsOn  []string       `json:"dependsOn,omitempty"`
+	Calls      int            `json:"calls"`
+	ByTool     map[string]int `json:"byTool,omitempty"`     // tokens by "<upstream>/<tool>"
+	ByUpstream map[string]int `json:"byUpstream,omitempty"` // tokens by upstream
+	// Cuts lists the recall handles of the branch's latest cut results,
+	// oldest first, at most listedCuts of them; CutCount counts them all.
+	// The record is rewritten whole by every charge, so it does not list
+	// every cut: a main thread that cut hundreds of results would pay for
+	// the whole list on every call, and branch_status would show it all.
+	// Every cut call's archived record keeps its handle (CallRecord.Handle).
+	// Records written before CutCount was kept list every cut and have no
+	// count: decodeBranch turns them into this form.
+	Cuts        []string `json:"cuts,omitempty"`
+	CutCount    int      `json:"cutCount,omitempty"`
+	Message     string   `json:"message,omitempty"`     // the return message as the parent sees it
+	ReturnValue string   `json:"returnValue,omitempty"` // compact JSON text of the value returned
+	Summary     string   `json:"summary,omitempty"`     // automatic summary of a forced return
 	// Injected lists the memories injected into the branch at its
 	// creation, whose confidence its outcome moves.
 	Injected []string `json:"injected,omitempty"`

@@ -155,8 +155,11 @@ type repStoreBranch struct {
 	Calls       int    `json:"calls"`
 	// Archived is the number of calls archived under the branch, which
 	// branch_recall can still read.
-	Archived   int       `json:"archived_calls"`
+	Archived int `json:"archived_calls"`
+	// CutHandles are the handles of the branch's latest cut results (at
+	// most 16: a branch's record keeps no more), CutCount all of them.
 	CutHandles []string  `json:"cut_handles"`
+	CutCount   int       `json:"cut_count"`
 	Created    time.Time `json:"created"`
 	Closed     time.Time `json:"closed,omitzero"`
 	// ModelContext (roots) is the main thread's context as the model last
@@ -198,7 +201,7 @@ func readStore(ctx context.Context, dir, session string) (*repStore, error) {
 		out.Branches = append(out.Branches, repStoreBranch{
 			Session: b.Session, Branch: b.ID, Parent: b.Parent, Depth: b.Depth, Description: b.Description,
 			Status: string(b.Status), Reason: b.Reason, BudgetUsed: b.Used, BudgetTotal: b.Budget,
-			Calls: b.Calls, Archived: n, CutHandles: append([]string{}, b.Cuts...),
+			Calls: b.Calls, Archived: n, CutHandles: append([]string{}, b.Cuts...), CutCount: b.CutCount,
 			Created: b.Created, Closed: b.Closed, ModelContext: b.ModelContext,
 		})
 	}
@@ -246,6 +249,9 @@ func (s *repStore) writeText(w io.Writer) error {
 		cuts := "-"
 		if len(b.CutHandles) > 0 {
 			cuts = repCell(strings.Join(b.CutHandles, ","))
+			if b.CutCount > len(b.CutHandles) {
+				cuts = fmt.Sprintf("%d, the last: %s", b.CutCount, cuts)
+			}
 		}
 		p("%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", repOrDash(b.Session), repOrDash(b.Branch), repOrDash(b.Parent),
 			b.Depth, repOrDash(b.Status), repOrDash(b.Reason), b.BudgetUsed, budget, b.Calls, b.Archived, cuts)

@@ -341,7 +341,7 @@ func writeStoreFixture(tb testing.TB) string {
 	ctx := context.Background()
 	t0 := time.Date(2025, 6, 1, 9, 0, 0, 0, time.UTC)
 	branches := []*fold.Branch{
-		{ID: "root-s1", Session: "s1", Status: fold.StatusActive, Created: t0,
+		{ID: "root-s1", Session: "s1", Status: fold.StatusActive, Created: t0, Cuts: []string{"root-s1~a", "root-s1~b"}, CutCount: 30,
 			ModelContext: &fold.ModelContext{TokensBefore: 48210, TokensAfter: 9120, Folded: 3, Requests: 41, At: t0}},
 		{ID: "b1", Session: "s1", Parent: "root-s1", Depth: 1, Description: "read\tfiles", Status: fold.StatusForced,
 			Reason: fold.ReasonBudget, Budget: 500, Used: 500, Calls: 2, Cuts: []string{"b1~abc"}, Created: t0.Add(time.Second), Closed: t0.Add(2 * time.Second)},
@@ -380,7 +380,7 @@ Branches: 4
 
 Branches in the store
 SESSION  BRANCH   PARENT   DEPTH  STATUS  REASON            USED  BUDGET     CALLS  ARCHIVED  CUT HANDLES
-s1       root-s1  -        0      active  -                 0     unlimited  0      0         -
+s1       root-s1  -        0      active  -                 0     unlimited  0      0         30, the last: root-s1~a,root-s1~b
 s1       b1       root-s1  1      forced  budget exhausted  500   500        2      70        b1~abc
 s1       b2       b1       2      failed  proxy restarted   7     100        1      1         -
 s2       root-s2  -        0      active  -                 0     unlimited  0      0         -
@@ -414,7 +414,7 @@ s1       41        48210           9120           3
 		t.Errorf("branches of s1 = %q, want root-s1, b1, b2", ids)
 	}
 	if b := only.Store.Branches[1]; b.Status != "forced" || b.Reason != fold.ReasonBudget || b.BudgetUsed != 500 || b.BudgetTotal != 500 ||
-		b.Calls != 2 || b.Archived != 70 || !slices.Equal(b.CutHandles, []string{"b1~abc"}) || b.Description != "read\tfiles" {
+		b.Calls != 2 || b.Archived != 70 || !slices.Equal(b.CutHandles, []string{"b1~abc"}) || b.CutCount != 1 || b.Description != "read\tfiles" {
 		t.Errorf("b1 = %+v", b)
 	}
 
