@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/foldproxy/foldproxy/policy"
 )
 
 // cutRoot charges n cut results to the root of session s1 and returns
@@ -137,5 +139,61 @@ func TestSummaryCutCount(t *testing.T) {
 	b.CutCount = 30
 	if s := e.m.summarize(b, nil); !strings.Contains(s, "Cut results: 30, the last 2 of which") {
 		t.Errorf("summary: %s", s)
+	}
+}
+
+// The status of a main thread that ran many branches stays small: it lists
+// its latest listedChildren children and counts them all, the closed ones
+// being paged apart.
+func TestStatusManyChildren(t *testing.T) {
+	e := newEnv(t, func(f *policy.Fold) { f.CreatesPerMinute = 100000 })
+	var ids []string
+	var at25 int
+	for i := range 100 {
+		b := e.create(t, map[string]any{"description": "x"})
+		e.mustCall(t, "s1", ToolReturn, map[string]any{"branch_id": b, "message": "done"})
+		ids = append(ids, b)
+		if i == 24 {
+			_, text, _ := e.call(t, "s1", ToolStatus, map[string]any{})
+			at25 = len(text)
+		}
+	}
+	latest := ids[len(ids)-listedChildren:]
+	var tree struct {
+		Tree struct {
+			Children   []string `json:"children"`
+			ChildCount int      `json:"child_count"`
+		} `json:"tree"`
+		Closed     []map[string]any `json:"closed"`
+		NextOffset int              `json:"next_offset"`
+	}
+	_, text, _ := e.call(t, "s1", ToolStatus, map[string]any{})
+	if err := json.Unmarshal([]byte(text), &tree); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(tree.Tree.Children, latest) || tree.Tree.ChildCount != 100 || len(tree.Closed) != treeClosedPage || tree.NextOffset != treeClosedPage {
+		t.Errorf("tree: children %v (count %d), %d closed, next %d", tree.Tree.Children, tree.Tree.ChildCount, len(tree.Closed), tree.NextOffset)
+	}
+	// Only the counts have more digits.
+	if len(text) > at25+40 {
+		t.Errorf("the answer grew from %d bytes at 25 branches to %d at 100: %s", at25, len(text), text)
+	}
+	var one struct {
+		Children   []string `json:"children"`
+		ChildCount int      `json:"child_count"`
+	}
+	_, text, _ = e.call(t, "s1", ToolStatus, map[string]any{"branch_id": RootID("s1")})
+	if err := json.Unmarshal([]byte(text), &one); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(one.Children, latest) || one.ChildCount != 100 {
+		t.Errorf("the root's status: children %v (count %d)", one.Children, one.ChildCount)
+	}
+	// A branch with few children lists them all, with no count.
+	a := e.create(t, map[string]any{"description": "a"})
+	a1 := e.create(t, map[string]any{"description": "a1"})
+	_, text, _ = e.call(t, "s1", ToolStatus, map[string]any{"branch_id": a})
+	if !strings.Contains(text, `"children":["`+a1+`"]`) || strings.Contains(text, "child_count") {
+		t.Errorf("a branch with one child: %s", text)
 	}
 }

@@ -32,7 +32,8 @@ type branchView struct {
 	WarningLevel     string          `json:"warning_level"`
 	Depth            int             `json:"depth"`
 	Parent           string          `json:"parent,omitempty"`
-	Children         []string        `json:"children,omitempty"`
+	Children         []string        `json:"children,omitempty"`    // the latest, at most listedChildren
+	ChildCount       int             `json:"child_count,omitempty"` // all of them, when Children does not list all
 	DependsOn        []string        `json:"depends_on,omitempty"`
 	Created          string          `json:"created"`
 	Deadline         string          `json:"deadline,omitempty"`
@@ -100,6 +101,11 @@ const (
 	treeClosedPage = 20
 	// treeDescription bounds a closed branch's description in the tree.
 	treeDescription = 80
+	// listedChildren bounds the children a branch lists (the latest), so
+	// that the status of a main thread that ran hundreds of branches
+	// stays small too: its active children are in the tree, and its closed
+	// ones in the paged list.
+	listedChildren = 20
 )
 
 // callHandle names an archived call, for branch_recall.
@@ -111,13 +117,18 @@ func (m *Manager) view(n *node, full bool) *branchView {
 		BranchID: b.ID, Description: b.Description, Status: b.Status, Reason: b.Reason,
 		BudgetTotal: b.Budget, BudgetUsed: b.Used, BudgetRemaining: remaining(b),
 		WarningLevel: policy.LevelOf(b.Used, b.Budget, m.set.Thresholds).String(),
-		Depth:        b.Depth, Parent: b.Parent, Children: m.children(n), DependsOn: b.DependsOn,
+		Depth:        b.Depth, Parent: b.Parent, DependsOn: b.DependsOn,
 		Created:     b.Created.UTC().Format(time.RFC3339),
 		UsageByTool: b.ByTool, UsageByUpstream: b.ByUpstream, Calls: b.Calls, Cuts: b.Cuts,
 		Summary: b.Summary,
 	}
 	if b.CutCount > len(b.Cuts) {
 		v.CutCount = b.CutCount
+	}
+	kids := m.children(n)
+	v.Children = kids[max(len(kids)-listedChildren, 0):]
+	if len(kids) > len(v.Children) {
+		v.ChildCount = len(kids)
 	}
 	if b.Budget > 0 {
 		v.BudgetPercent = math.Round(float64(b.Used)*1000/float64(b.Budget)) / 10
@@ -204,7 +215,7 @@ func (m *Manager) status(ctx context.Context, sess string, a statusArgs) (any, e
 		if depth > m.set.MaxDepth+1 { // a corrupt store cannot make the walk loop
 			return v, nil
 		}
-		for _, id := range v.Children {
+		for _, id := range m.children(n) {
 			c := nodes[id]
 			if c == nil {
 				continue
