@@ -105,8 +105,8 @@ const (
 	ModelError         = "error"
 )
 
-// Bounds of the scrub memo: texts remembered, and bytes of scrubbed text
-// held, per generation (two generations at most).
+// Bounds of the scrub and count memos: texts remembered, and bytes of
+// scrubbed text held, per generation (two generations at most).
 const (
 	modelMemoEntries = 1 << 16
 	modelMemoBytes   = 64 << 20
@@ -170,6 +170,9 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	}
 	if h.state == nil {
 		return nil, errors.New("model front: ModelOptions.State is required")
+	}
+	if opts.Wire.Count != nil {
+		h.wire.Count = newCountMemo(opts.Wire.Count, modelMemoEntries).Count
 	}
 	if opts.Wire.Scrub != nil {
 		h.wire.Scrub = newScrubMemo(opts.Wire.Scrub, modelMemoEntries, modelMemoBytes).Scrub
@@ -409,11 +412,12 @@ func (h *ModelHandler) fold(w http.ResponseWriter, r *http.Request, rt modelRout
 		modelError(w, rt.dialect, http.StatusBadRequest, "invalid_request_error", "reading the request body: %v", err)
 		return false
 	}
-	if !json.Valid(body) {
+	// Apply validates the body first (one pass over it, not two).
+	res, err := modelwire.Apply(r.Context(), modelwire.Dialect(rt.dialect), body, h.state, h.wire)
+	if errors.Is(err, modelwire.ErrNotJSON) {
 		modelError(w, rt.dialect, http.StatusBadRequest, "invalid_request_error", "the request body is not valid JSON")
 		return false
 	}
-	res, err := modelwire.Apply(r.Context(), modelwire.Dialect(rt.dialect), body, h.state, h.wire)
 	if err != nil {
 		ev.Outcome = ModelError
 		h.log.Warn("model front: the context manager failed; the request was not forwarded", "dialect", rt.dialect, "err", err)

@@ -56,3 +56,41 @@ func TestScrubMemo(t *testing.T) {
 		}
 	}
 }
+
+func TestCountMemo(t *testing.T) {
+	calls := map[string]int{}
+	count := func(text string) int { calls[text]++; return len(strings.Fields(text)) }
+	m := newCountMemo(count, 4)
+	long := strings.Repeat("word ", countMemoMin/5+1)
+	other := strings.Repeat("other word ", countMemoMin/11+1)
+	short := "a short text"
+	for range 3 {
+		for text, want := range map[string]int{long: countMemoMin/5 + 1, other: 2 * (countMemoMin/11 + 1), short: 3} {
+			if got := m.Count(text); got != want {
+				t.Fatalf("Count(%.20q...) = %d, want %d", text, got, want)
+			}
+		}
+	}
+	// Long texts are counted once; short ones every time (not kept).
+	if calls[long] != 1 || calls[other] != 1 || calls[short] != 3 {
+		t.Errorf("counts made: %d, %d, %d; want 1, 1, 3", calls[long], calls[other], calls[short])
+	}
+	// Bounded: at most two generations of maxEntries.
+	for i := range 100 {
+		m.Count(fmt.Sprintf("%d %s", i, long))
+	}
+	if n := len(m.cur) + len(m.old); n > 8 {
+		t.Errorf("the memo holds %d counts, want at most 8", n)
+	}
+	// An entry of the old generation is still found, and moves forward.
+	m.Count(long)
+	if calls[long] != 2 {
+		t.Fatalf("long was evicted by 100 others, yet counted %d times", calls[long])
+	}
+	m.Count(fmt.Sprintf("%d %s", 200, long))
+	m.Count(fmt.Sprintf("%d %s", 201, long))
+	m.Count(long)
+	if calls[long] != 2 {
+		t.Errorf("a text of the current generation was counted again (%d counts)", calls[long])
+	}
+}

@@ -2,8 +2,9 @@ package modelwire
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
+
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // Check reports whether body is a structurally valid request of dialect d
@@ -15,7 +16,7 @@ import (
 // more than four cache_control breakpoints (Anthropic). It is what the
 // fold's tests hold every output to; proxies may use it to vet a request.
 func Check(d Dialect, body []byte) error {
-	if !json.Valid(body) {
+	if !jsonscan.Valid(body) {
 		return fmt.Errorf("not valid JSON")
 	}
 	c, err := parseConv(d, body)

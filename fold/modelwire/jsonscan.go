@@ -10,7 +10,7 @@ import (
 // The request is edited in place: these views, built on the one JSON
 // scanner (policy/jsonscan), find the byte spans of values, so that
 // everything Apply does not change keeps its original bytes (key order,
-// number spelling, escapes). The body is checked with json.Valid first.
+// number spelling, escapes). The body is checked with jsonscan.Valid first.
 
 // span is a half-open byte range [s, e) of the body.
 type span struct{ s, e int }
