@@ -23,7 +23,9 @@ type sizeCase struct {
 // with a bare byte-copying relay (e2e/servers/relay) in front of the same
 // server as the floor: no stdio proxy can cost less than it. foldproxy is
 // measured as agents run it by default (a relay attached to the project's
-// daemon) and with --standalone (one process). All clients are up for the
+// daemon) and with --standalone (one process); two bare relays in series,
+// the floor of the default mode's two processes, are measured too (in the
+// default row's note). All clients are up for the
 // whole section and each round measures them back to back, in an order
 // that rotates, so that they see the same machine.
 func runOverhead(ctx context.Context, e *env, res *results) error {
@@ -50,6 +52,14 @@ func runOverhead(ctx context.Context, e *env, res *results) error {
 		return err
 	}
 	defer relay.close()
+	// Two relays in series: the floor of the default mode, whose two
+	// hops (the agent's stdio process, then the daemon) are two processes
+	// that each read and write every message.
+	relay2, err := connectStdio(ctx, "two bare relays", e.relay, e.relay, e.replay, "-data", e.data)
+	if err != nil {
+		return err
+	}
+	defer relay2.close()
 	proxied, err := e.startProxy(ctx, "overhead", map[string]any{"replay": e.replayEntry()}, "replay__emit")
 	if err != nil {
 		return err
@@ -65,8 +75,8 @@ func runOverhead(ctx context.Context, e *env, res *results) error {
 		p    *mcpPeer
 		tool string
 	}
-	const nDirect, nRelay, nProxy, nAlone = 0, 1, 2, 3
-	sides := [4]side{{direct, "emit"}, {relay, "emit"}, {proxied, "replay__emit"}, {alone, "replay__emit"}}
+	const nDirect, nRelay, nProxy, nAlone, nRelay2 = 0, 1, 2, 3, 4
+	sides := [5]side{{direct, "emit"}, {relay, "emit"}, {proxied, "replay__emit"}, {alone, "replay__emit"}, {relay2, "emit"}}
 	for _, c := range cases {
 		e.log.Info("overhead", "size", c.label, "calls", c.calls, "rounds", e.rounds)
 		var st [len(sides)]roundStats
@@ -87,16 +97,18 @@ func runOverhead(ctx context.Context, e *env, res *results) error {
 		}
 		d50, d99 := st[nDirect].P50(), st[nDirect].P99()
 		f50, f99 := st[nRelay].P50(), st[nRelay].P99()
+		g50 := st[nRelay2].P50()
 		for _, v := range []struct {
 			i     int
 			label string
-		}{{nProxy, ""}, {nAlone, ", --standalone"}} {
+			floor string
+		}{{nProxy, "", fmt.Sprintf(", two in series %s (%s)", ms(g50), ratio(float64(g50), float64(d50)))}, {nAlone, ", --standalone", ""}} {
 			p50, p99 := st[v.i].P50(), st[v.i].P99()
 			r50 := float64(p50) / float64(d50)
 			x := row{Section: sec, Metric: c.label + " p50" + v.label, Value: ms(p50), Baseline: ms(d50) + " direct",
 				Ratio: ratio(float64(p50), float64(d50)), Floor: ratio(float64(f50), float64(d50)),
 				Num: msf(p50), Base: msf(d50), FloorNum: msf(f50), Unit: "ms",
-				Note: fmt.Sprintf("%d calls x %d rounds; bare relay %s", c.calls, e.rounds, ms(f50))}
+				Note: fmt.Sprintf("%d calls x %d rounds; bare relay %s%s", c.calls, e.rounds, ms(f50), v.floor)}
 			switch c.bytes {
 			case 10:
 				x.Target, x.Met = "<= 1.50x direct", met(r50 <= 1.5)
