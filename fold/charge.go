@@ -161,13 +161,6 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 	return res, nil
 }
 
-// newCallHandle returns a fresh handle for a cut of branch's next result,
-// as newID(branch+"~", 6) does. Every charge makes one and few are ever
-// used (only a cut keeps it), so its six random bytes come from the
-// runtime's generator (ChaCha8, seeded from the operating system's
-// entropy, per thread, no system call) rather than crypto/rand: a handle
-// must only not repeat, across restarts too; it grants nothing, since
-// branch_recall checks that its branch is the caller's session's.
 // listedCuts is how many handles of its latest cut results a branch's
 // record lists (Branch.Cuts).
 const listedCuts = 16
@@ -182,6 +175,13 @@ func addCut(cuts []string, handle string) []string {
 	return append(cuts, handle)
 }
 
+// newCallHandle returns a fresh handle for a cut of branch's next result,
+// as newID(branch+"~", 6) does. Every charge makes one and few are ever
+// used (only a cut keeps it), so its six random bytes come from the
+// runtime's generator (ChaCha8, seeded from the operating system's
+// entropy, per thread, no system call) rather than crypto/rand: a handle
+// must only not repeat, across restarts too; it grants nothing, since
+// branch_recall checks that its branch is the caller's session's.
 func newCallHandle(branch string) string {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], rand.Uint64())

@@ -119,7 +119,7 @@ func TestDecodeBranchOldCuts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.CutCount != 40 || !slices.Equal(b.Cuts, all[40-listedCuts:]) || cap(b.Cuts) != listedCuts {
+	if b.CutCount != 40 || !slices.Equal(b.Cuts, all[40-listedCuts:]) || cap(b.Cuts) >= len(all) {
 		t.Errorf("count %d, cuts %v (cap %d)", b.CutCount, b.Cuts, cap(b.Cuts))
 	}
 	few, _ := json.Marshal(map[string]any{"id": "b-1", "session": "s1", "status": "forced", "cuts": all[:1]})

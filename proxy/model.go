@@ -110,6 +110,9 @@ const (
 const (
 	modelMemoEntries = 1 << 16
 	modelMemoBytes   = 64 << 20
+	// modelCountMemoEntries bounds the count memo: texts of 512 bytes
+	// and more, a few hundred in a long conversation.
+	modelCountMemoEntries = 1 << 14
 )
 
 // modelPassthrough is the Dialect of a request relayed without folding.
@@ -172,7 +175,7 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 		return nil, errors.New("model front: ModelOptions.State is required")
 	}
 	if opts.Wire.Count != nil {
-		h.wire.Count = newCountMemo(opts.Wire.Count, modelMemoEntries).Count
+		h.wire.Count = newCountMemo(opts.Wire.Count, modelCountMemoEntries).Count
 	}
 	if opts.Wire.Scrub != nil {
 		h.wire.Scrub = newScrubMemo(opts.Wire.Scrub, modelMemoEntries, modelMemoBytes).Scrub
