@@ -13,17 +13,11 @@ import (
 // (its rules are fixed at start-up), so its answer can be reused. Only
 // successful scans are kept, keyed by the text's SHA-256, holding the
 // scrubbed text (never a raw secret) or nothing when it was clean. Two
-// generations bound the memory: when the current one holds maxEntries
-// texts or maxBytes of scrubbed text, it becomes the old one and the old
-// one is dropped; a hit in the old generation moves the entry forward.
+// generations bound the memory (twoGen): maxEntries texts or maxBytes of
+// scrubbed text each.
 type scrubMemo struct {
-	scrub      func(ctx context.Context, text string) (string, error)
-	maxEntries int
-	maxBytes   int
-
-	mu       sync.Mutex
-	cur, old map[[sha256.Size]byte]memoEntry
-	curBytes int
+	scrub func(ctx context.Context, text string) (string, error)
+	gen   twoGen[memoEntry]
 }
 
 type memoEntry struct {
@@ -32,22 +26,13 @@ type memoEntry struct {
 }
 
 func newScrubMemo(scrub func(ctx context.Context, text string) (string, error), maxEntries, maxBytes int) *scrubMemo {
-	return &scrubMemo{scrub: scrub, maxEntries: maxEntries, maxBytes: maxBytes,
-		cur: map[[sha256.Size]byte]memoEntry{}, old: map[[sha256.Size]byte]memoEntry{}}
+	return &scrubMemo{scrub: scrub, gen: newTwoGen(maxEntries, maxBytes, func(e memoEntry) int { return len(e.scrubbed) })}
 }
 
 // Scrub has the signature of modelwire.Options.Scrub.
 func (m *scrubMemo) Scrub(ctx context.Context, text string) (string, error) {
 	key := sha256.Sum256(stringBytes(text))
-	m.mu.Lock()
-	e, ok := m.cur[key]
-	if !ok {
-		if e, ok = m.old[key]; ok {
-			m.putLocked(key, e)
-		}
-	}
-	m.mu.Unlock()
-	if ok {
+	if e, ok := m.gen.get(key); ok {
 		if e.clean {
 			return text, nil
 		}
@@ -57,25 +42,12 @@ func (m *scrubMemo) Scrub(ctx context.Context, text string) (string, error) {
 	if err != nil {
 		return "", err // not kept: a timeout may pass next time
 	}
-	e = memoEntry{clean: out == text}
+	e := memoEntry{clean: out == text}
 	if !e.clean {
 		e.scrubbed = out
 	}
-	m.mu.Lock()
-	m.putLocked(key, e)
-	m.mu.Unlock()
+	m.gen.put(key, e)
 	return out, nil
-}
-
-func (m *scrubMemo) putLocked(key [sha256.Size]byte, e memoEntry) {
-	if _, ok := m.cur[key]; ok {
-		return
-	}
-	if len(m.cur) >= m.maxEntries || m.curBytes+len(e.scrubbed) > m.maxBytes {
-		m.old, m.cur, m.curBytes = m.cur, map[[sha256.Size]byte]memoEntry{}, 0
-	}
-	m.cur[key] = e
-	m.curBytes += len(e.scrubbed)
 }
 
 // countMemo remembers the token counts of texts, as scrubMemo remembers
@@ -87,19 +59,15 @@ func (m *scrubMemo) putLocked(key [sha256.Size]byte, e memoEntry) {
 // directly (the hash would cost about as much). Two generations of at
 // most maxEntries counts bound the memory.
 type countMemo struct {
-	count      func(text string) int
-	maxEntries int
-
-	mu       sync.Mutex
-	cur, old map[[sha256.Size]byte]int
+	count func(text string) int
+	gen   twoGen[int]
 }
 
 // countMemoMin is the shortest text whose count is remembered.
 const countMemoMin = 512
 
 func newCountMemo(count func(string) int, maxEntries int) *countMemo {
-	return &countMemo{count: count, maxEntries: maxEntries,
-		cur: map[[sha256.Size]byte]int{}, old: map[[sha256.Size]byte]int{}}
+	return &countMemo{count: count, gen: newTwoGen[int](maxEntries, 0, nil)}
 }
 
 // Count has the signature of modelwire.Options.Count.
@@ -108,32 +76,63 @@ func (m *countMemo) Count(text string) int {
 		return m.count(text)
 	}
 	key := sha256.Sum256(stringBytes(text))
-	m.mu.Lock()
-	n, ok := m.cur[key]
-	if !ok {
-		if n, ok = m.old[key]; ok {
-			m.putLocked(key, n)
-		}
-	}
-	m.mu.Unlock()
-	if ok {
+	if n, ok := m.gen.get(key); ok {
 		return n
 	}
-	n = m.count(text)
-	m.mu.Lock()
-	m.putLocked(key, n)
-	m.mu.Unlock()
+	n := m.count(text)
+	m.gen.put(key, n)
 	return n
 }
 
-func (m *countMemo) putLocked(key [sha256.Size]byte, n int) {
-	if _, ok := m.cur[key]; ok {
+// twoGen is a memo of two generations, keyed by SHA-256: when the current
+// generation holds maxEntries values, or maxBytes of them by size (when
+// maxBytes is not 0), it becomes the old one and the old one is dropped;
+// a value found in the old generation moves forward.
+type twoGen[V any] struct {
+	maxEntries, maxBytes int
+	size                 func(V) int
+
+	mu       sync.Mutex
+	cur, old map[[sha256.Size]byte]V
+	curBytes int
+}
+
+func newTwoGen[V any](maxEntries, maxBytes int, size func(V) int) twoGen[V] {
+	return twoGen[V]{maxEntries: maxEntries, maxBytes: maxBytes, size: size,
+		cur: map[[sha256.Size]byte]V{}, old: map[[sha256.Size]byte]V{}}
+}
+
+func (g *twoGen[V]) get(key [sha256.Size]byte) (V, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	v, ok := g.cur[key]
+	if !ok {
+		if v, ok = g.old[key]; ok {
+			g.putLocked(key, v)
+		}
+	}
+	return v, ok
+}
+
+func (g *twoGen[V]) put(key [sha256.Size]byte, v V) {
+	g.mu.Lock()
+	g.putLocked(key, v)
+	g.mu.Unlock()
+}
+
+func (g *twoGen[V]) putLocked(key [sha256.Size]byte, v V) {
+	if _, ok := g.cur[key]; ok {
 		return
 	}
-	if len(m.cur) >= m.maxEntries {
-		m.old, m.cur = m.cur, map[[sha256.Size]byte]int{}
+	n := 0
+	if g.size != nil {
+		n = g.size(v)
 	}
-	m.cur[key] = n
+	if len(g.cur) >= g.maxEntries || g.maxBytes > 0 && g.curBytes+n > g.maxBytes {
+		g.old, g.cur, g.curBytes = g.cur, map[[sha256.Size]byte]V{}, 0
+	}
+	g.cur[key] = v
+	g.curBytes += n
 }
 
 // stringBytes is a view of s's bytes, for hashing without a copy; it must

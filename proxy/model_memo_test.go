@@ -44,11 +44,11 @@ func TestScrubMemo(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(m.cur) + len(m.old); n > 8 {
+	if n := len(m.gen.cur) + len(m.gen.old); n > 8 {
 		t.Errorf("the memo holds %d texts, want at most 8", n)
 	}
 	// Nothing of a raw secret is kept: only hashes and scrubbed texts.
-	for _, gen := range []map[[32]byte]memoEntry{m.cur, m.old} {
+	for _, gen := range []map[[32]byte]memoEntry{m.gen.cur, m.gen.old} {
 		for _, e := range gen {
 			if strings.Contains(e.scrubbed, "SECRET") {
 				t.Errorf("the memo holds a raw secret: %q", e.scrubbed)
@@ -79,7 +79,7 @@ func TestCountMemo(t *testing.T) {
 	for i := range 100 {
 		m.Count(fmt.Sprintf("%d %s", i, long))
 	}
-	if n := len(m.cur) + len(m.old); n > 8 {
+	if n := len(m.gen.cur) + len(m.gen.old); n > 8 {
 		t.Errorf("the memo holds %d counts, want at most 8", n)
 	}
 	// An entry of the old generation is still found, and moves forward.
