@@ -128,12 +128,13 @@ const valueLogFileSize = 16 << 20
 // bigger memtables mean fewer of both for the same writes. At 16 MiB
 // instead of 4 a tiny call's chain costs about 12% less CPU in steady
 // state (BenchmarkPipelineChainTiny/badger at 400,000 calls, 19.8 → 17.3
-// µs, the two builds alternated) and the full call path up to 6% less
-// (BenchmarkPipelineChainFull/badger, 30 passes: +6% in one interleaved
-// run, within the noise in another), for 0.8 MiB more resident memory idle, 1.3 MiB more after 3,000
-// results of 100 KB (the peak during them 70 → 81 MiB) and 6 MiB more
-// with 10,000 branches open (89 → 95 MiB; make bench, archive and memory
-// sections, in one run). 32 MiB gained a few % more for a peak of 101 MiB
+// µs, the two builds alternated); the full call path
+// (BenchmarkPipelineChainFull/badger, 30 passes) gained 6% in one
+// interleaved run and moved within the noise in another. The price: 0.8
+// MiB more resident memory idle, 1.3 MiB more after 3,000 results of 100
+// KB (the peak during them 70 → 81 MiB) and 6 MiB more with 10,000
+// branches open (89 → 95 MiB; make bench, archive and memory sections,
+// in one run). 32 MiB gained a few % more for a peak of 101 MiB
 // and 46 MiB more with 10,000 branches: not worth it.
 const memTableSize = 16 << 20
 
