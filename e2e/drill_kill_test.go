@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -248,19 +247,14 @@ func kill9CheckAudit(t *testing.T, audit *kill9Audit, ledgers []*kill9Ledger) st
 		lostCalls, lostCreated, lostReturned, lostFoldCalls)
 }
 
-// kill9WALBytes is the size of the store's write-ahead log: writes
-// acknowledged before the kill whose commit to Badger may not have run.
+// kill9WALBytes is the size of the records in the store's write-ahead
+// log: writes acknowledged before the kill whose commit to Badger may not
+// have run.
 func kill9WALBytes(t *testing.T, state string) int64 {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(state, "badger", "wal", "*.log"))
+	n, err := fold.WALBytes(filepath.Join(state, "badger"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	var n int64
-	for _, f := range files {
-		if fi, err := os.Stat(f); err == nil {
-			n += fi.Size()
-		}
 	}
 	return n
 }

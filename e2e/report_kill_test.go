@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/foldproxy/foldproxy/fold"
 )
 
 // TestReportAfterKill9: foldproxy report --state reads a store that a
@@ -116,15 +118,15 @@ func TestKill9BetweenReplyAndCommit(t *testing.T) {
 	}
 	kill9(ctx, t, k.cmd, k.done)
 
-	var walBytes int64
-	files, _ := filepath.Glob(filepath.Join(state, "badger", "wal", "*.log"))
+	files, _ := filepath.Glob(filepath.Join(state, "badger", "wal", "*.wal"))
 	for _, f := range files {
-		if fi, err := os.Stat(f); err == nil {
-			walBytes += fi.Size()
-			if fi.Mode().Perm() != 0o600 {
-				t.Errorf("write-ahead log %s has mode %v, want 0600", f, fi.Mode().Perm())
-			}
+		if fi, err := os.Stat(f); err == nil && fi.Mode().Perm() != 0o600 {
+			t.Errorf("write-ahead log %s has mode %v, want 0600", f, fi.Mode().Perm())
 		}
+	}
+	walBytes, err := fold.WALBytes(filepath.Join(state, "badger"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	if walBytes == 0 {
 		t.Fatalf("the store's write-ahead log is empty after the kill: the window between reply and commit was not hit")
@@ -144,11 +146,8 @@ func TestKill9BetweenReplyAndCommit(t *testing.T) {
 	if !found {
 		t.Fatalf("the report does not list branch %s (its creation was answered): %+v", br.BranchID, rep.Store.Branches)
 	}
-	files, _ = filepath.Glob(filepath.Join(state, "badger", "wal", "*.log"))
-	for _, f := range files {
-		if fi, err := os.Stat(f); err == nil && fi.Size() > 0 {
-			t.Errorf("the write-ahead log %s still holds %d bytes after the report replayed and closed the store", f, fi.Size())
-		}
+	if left, err := fold.WALBytes(filepath.Join(state, "badger")); err != nil || left > 0 {
+		t.Errorf("the write-ahead log still holds %d bytes (%v) after the report replayed and closed the store", left, err)
 	}
 	if !t.Failed() {
 		t.Logf("killed with %d bytes in the store's write-ahead log; report --state found branch %s with its %d answered calls archived", walBytes, br.BranchID, calls)

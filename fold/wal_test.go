@@ -3,6 +3,7 @@ package fold
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -78,12 +79,17 @@ func (s *BadgerStore) crashForTest(t testing.TB) {
 	w := s.wal
 	w.mu.Lock()
 	w.crashed, w.closed = true, true
-	f := w.f
-	w.f = nil
+	segs := append(w.old, walSeg{id: w.id, f: w.f, m: w.m})
+	if w.spare != nil {
+		segs = append(segs, *w.spare)
+	}
+	w.f, w.m, w.old, w.spare = nil, nil, nil, nil
 	w.mu.Unlock()
 	w.stopOnce.Do(func() { close(w.stop) })
 	<-w.done
-	f.Close()
+	for _, seg := range segs {
+		seg.release()
+	}
 	if err := errors.Join(s.db.Close(), s.arch.close()); err != nil {
 		t.Fatal(err)
 	}
@@ -113,23 +119,29 @@ func inBadger(t *testing.T, dir string, key []byte) bool {
 	return found
 }
 
+// walBytes returns the number of log files in the store in dir and the
+// bytes of their whole records (files are preallocated: their sizes say
+// nothing), and checks that each is private.
 func walBytes(t *testing.T, dir string) (files int, size int64) {
 	t.Helper()
-	ids, err := walFiles(filepath.Join(dir, "wal"))
+	fs, err := walFiles(filepath.Join(dir, "wal"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range ids {
-		st, err := os.Stat(filepath.Join(dir, "wal", fmt.Sprintf("%08d.log", id)))
+	for _, f := range fs {
+		st, err := os.Stat(walPath(filepath.Join(dir, "wal"), f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st.Mode().Perm() != 0o600 {
 			t.Errorf("write-ahead log file %s has mode %v, want 0600", st.Name(), st.Mode().Perm())
 		}
-		size += st.Size()
 	}
-	return len(ids), size
+	size, err = WALBytes(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(fs), size
 }
 
 // Writes that are in the write-ahead log but not in Badger when the
@@ -239,7 +251,13 @@ func TestWALTornTailDropped(t *testing.T) {
 			r[len(r)-1] ^= 0xff
 			return r
 		}},
-		{"zeroes", func(rec []byte) []byte { return make([]byte, 64) }},
+		{"a record of another file", func(rec []byte) []byte {
+			// Whole, but checked with the number of another file: what
+			// a reused file held before, were its zero header lost.
+			r := bytes.Clone(rec)
+			binary.LittleEndian.PutUint32(r[4:8], binary.LittleEndian.Uint32(r[4:8])^walFileMix(1))
+			return r
+		}},
 	} {
 		t.Run(tear.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -251,15 +269,16 @@ func TestWALTornTailDropped(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			path := s.wal.path(s.wal.id)
+			path, id, end := s.wal.path(s.wal.id), s.wal.id, s.wal.size
 			s.crashForTest(t)
 			bp, _ := encodeWALRecord(nil, []walOp{set(callKey("b-1", 4), []byte(`{"seq":4,"result":"torn"}`))})
 			rec := *bp
-			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			binary.LittleEndian.PutUint32(rec[4:8], binary.LittleEndian.Uint32(rec[4:8])^walFileMix(id))
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := f.Write(tear.tail(rec)); err != nil {
+			if _, err := f.WriteAt(tear.tail(rec), end); err != nil {
 				t.Fatal(err)
 			}
 			f.Close()
@@ -480,15 +499,48 @@ func TestWALRotates(t *testing.T) {
 	if files, _ := walBytes(t, dir); files != 2 {
 		t.Fatalf("%d log files after %d bytes, want 2", files, n*len(val))
 	}
+	if s.wal.m == nil {
+		t.Skip("log files are mapped, and kept for reuse, on Linux only")
+	}
+	first := s.wal.path(s.wal.id - 1)
+	st1, err := os.Stat(first)
+	if err != nil {
+		t.Fatal(err)
+	}
 	release()
 	if _, err := s.GetCut(ctx, "h0"); err != nil { // commits everything
 		t.Fatal(err)
 	}
-	if files, size := walBytes(t, dir); files != 1 || size >= walRotateSize {
-		t.Errorf("after the commit: %d log files, %d bytes; want the current one only", files, size)
+	// The first file is all in Badger: kept, mapped, as the next one.
+	if files, _ := walBytes(t, dir); files != 2 || s.wal.spare == nil || s.wal.spare.id != s.wal.id-1 {
+		t.Fatalf("after the commit: %d log files, spare %+v; want the current one and the first kept as the next", files, s.wal.spare)
 	}
-	if rest, err := s.GetCut(ctx, fmt.Sprint("h", n-1)); err != nil || !bytes.Equal(rest, val) {
-		t.Errorf("last cut: %d bytes, %v", len(rest), err)
+	for i := range n {
+		if err := s.write(ctx, "cut", set(cutKey(fmt.Sprint("g", i)), val)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The second rotation took the spare: renamed, not a new file.
+	if s.wal.spare != nil {
+		t.Errorf("the spare was not taken by the next rotation")
+	}
+	st3, err := os.Stat(s.wal.path(s.wal.id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(st1, st3) {
+		t.Errorf("file %d is a new file, not the first one reused", s.wal.id)
+	}
+	if _, err := os.Stat(first); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the reused file is still under its first name: %v", err)
+	}
+	for _, k := range []string{"h0", fmt.Sprint("h", n-1), "g0", fmt.Sprint("g", n-1)} {
+		if rest, err := s.GetCut(ctx, k); err != nil || !bytes.Equal(rest, val) {
+			t.Errorf("cut %s: %d bytes, %v", k, len(rest), err)
+		}
+	}
+	if files, _ := walBytes(t, dir); files > 2 {
+		t.Errorf("%d log files after the second rotation's commit, want at most 2", files)
 	}
 }
 
