@@ -270,7 +270,11 @@ func prepare(rec *Record) {
 // what is wrong with one it cannot encode.
 func encodeLine(buf []byte, rec *Record) ([]byte, error) {
 	if !encodable(rec) {
-		m, err := json.Marshal(rec)
+		// A copy, so that rec itself stays where the caller has it (on
+		// the stack, for write's record) rather than escaping for this
+		// rare path.
+		cp := *rec
+		m, err := json.Marshal(&cp)
 		if err != nil {
 			return buf, fmt.Errorf("audit record %s: %w", rec.Kind, err)
 		}
