@@ -88,8 +88,11 @@ const (
 	// walRotateSize is the size past which appends go to a new log file,
 	// so that a log that is never empty (a steady load) does not grow
 	// without bound: older files are removed once all their records are
-	// in Badger. It is also the size of a mapped file (walFileSize).
-	walRotateSize = 4 << 20
+	// in Badger. It is also the size of a mapped file (walFileSize),
+	// whose pages, once written, count in the process's resident memory
+	// with those of the spare: 4 MiB files added 6-10 MiB after 3,000
+	// results of 100 KB. A rotation to the spare is a rename.
+	walRotateSize = 1 << 20
 	walFileSize   = walRotateSize
 	// walGroupMax bounds the estimated size of one commit transaction
 	// (Badger refuses one over about 15% of a memtable, memTableSize; a
