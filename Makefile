@@ -6,7 +6,7 @@
 #   make test    all tests, with the race detector (installs e2e/node_modules first)
 #   make bench   the benchmarks
 #   make fuzz    every fuzz target in the tree for $(FUZZTIME) each
-#   make fuzz-ci the fronts', the fast message parser's and the long-piece counter's fuzz targets, a fixed number of inputs each (CI runs it)
+#   make fuzz-ci the fronts', the fast message parser's, the long-piece counter's and the write-ahead log reader's fuzz targets, a fixed number of inputs each (CI runs it)
 #   make drills  the operational drills: kill -9, crashing upstream, soak, frame fuzzing
 #   make drills-quick the same drills, shortened for CI (a minute or two)
 #   make lint    gofmt, go vet (every build tag), and a build for windows and darwin
@@ -90,9 +90,10 @@ fuzz:
 	done; \
 	echo "fuzzed $$found targets"
 
-# The fronts parse everything the agent sends, and the counter's long-piece
-# merge must equal the library's on any text: CI fuzzes them briefly on
-# every run (make test runs only their seed corpus). package:target:inputs
+# The fronts parse everything the agent sends, the counter's long-piece
+# merge must equal the library's on any text, and the store's write-ahead
+# log is read back from whatever a crash left on the disk: CI fuzzes them
+# briefly on every run (make test runs only their seed corpus). package:target:inputs
 # triples, each about 15 s on two cores here.
 #
 # The budgets are counts, not durations: Go 1.26's fuzzing coordinator can
@@ -103,7 +104,8 @@ fuzz:
 # default minute. A real hang still fails: the worker panics after 10 s on
 # one input and the input is written to testdata/fuzz.
 FUZZCI_TARGETS := ./proxy/:FuzzStdioFront:40000x ./proxy/:FuzzHTTPFront:40000x \
-	./proxy/:FuzzModelFront:40000x ./proxy/:FuzzParseOneFast:40000x ./intercept/:FuzzLongPieceExact:1500x
+	./proxy/:FuzzModelFront:40000x ./proxy/:FuzzParseOneFast:40000x ./intercept/:FuzzLongPieceExact:1500x \
+	./fold/:FuzzScanWAL:20000x
 fuzz-ci:
 	@set -e; for triple in $(FUZZCI_TARGETS); do \
 		pkg=$${triple%%:*}; rest=$${triple#*:}; target=$${rest%%:*}; count=$${rest#*:}; \
