@@ -644,6 +644,7 @@ func (w *walLog) openNextLocked(need int) error {
 			if err != nil {
 				unmapWALFile(m)
 				f.Close()
+				os.Remove(w.path(id)) // else the next try finds it there
 				return fmt.Errorf("sync the write-ahead log folder: %w", err)
 			}
 		}
@@ -749,7 +750,11 @@ func (w *walLog) writeLocked(rec []byte) (int, error) {
 		err = copyMapped(w.m[off:end], rec)
 	}
 	if err == nil && w.fsync {
-		err = syncMapped(w.m, off, stop)
+		if err = syncMapped(w.m, off, stop); err != nil {
+			// Not acknowledged: the record is taken back, as a
+			// write(2) is cut off (appendRecord).
+			_ = copyMapped(w.m[off:off+walHeader], walZeroHeader[:])
+		}
 	}
 	if err != nil {
 		// Whatever the mapping holds now, the next record goes to a

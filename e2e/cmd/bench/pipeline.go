@@ -192,14 +192,23 @@ func runPipeline(ctx context.Context, e *env, res *results) error {
 
 	rounds := e.rounds
 	times := map[string][]float64{} // mode@p -> MB/s per round
+	// The full chain at GOMAXPROCS 1 by the CPU time the process used
+	// (every thread: the store's background work included), besides
+	// the wall clock: what a core does, whatever the machine's
+	// neighbours take of it meanwhile.
+	var cpuRates []float64
 	key := func(m string, p int) string { return fmt.Sprintf("%s@%d", m, p) }
 	for r := range rounds {
 		for _, p := range procs {
 			runtime.GOMAXPROCS(p)
 			for _, m := range modes {
+				c0, cpuOK := selfCPU()
 				d, err := c.pass(p, work[m](p))
 				if err != nil {
 					return fmt.Errorf("%s at GOMAXPROCS %d: %w", m, p, err)
+				}
+				if c1, ok := selfCPU(); ok && cpuOK && m == "full chain" && p == 1 {
+					cpuRates = append(cpuRates, mbps(c.bytes, c1-c0))
 				}
 				times[key(m, p)] = append(times[key(m, p)], mbps(c.bytes, d))
 			}
@@ -239,13 +248,20 @@ func runPipeline(ctx context.Context, e *env, res *results) error {
 					x.Baseline, x.Base, x.Ratio = fmt.Sprintf("%.1f MB/s on Badger", b), b, ratio(v, b)
 				}
 			}
-			if m == "full chain" {
+			if m == "full chain" && (p > 1 || len(cpuRates) == 0) {
 				x.Target, x.Met = ">= 30 MB/s per core", met(v/float64(p) >= 30)
 			}
 			if p > 1 && m != "full chain" {
 				x.Note = fmt.Sprintf("%.1f MB/s per core", v/float64(p))
 			}
 			res.add(x)
+			if m == "full chain" && p == 1 && len(cpuRates) > 0 {
+				// The target's row: MB per second of a core's time.
+				c := median(cpuRates)
+				res.add(row{Section: sec, Metric: "full chain, GOMAXPROCS 1, per CPU second", Value: fmt.Sprintf("%.1f MB/s", c),
+					Num: c, Unit: "MB/s", Target: ">= 30 MB/s per core", Met: met(c >= 30),
+					Note: fmt.Sprintf("bytes over the process's CPU time (getrusage) in the passes above, %.1f MB/s by the wall clock", v)})
+			}
 		}
 	}
 	for _, p := range procs {

@@ -2,7 +2,10 @@
 
 package main
 
-import "os/exec"
+import (
+	"os/exec"
+	"time"
+)
 
 // Without process groups or SIGTERM (Windows), the bench can only kill
 // the process it started: what that process started itself may be left
@@ -16,3 +19,5 @@ func killGroup(cmd *exec.Cmd) error { return cmd.Process.Kill() }
 func termGroup(cmd *exec.Cmd) error { return cmd.Process.Kill() }
 
 func terminate(cmd *exec.Cmd) error { return cmd.Process.Kill() }
+
+func selfCPU() (time.Duration, bool) { return 0, false }

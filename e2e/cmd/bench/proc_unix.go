@@ -5,6 +5,7 @@ package main
 import (
 	"os/exec"
 	"syscall"
+	"time"
 )
 
 // ownGroup starts cmd in a process group of its own, so that killGroup
@@ -26,4 +27,14 @@ func termGroup(cmd *exec.Cmd) error {
 // terminate asks cmd's process to stop (SIGTERM); it stops what it started.
 func terminate(cmd *exec.Cmd) error {
 	return cmd.Process.Signal(syscall.SIGTERM)
+}
+
+// selfCPU returns the CPU time this process has used (user and system,
+// every thread), and false where it cannot be read.
+func selfCPU() (time.Duration, bool) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, false
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
 }
