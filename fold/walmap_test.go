@@ -11,6 +11,24 @@ import (
 	"testing"
 )
 
+// spareID returns the number of the file kept for reuse, under the log's
+// lock (the committer sets it).
+func (w *walLog) spareID() (uint32, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.spare == nil {
+		return 0, false
+	}
+	return w.spare.id, true
+}
+
+// pendingLen returns how many records wait for the committer.
+func (w *walLog) pendingLen() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pending)
+}
+
 // A store of the version before left its log in .log files, framed with
 // bare CRCs: an open replays them and removes them, and numbers its own
 // files after them.
@@ -74,13 +92,13 @@ func TestWALReusedFileReplaysNew(t *testing.T) {
 	if _, err := s.GetCut(ctx, "a0"); err != nil { // commits everything
 		t.Fatal(err)
 	}
-	if s.wal.spare == nil {
+	if _, ok := s.wal.spareID(); !ok {
 		t.Fatal("no file was kept for reuse")
 	}
 	s.holdCommitter()
 	// Fill the current file, then 5 records into the reused one.
 	m := 0
-	for s.wal.spare != nil {
+	for _, ok := s.wal.spareID(); ok; _, ok = s.wal.spareID() {
 		if err := s.write(ctx, "cut", set(cutKey(fmt.Sprint("b", m)), val)); err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +109,7 @@ func TestWALReusedFileReplaysNew(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pending := len(s.wal.pending)
+	pending := s.wal.pendingLen()
 	s.crashForTest(t)
 
 	logs := &logBuffer{}
