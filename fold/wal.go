@@ -11,6 +11,7 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -236,6 +237,36 @@ var walZeroHeader [walHeader]byte
 // walFileMix is what a record's check holds beyond its CRC in file id: a
 // different value for every id (an odd multiplier is a bijection).
 func walFileMix(id uint32) uint32 { return id * 0x9e3779b1 }
+
+// bindRecord binds rec, framed by encodeWALRecord with its bare CRC, to
+// log file id (the check XORed with walFileMix(id)); binding twice to the
+// same id undoes it.
+func bindRecord(rec []byte, id uint32) {
+	binary.LittleEndian.PutUint32(rec[4:8], binary.LittleEndian.Uint32(rec[4:8])^walFileMix(id))
+}
+
+// txnSize estimates what ops cost in a Badger transaction.
+func txnSize(ops []walOp) int {
+	size := 0
+	for _, op := range ops {
+		size += len(op.k) + len(op.v) + walOpOverhead
+	}
+	return size
+}
+
+// guardFault runs f, which stores into a mapped log file, and returns a
+// fault there (the file cut short under the proxy, a disk error) as an
+// error rather than a crash.
+func guardFault(f func()) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the mapped write-ahead log file faulted: %v", r)
+		}
+	}()
+	f()
+	return nil
+}
 
 func (w *walLog) path(id uint32) string { return walPath(w.dir, walFile{id: id}) }
 
@@ -488,11 +519,7 @@ func readWAL(dir string, log *slog.Logger) (recs []walRecord, files []walFile, e
 			if err != nil {
 				return err
 			}
-			size := 0
-			for _, op := range ops {
-				size += len(op.k) + len(op.v) + walOpOverhead
-			}
-			recs = append(recs, walRecord{ops: ops, blobs: blobs, file: f.id, end: int64(end), size: size, bytes: walHeader + len(payload)})
+			recs = append(recs, walRecord{ops: ops, blobs: blobs, file: f.id, end: int64(end), size: txnSize(ops), bytes: walHeader + len(payload)})
 			return nil
 		})
 		if why != "" {
@@ -660,7 +687,7 @@ func (w *walLog) openNextLocked(need int) error {
 // empty), then renamed. It returns nil when that fails, after a warning:
 // a new file is made instead.
 func (w *walLog) reuse(sp walSeg, id uint32) (*os.File, []byte) {
-	err := copyMapped(sp.m[:walHeader], walZeroHeader[:])
+	err := guardFault(func() { copy(sp.m[:walHeader], walZeroHeader[:]) })
 	if err == nil && w.fsync {
 		err = syncMapped(sp.m, 0, walHeader)
 	}
@@ -683,10 +710,7 @@ func (s *BadgerStore) appendWAL(what string, blobs []walBlob, ops []walOp) error
 	w := s.wal
 	bp, blobs := encodeWALRecord(blobs, ops)
 	rec := *bp
-	size := 0
-	for _, op := range ops {
-		size += len(op.k) + len(op.v) + walOpOverhead
-	}
+	size := txnSize(ops)
 	w.mu.Lock()
 	if w.err != nil && !w.closed {
 		// The last background commit failed: retry it before taking more.
@@ -709,9 +733,7 @@ func (s *BadgerStore) appendWAL(what string, blobs []walBlob, ops []walOp) error
 			return fmt.Errorf("fold: %s: %w", what, err)
 		}
 	}
-	// The check binds the record to its file (see walFileMix).
-	crc := binary.LittleEndian.Uint32(rec[4:8])
-	binary.LittleEndian.PutUint32(rec[4:8], crc^walFileMix(w.id))
+	bindRecord(rec, w.id)
 	n, err := w.writeLocked(rec)
 	if err != nil {
 		putWALBuf(bp)
@@ -745,15 +767,15 @@ func (w *walLog) writeLocked(rec []byte) (int, error) {
 	off := int(w.size)
 	end := off + len(rec)
 	stop := min(end+walHeader, len(w.m))
-	err := copyMapped(w.m[end:stop], walZeroHeader[:])
-	if err == nil {
-		err = copyMapped(w.m[off:end], rec)
-	}
+	err := guardFault(func() {
+		copy(w.m[end:stop], walZeroHeader[:])
+		copy(w.m[off:end], rec)
+	})
 	if err == nil && w.fsync {
 		if err = syncMapped(w.m, off, stop); err != nil {
 			// Not acknowledged: the record is taken back, as a
 			// write(2) is cut off (appendRecord).
-			_ = copyMapped(w.m[off:off+walHeader], walZeroHeader[:])
+			_ = guardFault(func() { copy(w.m[off:off+walHeader], walZeroHeader[:]) })
 		}
 	}
 	if err != nil {

@@ -3,7 +3,6 @@ package fold
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -255,7 +254,7 @@ func TestWALTornTailDropped(t *testing.T) {
 			// Whole, but checked with the number of another file: what
 			// a reused file held before, were its zero header lost.
 			r := bytes.Clone(rec)
-			binary.LittleEndian.PutUint32(r[4:8], binary.LittleEndian.Uint32(r[4:8])^walFileMix(1))
+			bindRecord(r, 1)
 			return r
 		}},
 	} {
@@ -273,7 +272,7 @@ func TestWALTornTailDropped(t *testing.T) {
 			s.crashForTest(t)
 			bp, _ := encodeWALRecord(nil, []walOp{set(callKey("b-1", 4), []byte(`{"seq":4,"result":"torn"}`))})
 			rec := *bp
-			binary.LittleEndian.PutUint32(rec[4:8], binary.LittleEndian.Uint32(rec[4:8])^walFileMix(id))
+			bindRecord(rec, id)
 			f, err := os.OpenFile(path, os.O_WRONLY, 0)
 			if err != nil {
 				t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/debug"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -47,19 +46,6 @@ func unmapWALFile(m []byte) {
 	if m != nil {
 		_ = unix.Munmap(m)
 	}
-}
-
-// copyMapped copies src to dst, a part of a mapped log file. A fault (the
-// file cut short under the proxy, a disk error) is an error, not a crash.
-func copyMapped(dst, src []byte) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("the mapped write-ahead log file faulted: %v", r)
-		}
-	}()
-	copy(dst, src)
-	return nil
 }
 
 // syncMapped flushes m[from:to] of a mapped log file to the disk.

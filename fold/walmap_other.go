@@ -13,11 +13,6 @@ func mapWALFile(*os.File, int) ([]byte, error) { return nil, nil }
 
 func unmapWALFile([]byte) {}
 
-func copyMapped(dst, src []byte) error {
-	copy(dst, src)
-	return nil
-}
-
 func syncMapped([]byte, int, int) error {
 	return errors.New("the write-ahead log is not mapped on this system")
 }

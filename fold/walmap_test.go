@@ -2,7 +2,6 @@ package fold
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,6 +26,31 @@ func (w *walLog) pendingLen() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.pending)
+}
+
+// boundRecord frames a record setting k to v for log file id, as
+// appendWAL writes it there.
+func boundRecord(id uint32, k, v string) []byte {
+	bp, _ := encodeWALRecord(nil, []walOp{set([]byte(k), []byte(v))})
+	r := bytes.Clone(*bp)
+	bindRecord(r, id)
+	return r
+}
+
+// openMappedStore opens a store in dir for a test of mapped log files,
+// and skips the test where they are not (another system, or a file system
+// that does not preallocate).
+func openMappedStore(t *testing.T, dir string) *BadgerStore {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("log files are mapped, and kept for reuse, on Linux only")
+	}
+	s := openWALStore(t, dir, nil)
+	if s.wal.m == nil {
+		s.Close()
+		t.Skip("this file system does not preallocate: the log is written by write(2)")
+	}
+	return s
 }
 
 // A store of the version before left its log in .log files, framed with
@@ -70,16 +94,9 @@ func TestWALReplaysLegacyFiles(t *testing.T) {
 // past its new ones: after a crash, the open replays exactly the records
 // not in Badger yet, and warns of nothing.
 func TestWALReusedFileReplaysNew(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("log files are mapped, and kept for reuse, on Linux only")
-	}
 	dir := t.TempDir()
 	ctx := t.Context()
-	s := openWALStore(t, dir, nil)
-	if s.wal.m == nil {
-		s.Close()
-		t.Skip("this file system does not preallocate: the log is written by write(2)")
-	}
+	s := openMappedStore(t, dir)
 	val := bytes.Repeat([]byte("v"), 3000)
 	n := walFileSize/len(val) + 10
 	release := s.holdCommitter()
@@ -134,16 +151,9 @@ func TestWALReusedFileReplaysNew(t *testing.T) {
 // it: the write fails with an error, the process lives, and the next
 // write goes to a new file.
 func TestWALMappedFileFault(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("log files are mapped on Linux only")
-	}
-	dir := t.TempDir()
 	ctx := t.Context()
-	s := openWALStore(t, dir, nil)
+	s := openMappedStore(t, t.TempDir())
 	defer s.Close()
-	if s.wal.m == nil {
-		t.Skip("this file system does not preallocate: the log is written by write(2)")
-	}
 	if err := s.write(ctx, "cut", set(cutKey("first"), []byte("one"))); err != nil {
 		t.Fatal(err)
 	}
@@ -172,12 +182,7 @@ func TestWALMappedFileFault(t *testing.T) {
 // scanWAL: a preallocated file ends at its zero header, or at its last
 // byte; the bytes of a torn record are reported.
 func TestScanWALEnds(t *testing.T) {
-	rec := func(id uint32, v string) []byte {
-		bp, _ := encodeWALRecord(nil, []walOp{set([]byte("k"), []byte(v))})
-		r := bytes.Clone(*bp)
-		binary.LittleEndian.PutUint32(r[4:8], binary.LittleEndian.Uint32(r[4:8])^walFileMix(id))
-		return r
-	}
+	rec := func(id uint32, v string) []byte { return boundRecord(id, "k", v) }
 	a, b := rec(3, "a"), rec(3, "bb")
 	full := append(append(bytes.Clone(a), b...), make([]byte, 5)...)
 	for _, tc := range []struct {
@@ -252,12 +257,7 @@ func TestWALHugeRecord(t *testing.T) {
 // and checked, and decoding one never panics either. Whole records bound
 // to the file, followed by anything, are all taken.
 func FuzzScanWAL(f *testing.F) {
-	rec := func(id uint32, k, v string) []byte {
-		bp, _ := encodeWALRecord(nil, []walOp{set([]byte(k), []byte(v))})
-		r := bytes.Clone(*bp)
-		binary.LittleEndian.PutUint32(r[4:8], binary.LittleEndian.Uint32(r[4:8])^walFileMix(id))
-		return r
-	}
+	rec := boundRecord
 	f.Add([]byte{}, false, uint32(1), []byte(nil))
 	f.Add(rec(1, "k", "v"), false, uint32(1), make([]byte, 8))
 	f.Add(append(rec(2, "a", "b"), rec(2, "c", "d")...), false, uint32(2), []byte{1, 2, 3})
@@ -286,7 +286,7 @@ func FuzzScanWAL(f *testing.F) {
 		for i := range 3 {
 			r := rec(id, fmt.Sprint("k", i), string(data[:min(len(data), 64)]))
 			if legacy {
-				binary.LittleEndian.PutUint32(r[4:8], binary.LittleEndian.Uint32(r[4:8])^walFileMix(id))
+				bindRecord(r, id) // unbound: a bare CRC
 			}
 			whole = append(whole, r...)
 		}
