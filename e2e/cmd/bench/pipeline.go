@@ -202,13 +202,19 @@ func runPipeline(ctx context.Context, e *env, res *results) error {
 		for _, p := range procs {
 			runtime.GOMAXPROCS(p)
 			for _, m := range modes {
-				c0, cpuOK := selfCPU()
+				timed := m == "full chain" && p == 1
+				var c0 time.Duration
+				if timed {
+					c0, timed = selfCPU()
+				}
 				d, err := c.pass(p, work[m](p))
 				if err != nil {
 					return fmt.Errorf("%s at GOMAXPROCS %d: %w", m, p, err)
 				}
-				if c1, ok := selfCPU(); ok && cpuOK && m == "full chain" && p == 1 {
-					cpuRates = append(cpuRates, mbps(c.bytes, c1-c0))
+				if timed {
+					if c1, ok := selfCPU(); ok {
+						cpuRates = append(cpuRates, mbps(c.bytes, c1-c0))
+					}
 				}
 				times[key(m, p)] = append(times[key(m, p)], mbps(c.bytes, d))
 			}
