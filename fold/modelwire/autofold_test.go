@@ -429,3 +429,99 @@ func resultText(t testing.TB, d Dialect, body []byte, id string) string {
 	}
 	return r.text
 }
+
+// FuzzAutoFold plays generated conversations turn by turn in every dialect
+// through automatic folding (with branches in any state, cuts and
+// oversized results) and holds each request to the contract: the fold of
+// a valid request is valid, it is deterministic, and across the growing
+// conversation the folded set only grows and every fold keeps its bytes.
+func FuzzAutoFold(f *testing.F) {
+	for _, seed := range []string{"", "\x00\x01\x00\x00\x02", "\x0b\x03\x04\x00\x06\x30\x02\x03\x05\x90\x01\x00\x07\x99\x02\x03\x05\xf0\x01\x00",
+		"\x0b\x01\x02\x00\x03\x00\x01\x01\x00\x30\x01\x00\x02\x02\x00\x02\x02\x01\x02\x00\x00\x02\x01\x00"} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := genScript(data)
+		opt := Options{AutoFold: AutoFold{Mode: ModeOn, Trigger: 300, MinTokens: 40, MinBatch: 100, Oversize: 500, KeepHead: 120, KeepTail: 60}}
+		for _, d := range []Dialect{Anthropic, OpenAIChat, OpenAIResponses} {
+			st := newFolder(s.branches...)
+			stubs := map[string]string{} // tool-use id -> its stub, once folded
+			for n := 1; n <= len(s.turns); n++ {
+				body := script{turns: s.turns[:n], branches: s.branches}.render(d)
+				res, err := Apply(context.Background(), d, body, st, opt)
+				if err != nil {
+					t.Fatalf("%s turn %d: Apply: %v", d, n, err)
+				}
+				if err := Check(d, res.Body); err != nil {
+					t.Fatalf("%s turn %d: invalid: %v\nin:  %s\nout: %s", d, n, err, body, res.Body)
+				}
+				again, err := Apply(context.Background(), d, body, st, opt)
+				if err != nil || !bytes.Equal(again.Body, res.Body) {
+					// A cut that closes a branch may fold its span on the
+					// resend; the automatic folds must still be as they were.
+					if err == nil {
+						err = Check(d, again.Body)
+					}
+					if err != nil {
+						t.Fatalf("%s turn %d: second Apply: %v", d, n, err)
+					}
+				}
+				if len(again.AutoFold.New) != 0 {
+					t.Fatalf("%s turn %d: the resend decided %d new folds", d, n, len(again.AutoFold.New))
+				}
+				c, err := parseConv(d, res.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for id, stub := range stubs {
+					r, _, ok := c.result(id)
+					if !ok {
+						continue // its branch's span folded
+					}
+					if r.text != stub && !strings.HasPrefix(r.text, stub+"\n\n") {
+						t.Fatalf("%s turn %d: the fold of %s changed:\n got %q\nwant %q", d, n, id, r.text, stub)
+					}
+				}
+				for _, rec := range res.AutoFold.New {
+					if _, dup := stubs[rec.ToolUseID]; dup && rec.Kind != FoldOversized {
+						t.Fatalf("%s turn %d: %s folded twice", d, n, rec.ToolUseID)
+					}
+					if rec.Kind == FoldOversized {
+						continue // its fold may come later
+					}
+					stubs[rec.ToolUseID] = rec.Stub
+				}
+			}
+		}
+	})
+}
+
+// TestAutoFoldGenerated runs FuzzAutoFold's property over a fixed set of
+// pseudo-random conversations and checks that they exercise every rule.
+func TestAutoFoldGenerated(t *testing.T) {
+	rnd := xorshift(7)
+	kinds := map[string]int{}
+	opt := Options{AutoFold: AutoFold{Mode: ModeOn, Trigger: 300, MinTokens: 40, MinBatch: 100, Oversize: 500, KeepHead: 120, KeepTail: 60}}
+	for i := 0; i < 200; i++ {
+		data := make([]byte, 96)
+		for j := range data {
+			data[j] = rnd()
+		}
+		s := genScript(data)
+		for _, d := range []Dialect{Anthropic, OpenAIChat, OpenAIResponses} {
+			st := newFolder(s.branches...)
+			for n := 1; n <= len(s.turns); n++ {
+				res := mustApply(t, d, script{turns: s.turns[:n], branches: s.branches}.render(d), st, opt)
+				for _, r := range res.AutoFold.New {
+					kinds[r.Kind]++
+				}
+			}
+		}
+	}
+	for _, k := range []string{FoldStale, FoldOversized, FoldRepeat, FoldSuperseded} {
+		if kinds[k] < 10 {
+			t.Errorf("%d %s folds over 200 conversations: the generator does not exercise the rule", kinds[k], k)
+		}
+	}
+	t.Logf("folds by kind: %v", kinds)
+}
