@@ -91,6 +91,7 @@ type Manager struct {
 	nodes    map[string]*node
 	active   int                        // active (or being created) non-root branches of the instance
 	model    map[string]*modelDecisions // model-wire decisions by branch (modelstate.go)
+	folds    foldBook                   // automatic folds of the model wire (autofold.go)
 }
 
 // node is the in-memory handle of one branch.

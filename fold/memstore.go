@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -25,6 +26,7 @@ type MemStore struct {
 	calls    map[string][]memArchived // by branch, in sequence order
 	cuts     map[string]memArchived
 	sessions map[string][]byte
+	records  map[string]memArchived // by kind + "/" + id
 }
 
 // memArchived is one archived call or cut remainder.
@@ -32,11 +34,13 @@ type memArchived struct {
 	seq  int
 	time time.Time
 	data []byte
+	keep bool // never pruned
 }
 
 var (
-	_ Store   = (*MemStore)(nil)
-	_ Batcher = (*MemStore)(nil)
+	_ Store        = (*MemStore)(nil)
+	_ Batcher      = (*MemStore)(nil)
+	_ RecordReader = (*MemStore)(nil)
 )
 
 // NewMemStore returns an empty in-memory store.
@@ -46,6 +50,7 @@ func NewMemStore() *MemStore {
 		calls:    make(map[string][]memArchived),
 		cuts:     make(map[string]memArchived),
 		sessions: make(map[string][]byte),
+		records:  make(map[string]memArchived),
 	}
 }
 
@@ -182,6 +187,48 @@ func (s *MemStore) Batch(ctx context.Context, b *Batch) error {
 	for i, br := range b.Branches {
 		s.branches[br.ID] = encoded[i]
 	}
+	for _, r := range b.Records {
+		s.records[r.Kind+"/"+r.ID] = memArchived{time: time.Now(), data: slices.Clone(r.Value), keep: r.Keep}
+	}
+	return nil
+}
+
+// GetRecords returns the records of kind among ids that exist, by id.
+func (s *MemStore) GetRecords(ctx context.Context, kind string, ids []string) (map[string][]byte, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := make(map[string][]byte)
+	for _, id := range ids {
+		if a, ok := s.records[kind+"/"+id]; ok {
+			out[id] = slices.Clone(a.data)
+		}
+	}
+	return out, nil
+}
+
+// ListRecords calls fn with every record of kind, in id order.
+func (s *MemStore) ListRecords(ctx context.Context, kind string, fn func(id string, value []byte) error) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	prefix := kind + "/"
+	var keys []string
+	vals := map[string][]byte{}
+	for k, a := range s.records {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k[len(prefix):])
+			vals[k[len(prefix):]] = slices.Clone(a.data)
+		}
+	}
+	s.mu.Unlock()
+	sort.Strings(keys)
+	for _, id := range keys {
+		if err := fn(id, vals[id]); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -316,6 +363,7 @@ func (s *MemStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes int
 	now := time.Now()
 	type entry struct {
 		branch, handle string
+		record         string
 		seq            int
 		t              time.Time
 		size           int64
@@ -329,6 +377,11 @@ func (s *MemStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes int
 	for h, a := range s.cuts {
 		all = append(all, entry{handle: h, t: a.time, size: int64(len(a.data))})
 	}
+	for k, a := range s.records {
+		if !a.keep {
+			all = append(all, entry{record: k, t: a.time, size: int64(len(a.data))})
+		}
+	}
 	sort.Slice(all, func(i, j int) bool { return all[i].t.Before(all[j].t) })
 	var total int64
 	for _, e := range all {
@@ -336,6 +389,10 @@ func (s *MemStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes int
 	}
 	drop := func(e entry) {
 		total -= e.size
+		if e.record != "" {
+			delete(s.records, e.record)
+			return
+		}
 		if e.handle != "" {
 			delete(s.cuts, e.handle)
 			return
