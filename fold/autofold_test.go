@@ -108,4 +108,3 @@ func TestAutoFoldsObserveApart(t *testing.T) {
 		t.Fatal("on after observe folds nothing")
 	}
 }
-
