@@ -132,6 +132,7 @@ func (a *applier) run() (Result, error) {
 	}
 	if len(a.edits) == 0 {
 		a.res.TokensAfter = a.res.TokensBefore
+		a.res.Pieces = pieces(c)
 		return a.res, nil
 	}
 	out, err := applyEdits(c.body, a.edits)
@@ -144,7 +145,31 @@ func (a *applier) run() (Result, error) {
 		return Result{}, fmt.Errorf("modelwire: internal error: the folded request does not parse: %w", err)
 	}
 	a.res.TokensAfter = a.countAll(contextPieces(oc))
+	a.res.Pieces = pieces(oc)
 	return a.res, nil
+}
+
+// pieces lays a request out: its head, then each message.
+func pieces(c *conv) []Piece {
+	end := len(c.body)
+	if len(c.msgs) > 0 {
+		end = c.msgs[0].sp.s
+	}
+	out := make([]Piece, 0, len(c.msgs)+1)
+	out = append(out, Piece{0, fnv64(c.body[:end])})
+	for _, m := range c.msgs {
+		out = append(out, Piece{m.sp.s, fnv64(c.body[m.sp.s:m.sp.e])})
+	}
+	return out
+}
+
+func fnv64(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, x := range b {
+		h ^= uint64(x)
+		h *= 1099511628211
+	}
+	return h
 }
 
 // countContext counts the conversation as received, keeping each

@@ -122,6 +122,18 @@ type Result struct {
 	// AutoFold is what automatic folding did (or, in observe mode, would
 	// have done) to this request.
 	AutoFold AutoFoldResult
+	// Pieces lay out the forwarded request for a prompt-cache model: its
+	// head (everything before the conversation: tools, system prompt)
+	// then each message, with a digest of its bytes, so that the front
+	// can tell where a request first differs from the one before it.
+	Pieces []Piece
+}
+
+// Piece is one part of a forwarded request: it starts at byte Start and
+// its bytes digest to Sum (64-bit FNV-1a).
+type Piece struct {
+	Start int
+	Sum   uint64
 }
 
 // AutoFoldResult is what automatic folding did to one request.
