@@ -72,7 +72,7 @@ func TestAutoFoldsSurviveRestart(t *testing.T) {
 		t.Fatalf("recall of %s: %v", f.Handle, ans)
 	}
 	// A made-up handle of the same form is refused.
-	if _, msg, ok := e2.call(t, "s1", ToolRecall, map[string]any{"handle": "af~0123456789abcdef"}); ok || !strings.Contains(msg, "unknown") {
+	if _, msg, ok := e2.call(t, "s1", ToolRecall, map[string]any{"handle": "af~012345678901234567"}); ok || !strings.Contains(msg, "unknown") {
 		t.Fatalf("made-up handle: %v %s", ok, msg)
 	}
 	// Pruning by age takes folds and their texts, never the key.

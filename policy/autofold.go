@@ -15,12 +15,12 @@ type ModelAutoFold struct {
 	// result of the newest turn. Default 2.
 	KeepRecent int `json:"keepRecent,omitempty"`
 	// Trigger: stale results are folded only once the conversation's
-	// unfolded tool-result tokens pass it. Default 2000.
+	// tool-result tokens, folded or not, pass it. Default 2000.
 	Trigger int `json:"trigger,omitempty"`
-	// MinTokens: results smaller than this are never folded. Default 150.
+	// MinTokens: results smaller than this are never folded. Default 100.
 	MinTokens int `json:"minTokens,omitempty"`
 	// MinBatch: a batch of folds takes at least this many tokens out of
-	// the conversation, stubs deducted. Default 600.
+	// the conversation, stubs deducted. Default 300.
 	MinBatch int `json:"minBatch,omitempty"`
 	// Oversize: a result above this many tokens keeps only its first
 	// KeepHead and last KeepTail tokens; -1 turns the rule off. Defaults
@@ -37,7 +37,7 @@ type ModelAutoFold struct {
 	// "mcp__fs__read_text_file") whose results are never folded.
 	Exclude []string `json:"exclude,omitempty"`
 	// MinRequests: a batch is assumed to be read by at least this many
-	// later requests. Default 8.
+	// later requests. Default 20.
 	MinRequests int `json:"minRequests,omitempty"`
 }
 
@@ -52,12 +52,12 @@ const (
 const (
 	DefaultAutoFoldKeepRecent  = 2
 	DefaultAutoFoldTrigger     = 2000
-	DefaultAutoFoldMinTokens   = 150
-	DefaultAutoFoldMinBatch    = 600
+	DefaultAutoFoldMinTokens   = 100
+	DefaultAutoFoldMinBatch    = 300
 	DefaultAutoFoldOversize    = 10000
 	DefaultAutoFoldKeepHead    = 4000
 	DefaultAutoFoldKeepTail    = 2000
-	DefaultAutoFoldMinRequests = 8
+	DefaultAutoFoldMinRequests = 20
 )
 
 // EffectiveMode is Mode with its default.

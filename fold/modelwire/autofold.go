@@ -12,8 +12,8 @@ import (
 // Rules. A result is a candidate for a fold when it is text, at least
 // MinTokens long, not a fold tool's and not excluded, and
 //   - stale: it is older than the newest KeepRecent results and the results
-//     of the newest turn, once the conversation's unfolded tool-result
-//     tokens pass Trigger;
+//     of the newest turn, once the conversation's tool-result tokens (folded
+//     or not) pass Trigger;
 //   - superseded: a later read of the same file (the built-in Read, cat,
 //     sed -n, an MCP read of the path) covers what it read, or the same
 //     command was run again later;
@@ -250,11 +250,10 @@ func (a *applier) autoFold() error {
 		d := &a.dels[x]
 		it := &items[x]
 		it.d = d
-		if !a.eligible(d, cfg) || len(d.text) < cfg.MinTokens {
-			continue // fewer bytes than tokens
+		if d.text != "" {
+			it.tokens = a.count(d.text)
 		}
-		it.tokens = a.count(d.text)
-		if it.tokens < cfg.MinTokens {
+		if !a.eligible(d, cfg) || it.tokens < cfg.MinTokens {
 			continue
 		}
 		it.eligible = true
@@ -330,13 +329,12 @@ func (a *applier) plan(items []afItem, cfg *afConfig) []int {
 		newestTurn--
 	}
 	keepFrom := min(newestTurn, max(n-cfg.KeepRecent, 0))
-	unfolded := 0
+	// The conversation's tool-result tokens, folded or not.
+	total := 0
 	for x := range items {
-		if items[x].eligible && !items[x].folded {
-			unfolded += items[x].tokens
-		}
+		total += items[x].tokens // the stubs of the folded ones were theirs
 	}
-	stale := unfolded >= cfg.Trigger
+	stale := total >= cfg.Trigger
 	// Superseded and repeated: the last result of each read, run and text.
 	var sup supersession
 	lastHash := map[[32]byte]int{}
@@ -449,20 +447,22 @@ func (a *applier) callInput(callID string) string {
 	return a.c.msgs[cr.msg].calls[cr.idx].input
 }
 
-// stubText is what replaces a folded result.
+// stubText is what replaces a folded result: the tool, its input in
+// brief, its size, why when it was superseded or repeated, and the handle
+// that reads it back, in as few tokens as say it (about 37).
 func (a *applier) stubText(it *afItem) string {
 	why := ""
 	switch it.kind {
 	case FoldSuperseded:
-		why = "; superseded by a later call"
+		why = ", superseded"
 	case FoldRepeat:
-		why = "; repeated later"
+		why = ", repeated"
 	}
 	brief := a.brief(it.d)
 	if brief != "" {
 		brief = " " + quoteBrief(brief)
 	}
-	return fmt.Sprintf("[foldproxy] Folded %s%s (%s tokens%s): branch_recall with handle %q reads it.",
+	return fmt.Sprintf("[foldproxy: folded %s%s (%s tokens%s); branch_recall with handle %q]",
 		toolLabel(it.d.name), brief, commas(it.tokens), why, it.handle)
 }
 

@@ -178,8 +178,8 @@ func shellRead(cmd string) (file, rng string) {
 }
 
 // briefOf is a call's input in brief, for a stub: its command (first
-// line), path, pattern, query or first string argument, at most 60
-// characters.
+// line), path, pattern, query or first string argument, at most 40
+// characters (the call itself, just before the result, holds all of it).
 func briefOf(input string) string {
 	m := inputFields(input)
 	var s string
@@ -209,8 +209,8 @@ func briefOf(input string) string {
 		}
 		return r
 	}, strings.TrimSpace(s))
-	if r := []rune(s); len(r) > 60 {
-		s = string(r[:59]) + "…"
+	if r := []rune(s); len(r) > 40 {
+		s = string(r[:39]) + "…"
 	}
 	return s
 }

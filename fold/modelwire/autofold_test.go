@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -28,7 +28,7 @@ func newFolder(bs ...Branch) *folderState {
 
 func (s *folderState) FoldHandle(id, text string) string {
 	sum := sha256.Sum256([]byte("k\x00" + id + "\x00" + text))
-	return "af~" + hex.EncodeToString(sum[:8])
+	return fmt.Sprintf("af~%018d", binary.BigEndian.Uint64(sum[:8])%1e18)
 }
 
 func (s *folderState) Folds(_ context.Context, observe bool, keys []string) (map[string]FoldRecord, error) {
@@ -124,7 +124,7 @@ func output(seed string, n int) string {
 	return b.String()[:n*4]
 }
 
-var reStub = regexp.MustCompile(`\[foldproxy\] Folded [^"]*"[^"]*" \(([0-9,]+) tokens[^)]*\): branch_recall with handle \\"(af~[0-9a-f]{16})\\" reads it\.`)
+var reStub = regexp.MustCompile(`\[foldproxy: folded [^"]*"[^"]*" \(([0-9,]+) tokens[^)]*\); branch_recall with handle \\"(af~[0-9]{18})\\"\]`)
 
 func onOpts() Options { return Options{AutoFold: AutoFold{Mode: ModeOn}} }
 
@@ -178,8 +178,8 @@ func TestAutoFoldFrozenBatches(t *testing.T) {
 		}
 		prev = res.Body
 	}
-	if batches < 2 || batches > 12 {
-		t.Errorf("%d batches over 40 requests: want a few", batches)
+	if batches < 2 || batches >= len(stubs) {
+		t.Errorf("%d batches for %d folds over 40 requests: want some batches of several", batches, len(stubs))
 	}
 	if len(stubs) < 25 {
 		t.Errorf("only %d of 40 results folded", len(stubs))

@@ -164,12 +164,12 @@ type AutoFold struct {
 	// result of the newest turn). Default 2.
 	KeepRecent int
 	// Trigger: stale results are folded only once the conversation's
-	// unfolded tool-result tokens pass it. Default 2,000.
+	// tool-result tokens, folded or not, pass it. Default 2,000.
 	Trigger int
-	// MinTokens: a result smaller than this is never folded. Default 150.
+	// MinTokens: a result smaller than this is never folded. Default 100.
 	MinTokens int
 	// MinBatch: a batch of folds must take at least this many tokens out
-	// of the conversation, stubs deducted. Default 600.
+	// of the conversation, stubs deducted. Default 300.
 	MinBatch int
 	// Oversize: a result above this many tokens keeps only its head and
 	// tail (KeepHead, KeepTail) from the start; -1 turns the rule off.
@@ -186,7 +186,7 @@ type AutoFold struct {
 	// against the cache it rewrites.
 	ReadPrice, WritePrice float64
 	// MinRequests is the least number of later requests a batch is assumed
-	// to be read by (see autofold.go). Default 8.
+	// to be read by (see autofold.go). Default 20.
 	MinRequests int
 }
 
@@ -201,14 +201,14 @@ const (
 const (
 	DefaultKeepRecent  = 2
 	DefaultTrigger     = 2000
-	DefaultMinTokens   = 150
-	DefaultMinBatch    = 600
+	DefaultMinTokens   = 100
+	DefaultMinBatch    = 300
 	DefaultOversize    = 10000
 	DefaultKeepHead    = 4000
 	DefaultKeepTail    = 2000
 	DefaultReadPrice   = 0.1
 	DefaultWritePrice  = 1.25
-	DefaultMinRequests = 8
+	DefaultMinRequests = 20
 )
 
 // Fold kinds (FoldRecord.Kind).
