@@ -380,12 +380,20 @@ func (a *applier) plan(items []afItem, cfg *afConfig) []int {
 	}
 	// S[m]: the tokens of messages m.. as forwarded without the batch.
 	msgTok := a.msgTokens()
+	// A message's tokens as received, less what the results it holds lose
+	// before any new fold (scrubbed, cut, already folded).
 	adj := make([]int, len(c.msgs))
 	for x := range items {
 		it := &items[x]
-		if it.eligible && it.folded {
-			adj[it.d.msg] += it.recStub - it.tokens
+		recv := it.tokens
+		if it.d.text != it.d.r.text {
+			recv = a.count(it.d.r.text)
 		}
+		now := it.tokens
+		if it.folded {
+			now = it.recStub
+		}
+		adj[it.d.msg] += now - recv
 	}
 	S := make([]int, len(c.msgs)+1)
 	for m := len(c.msgs) - 1; m >= 0; m-- {
