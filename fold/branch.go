@@ -48,7 +48,7 @@ type createAnswer struct {
 	TimeoutSeconds float64 `json:"timeout_seconds"`
 	// InjectedContext holds the memories given to the branch
 	// (inject_memories), which the new branch pays for.
-	InjectedContext []memory.Item `json:"injected_context,omitempty"`
+	InjectedContext []memory.Brief `json:"injected_context,omitempty"`
 	// Memory is "unavailable" when memories were asked for and this proxy
 	// has none.
 	Memory       string       `json:"memory,omitempty"`
@@ -75,7 +75,10 @@ type returnArgs struct {
 	BranchID      string
 	Message       string
 	ReturnValue   string // compact JSON text; "" when absent
-	ExtractMemory bool   // extract_memory: queue memories from the branch
+	// ExtractMemory is extract_memory: true makes the branch a memory
+	// candidate and the answer says whether it was queued; false opts it
+	// out; nil leaves it to memory.autoExtract and memory.extractAll.
+	ExtractMemory *bool
 }
 
 // returnAnswer is branch_return's answer, which the parent receives and is
@@ -226,7 +229,7 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	if err := m.waitDependencies(ctx, deps); err != nil {
 		return nil, err
 	}
-	injected, injectedTokens := []memory.Item{}, 0
+	injected, injectedTokens := []memory.Brief{}, 0
 	if a.InjectMemories == nil || *a.InjectMemories {
 		injected, injectedTokens = m.injectMemories(ctx, desc, prompt, budget)
 	}
@@ -528,8 +531,15 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 		TokensUsed: b.Used, Message: msg, ReturnValue: rawValue(rv),
 		ChildrenForceReturned: m.activeDescendants(n),
 	}
-	extract := m.mem != nil && (a.ExtractMemory || m.mem.Settings().ExtractAll)
-	if a.ExtractMemory && m.mem == nil {
+	asked := a.ExtractMemory != nil && *a.ExtractMemory
+	// shown: the answer says whether a memory was queued, which may change
+	// it once the branch is closed; otherwise a candidate is extracted
+	// quietly after the return (memory.autoExtract), and the answer is
+	// the same either way.
+	shown := m.mem != nil && (asked || (a.ExtractMemory == nil && m.mem.Settings().ExtractAll))
+	quiet := !shown && m.mem != nil && a.ExtractMemory == nil && m.mem.Settings().AutoExtractEnabled() && lessonWorthy(msg)
+	extract := shown
+	if asked && m.mem == nil {
 		ans.Memory = memoryUnavailable
 	}
 	ans.MemoryQueued = extract // at most what the answer will say
@@ -613,6 +623,9 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 		}
 	} else {
 		parent.cur.Store(npb)
+	}
+	if quiet {
+		m.extractMemory(wctx, b)
 	}
 	ev := branchEvent("returned", b)
 	ev.Tokens = tokens

@@ -45,6 +45,10 @@ type Options struct {
 	// Without it inject_memories and extract_memory are accepted and
 	// answered "memory":"unavailable".
 	Memory *memory.Service
+	// Principal is who this proxy's sessions act for (memory.principal):
+	// checkpoints and orphaned branches are shown to sessions of the same
+	// principal only. "" means "local".
+	Principal string
 	// Logger receives the Manager's own warnings; nil discards them.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Deadline timers always run on
@@ -68,15 +72,16 @@ type Options struct {
 // its summary delivered). Manager.mu is a leaf lock: it guards the maps and
 // counters and is never held while waiting for a branch lock or the store.
 type Manager struct {
-	set    policy.Fold
-	store  Store
-	scan   Scanner
-	count  Counter
-	events EventSink
-	mem    *memory.Service
-	log    *slog.Logger
-	now    func() time.Time
-	tools  []json.RawMessage
+	set       policy.Fold
+	principal string
+	store     Store
+	scan      Scanner
+	count     Counter
+	events    EventSink
+	mem       *memory.Service
+	log       *slog.Logger
+	now       func() time.Time
+	tools     []json.RawMessage
 
 	bg   context.Context // cancelled by Close; used by timers and pruning
 	stop context.CancelFunc
@@ -154,6 +159,10 @@ type session struct {
 	creates  []time.Time      // creation times within the last minute
 	touched  time.Time        // when LastSeen was last written
 	ending   bool
+	// memories are the ids of the memories this session's branches left
+	// (extracted, recorded), the latest sessionMemories of them, for its
+	// checkpoints.
+	memories []string
 }
 
 // touchEvery bounds how often TouchSession writes LastSeen.
@@ -174,16 +183,17 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		set:      set,
-		store:    opts.Store,
-		scan:     opts.Scanner,
-		count:    opts.Counter,
-		events:   opts.Events,
-		mem:      opts.Memory,
-		log:      opts.Logger,
-		now:      opts.Now,
-		sessions: make(map[string]*session),
-		nodes:    make(map[string]*node),
+		set:       set,
+		store:     opts.Store,
+		scan:      opts.Scanner,
+		count:     opts.Counter,
+		events:    opts.Events,
+		mem:       opts.Memory,
+		principal: cmp.Or(opts.Principal, "local"),
+		log:       opts.Logger,
+		now:       opts.Now,
+		sessions:  make(map[string]*session),
+		nodes:     make(map[string]*node),
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)

@@ -525,8 +525,12 @@ func parseReturnArgs(session string, raw json.RawMessage) (returnArgs, error) {
 	if r.Message, err = a.str("message", true); err != nil {
 		return r, err
 	}
-	if r.ExtractMemory, err = a.boolean("extract_memory"); err != nil {
-		return r, err
+	if _, ok := a.fields["extract_memory"]; ok {
+		v, err := a.boolean("extract_memory")
+		if err != nil {
+			return r, err
+		}
+		r.ExtractMemory = &v
 	}
 	r.ReturnValue, err = a.anyJSON("return_value")
 	return r, err
