@@ -72,9 +72,9 @@ type dependency struct {
 
 // returnArgs are branch_return's arguments.
 type returnArgs struct {
-	BranchID      string
-	Message       string
-	ReturnValue   string // compact JSON text; "" when absent
+	BranchID    string
+	Message     string
+	ReturnValue string // compact JSON text; "" when absent
 	// ExtractMemory is extract_memory: true makes the branch a memory
 	// candidate and the answer says whether it was queued; false opts it
 	// out; nil leaves it to memory.autoExtract and memory.extractAll.

@@ -222,10 +222,10 @@ func (e *replayEnv) pass(t testing.TB, name string, o replayOpts) replayStats {
 				args["budget"] = o.budget
 			}
 			var cr struct {
-				BranchID        string           `json:"branch_id"`
-				Budget          int              `json:"budget"`
-				BudgetFrom      string           `json:"budget_from"`
-				InjectedContext []memory.Brief   `json:"injected_context"`
+				BranchID        string         `json:"branch_id"`
+				Budget          int            `json:"budget"`
+				BudgetFrom      string         `json:"budget_from"`
+				InjectedContext []memory.Brief `json:"injected_context"`
 			}
 			text := callFold(t, mgr, sess, fold.ToolCreate, args, &cr)
 			st.branches++

@@ -55,11 +55,11 @@ type Provenance struct {
 // Memory is one stored lesson or anti-pattern. Title and Content have been
 // scrubbed for secrets before the memory reaches a Store.
 type Memory struct {
-	ID         string     `json:"id"`
-	Project    string     `json:"project,omitempty"`
-	Kind       Kind       `json:"kind"`
-	Title      string     `json:"title"`
-	Content    string     `json:"content"`
+	ID      string `json:"id"`
+	Project string `json:"project,omitempty"`
+	Kind    Kind   `json:"kind"`
+	Title   string `json:"title"`
+	Content string `json:"content"`
 	// Lesson is the memory as a branch is given it: a few sentences of
 	// at most MaxLesson bytes. The content is on memory_search. Memories
 	// stored before it was kept have none: their content's start stands
