@@ -22,8 +22,9 @@ import (
 
 // The memory tools' names.
 const (
-	ToolMemoryRecord = "memory_record"
-	ToolMemorySearch = "memory_search"
+	ToolMemoryRecord      = "memory_record"
+	ToolMemorySearch      = "memory_search"
+	ToolRemediationRecord = "remediation_record"
 )
 
 // ChargedTool reports whether a fold tool's answer enters the agent's
@@ -31,7 +32,7 @@ const (
 // the whole intercept chain (scrubbed, counted, charged to the branch):
 // branch_recall pages and the memory tools' answers.
 func ChargedTool(name string) bool {
-	return name == ToolRecall || name == ToolMemoryRecord || name == ToolMemorySearch
+	return name == ToolRecall || name == ToolMemoryRecord || name == ToolMemorySearch || name == ToolRemediationRecord
 }
 
 // memoryToolDefs are the memory tools' definitions, listed when memories
@@ -64,7 +65,78 @@ func memoryToolDefs() []toolDef {
 			}),
 			Annotations: toolAnnotations{Title: "Search memories", ReadOnlyHint: true},
 		},
+		{
+			Name:        ToolRemediationRecord,
+			Description: "Record how a failure was fixed; later branches resembling it are given the solution.",
+			InputSchema: schema([]string{"title", "problem", "root_cause", "solution"}, map[string]any{
+				"title":      prop("string", ""),
+				"problem":    prop("string", ""),
+				"root_cause": prop("string", ""),
+				"solution":   prop("string", ""),
+			}),
+		},
 	}
+}
+
+type remediationArgs struct{ Title, Problem, RootCause, Solution string }
+
+func parseRemediationArgs(raw []byte) (remediationArgs, error) {
+	var r remediationArgs
+	a, err := readArgs(ToolRemediationRecord, raw, "title", "problem", "root_cause", "solution")
+	if err != nil {
+		return r, err
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"title", &r.Title}, {"problem", &r.Problem}, {"root_cause", &r.RootCause}, {"solution", &r.Solution}} {
+		if *f.v, err = a.str(f.name, true); err != nil {
+			return r, err
+		}
+		if strings.TrimSpace(*f.v) == "" {
+			return r, fmt.Errorf("%w: %s: field %q must not be empty", ErrInvalidArgument, ToolRemediationRecord, f.name)
+		}
+	}
+	if len(r.Title) > memory.MaxTitle || len(r.Problem)+len(r.RootCause)+len(r.Solution) > memory.MaxContent-64 {
+		return r, fmt.Errorf("%w: %s: title is at most %d bytes, and problem, root_cause and solution together at most %d", ErrInvalidArgument, ToolRemediationRecord, memory.MaxTitle, memory.MaxContent-64)
+	}
+	return r, nil
+}
+
+// remediationRecord is remediation_record: a remediation memory, whose
+// lesson is the solution, given to later branches that resemble it
+// (memory.minResemblance).
+func (m *Manager) remediationRecord(ctx context.Context, sess string, a remediationArgs) (*memoryRecordAnswer, error) {
+	if m.mem == nil {
+		return nil, m.memoryOff(ToolRemediationRecord)
+	}
+	s, err := m.sessionOf(sess)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	n := innermostLocked(s)
+	m.mu.Unlock()
+	branch := s.root.id
+	if n != nil {
+		branch = n.id
+	}
+	mem, merged, err := m.mem.Add(ctx, memory.Candidate{
+		Kind: memory.KindRemediation, Title: a.Title, Outcome: "remediation",
+		Content:    "Problem: " + a.Problem + "\nRoot cause: " + a.RootCause + "\nSolution: " + a.Solution,
+		Lesson:     a.Solution,
+		Provenance: m.provenance(sess, branch, memory.OriginRecorded),
+	})
+	switch {
+	case errors.Is(err, memory.ErrInvalid):
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidArgument, ToolRemediationRecord, err)
+	case errors.Is(err, memory.ErrUnscanned):
+		return nil, fmt.Errorf("%w: %s: %v", ErrScanFailed, ToolRemediationRecord, err)
+	case err != nil:
+		return nil, err
+	}
+	m.noteMemory(sess, mem.ID)
+	return &memoryRecordAnswer{MemoryID: mem.ID, Merged: merged, Confidence: math.Round(mem.Confidence*1000) / 1000, Suspicious: mem.Suspicious}, nil
 }
 
 // injectMemories finds the memories for a new branch. A failure is logged

@@ -27,9 +27,14 @@ const (
 // memory tools follow them when memories are on.
 func ToolNames() []string { return []string{ToolCreate, ToolReturn, ToolStatus, ToolRecall} }
 
-// IsTool reports whether name is one of the fold tools or memory tools.
+// IsTool reports whether name is one of the fold, checkpoint or memory
+// tools.
 func IsTool(name string) bool {
-	return slices.Contains(ToolNames(), name) || name == ToolMemoryRecord || name == ToolMemorySearch
+	switch name {
+	case ToolMemoryRecord, ToolMemorySearch, ToolRemediationRecord, ToolCheckpointSave, ToolCheckpointList, ToolCheckpointResume:
+		return true
+	}
+	return slices.Contains(ToolNames(), name)
 }
 
 // maxToolDescription bounds each tool's description, which every agent
@@ -136,6 +141,7 @@ func buildTools(set policy.Fold, memories bool) ([]json.RawMessage, error) {
 			}),
 		},
 	}
+	defs = append(defs, checkpointToolDefs()...)
 	if memories {
 		defs = append(defs, memoryToolDefs()...)
 	}
@@ -205,6 +211,39 @@ func (m *Manager) CallTool(ctx context.Context, session, name string, args json.
 		if a, err = parseMemorySearchArgs(args); err == nil {
 			ans, err = m.memorySearch(ctx, session, a)
 		}
+	case ToolRemediationRecord:
+		var a remediationArgs
+		if a, err = parseRemediationArgs(args); err == nil {
+			ans, err = m.remediationRecord(ctx, session, a)
+		}
+	case ToolCheckpointSave, ToolCheckpointList, ToolCheckpointResume:
+		// The branch the call was made in pays for the answer, not the
+		// branches a resumption creates.
+		caller := m.innermostID(session)
+		switch name {
+		case ToolCheckpointSave:
+			var a checkpointSaveArgs
+			if a, err = parseCheckpointSaveArgs(session, args); err == nil {
+				ans, err = m.checkpointSave(ctx, session, a)
+			}
+		case ToolCheckpointList:
+			if err = parseCheckpointListArgs(session, args); err == nil {
+				ans, err = m.checkpointList(ctx, session)
+			}
+		default:
+			var a checkpointResumeArgs
+			if a, err = parseCheckpointResumeArgs(session, args); err == nil {
+				ans, err = m.checkpointResume(ctx, session, a)
+			}
+		}
+		if err == nil {
+			// The session's current branch receives the answer and pays
+			// for it, as for branch_status.
+			var text string
+			if text, err = answerText(ans); err == nil {
+				err = m.chargeOwn(ctx, session, caller, name, string(args), text)
+			}
+		}
 	default:
 		return nil, fmt.Errorf("%w: fold: unknown tool %q; the fold tools are %s", ErrInvalidArgument, name, strings.Join(ToolNames(), ", "))
 	}
@@ -227,7 +266,7 @@ func (m *Manager) CallTool(ctx context.Context, session, name string, args json.
 var refusals = [...]error{
 	ErrMaxDepthExceeded, ErrBudgetExceeded, ErrBranchClosed, ErrBranchNotFound,
 	ErrTooManyBranches, ErrRateLimited, ErrInvalidArgument, ErrDependencyFailed,
-	ErrSessionNotFound, ErrCutNotFound, ErrScanFailed,
+	ErrSessionNotFound, ErrCutNotFound, ErrScanFailed, ErrCheckpointNotFound,
 }
 
 func refusal(err error) error {
