@@ -39,9 +39,12 @@ type createArgs struct {
 // charged its tokens, so it says only what the agent needs and nothing
 // twice: empty and unlimited fields are left out.
 type createAnswer struct {
-	BranchID        string `json:"branch_id"`
-	Depth           int    `json:"depth"`
-	Budget          int    `json:"budget"`
+	BranchID string `json:"branch_id"`
+	Depth    int    `json:"depth"`
+	Budget   int    `json:"budget"`
+	// BudgetFrom says where a learned budget came from ("7 similar
+	// branches"); absent: the budget asked for, or the default.
+	BudgetFrom      string `json:"budget_from,omitempty"`
 	ParentRemaining *int   `json:"parent_remaining,omitempty"` // absent: unlimited
 	// TimeoutSeconds is the time to the deadline: an agent cannot use a
 	// clock time it does not know (branch_status gives both).
@@ -179,6 +182,12 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	}
 	budget := m.set.DefaultBudget
 	clamp := a.Budget == nil // the default is clamped to what the parent has left
+	budgetFrom := ""
+	if a.Budget == nil {
+		if b, from := m.proposeBudget(desc + "\n" + prompt); b > 0 {
+			budget, budgetFrom = b, from
+		}
+	}
 	if a.Budget != nil {
 		if *a.Budget < 1 {
 			return nil, fmt.Errorf("%w: budget %d must be at least 1 token (omit it for the default of %d)", ErrInvalidArgument, *a.Budget, m.set.DefaultBudget)
@@ -269,7 +278,7 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 		b.DependsOn = append(b.DependsOn, d.id)
 	}
 	ans := &createAnswer{
-		BranchID: b.ID, Depth: b.Depth, Budget: budget, TimeoutSeconds: timeout.Seconds(),
+		BranchID: b.ID, Depth: b.Depth, Budget: budget, BudgetFrom: budgetFrom, TimeoutSeconds: timeout.Seconds(),
 	}
 	for _, d := range deps {
 		db := d.cur.Load()
@@ -761,6 +770,10 @@ func (m *Manager) closeWithLocked(ctx context.Context, n *node, st Status, reaso
 	if kind != "returned" { // the caller of a return emits it, with the message tokens
 		m.emit(ctx, branchEvent(kind, nb))
 	}
+	if isOrphan(nb) {
+		m.addOrphan(nb, m.principal)
+	}
+	m.learn(nb)
 	m.memoryOutcome(ctx, nb)
 	return append(closed, n.id), nil
 }

@@ -122,11 +122,12 @@ func buildTools(set policy.Fold, memories bool) ([]json.RawMessage, error) {
 		},
 		{
 			Name:        ToolStatus,
-			Description: "Budget and time left, force-return summaries; no branch_id: the session tree (offset pages it); detailed: archived calls.",
+			Description: "Budget and time left, force-return summaries; no branch_id: the session tree (offset pages it) and orphans of earlier sessions (acknowledge clears them); detailed: archived calls and usage by kind.",
 			InputSchema: schema(nil, map[string]any{
-				"branch_id": prop("string", ""),
-				"detailed":  prop("boolean", ""),
-				"offset":    prop("integer", ""),
+				"branch_id":   prop("string", ""),
+				"detailed":    prop("boolean", ""),
+				"offset":      prop("integer", ""),
+				"acknowledge": prop("boolean", ""),
 			}),
 		},
 		{
@@ -591,7 +592,7 @@ func (a *args) anyJSON(name string) (string, error) {
 
 func parseStatusArgs(session string, raw json.RawMessage) (statusArgs, error) {
 	var s statusArgs
-	a, err := readArgs(ToolStatus, raw, "branch_id", "detailed", "offset", "session_id")
+	a, err := readArgs(ToolStatus, raw, "branch_id", "detailed", "offset", "acknowledge", "session_id")
 	if err != nil {
 		return s, err
 	}
@@ -602,6 +603,9 @@ func parseStatusArgs(session string, raw json.RawMessage) (statusArgs, error) {
 		return s, err
 	}
 	if s.Offset, err = a.integer("offset", 0, math.MaxInt32); err != nil {
+		return s, err
+	}
+	if s.Acknowledge, err = a.boolean("acknowledge"); err != nil {
 		return s, err
 	}
 	s.Detailed, err = a.boolean("detailed")

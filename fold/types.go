@@ -100,6 +100,16 @@ type Branch struct {
 	// ModelContext (roots only) is the size of the main thread's context
 	// as the model last saw it on the model wire, before and after folding.
 	ModelContext *ModelContext `json:"modelContext,omitempty"`
+	// Principal (roots only) is who the session acted for: the orphans of
+	// a session are shown to later sessions of the same principal only.
+	Principal string `json:"principal,omitempty"`
+	// Acknowledged is set on an orphaned branch (closed because its
+	// session went away) once a later session acknowledged it.
+	Acknowledged bool `json:"acknowledged,omitempty"`
+	// Reasoning is the model's own output on the model wire while the
+	// branch was the innermost, in tokens (RecordModelOutput): shown in
+	// the usage breakdown, never charged to the budget.
+	Reasoning int `json:"reasoning,omitempty"`
 }
 
 // CallRecord is one call archived inside a branch: what went up and, already

@@ -118,6 +118,9 @@ type Fold struct {
 	ArchiveMaxBytes   int64    `json:"archiveMaxBytes,omitempty"`  // 1 GiB
 	DependsOnWait     Duration `json:"dependsOnWait,omitempty"`    // 120s
 	RecallPageTokens  int      `json:"recallPageTokens,omitempty"` // 4096
+	// OrphanMaxAge is how long branch_status shows a later session the
+	// branches of earlier sessions that ended without a return. Default 72h.
+	OrphanMaxAge Duration `json:"orphanMaxAge,omitempty"`
 	// Fsync flushes the state store to disk on every change, so that it
 	// survives a crash of the machine. Without it (the default) every change
 	// is still written to the operating system before the agent hears of
@@ -312,6 +315,7 @@ func Default() Settings {
 			ArchiveMaxBytes:   1 << 30,
 			DependsOnWait:     Duration(120 * time.Second),
 			RecallPageTokens:  4096,
+			OrphanMaxAge:      Duration(72 * time.Hour),
 			Thresholds:        []float64{0.70, 0.85, 0.95},
 		},
 		Tokens: Tokens{Encoding: "o200k_base", ImageTokens: 1600, AudioTokens: 800},
@@ -478,6 +482,7 @@ func (s *Settings) fill() {
 	num64(&f.ArchiveMaxBytes, df.ArchiveMaxBytes)
 	dur(&f.DependsOnWait, df.DependsOnWait)
 	num(&f.RecallPageTokens, df.RecallPageTokens)
+	dur(&f.OrphanMaxAge, df.OrphanMaxAge)
 	if len(f.Thresholds) == 0 {
 		f.Thresholds = df.Thresholds
 	}
@@ -531,6 +536,7 @@ func (s Settings) Validate() error {
 		{"fold.archiveMaxBytes", f.ArchiveMaxBytes},
 		{"fold.dependsOnWait", int64(f.DependsOnWait)},
 		{"fold.recallPageTokens", int64(f.RecallPageTokens)},
+		{"fold.orphanMaxAge", int64(f.OrphanMaxAge)},
 		{"tokens.imageTokens", int64(s.Tokens.ImageTokens)},
 		{"tokens.audioTokens", int64(s.Tokens.AudioTokens)},
 		{"scrub.timeout", int64(s.Scrub.Timeout)},
