@@ -91,6 +91,9 @@ type Settings struct {
 	Model     Model               `json:"model"`
 	Proxy     Proxy               `json:"proxy"`
 	Upstreams map[string]Upstream `json:"upstreams,omitempty"`
+
+	// Aliases are the seeds' keys (default_budget, ...), see Aliases.
+	Aliases
 }
 
 // Fold holds the numbers of the fold contract.
@@ -430,6 +433,9 @@ func Parse(raw []byte) (Settings, error) {
 			}
 			return Settings{}, fmt.Errorf("%w: %s: %v", ErrInvalid, Key, err)
 		}
+	}
+	if errs := s.Aliases.apply(&s); len(errs) > 0 {
+		return Settings{}, errors.Join(errs...)
 	}
 	s.fill()
 	if err := s.Validate(); err != nil {
