@@ -101,6 +101,7 @@ func checkpointToolDefs() []toolDef {
 	return []toolDef{
 		{
 			Name:        ToolCheckpointSave,
+			deferred:    true,
 			Description: "Save this session (branch tree, open branches' budgets and time, your summary and context) for a later session to resume.",
 			InputSchema: schema([]string{"name", "summary"}, map[string]any{
 				"name":    prop("string", ""),
@@ -110,11 +111,13 @@ func checkpointToolDefs() []toolDef {
 		},
 		{
 			Name:        ToolCheckpointList,
+			deferred:    true,
 			Description: "List saved checkpoints, latest first.",
 			InputSchema: schema(nil, map[string]any{}),
 		},
 		{
 			Name:        ToolCheckpointResume,
+			deferred:    true,
 			Description: "Continue a checkpoint: returns its summary (level context: and context); its open branches are re-created here.",
 			InputSchema: schema([]string{"checkpoint_id"}, map[string]any{
 				"checkpoint_id": prop("string", ""),

@@ -67,6 +67,7 @@ func memoryToolDefs() []toolDef {
 		},
 		{
 			Name:        ToolRemediationRecord,
+			deferred:    true,
 			Description: "Record how a failure was fixed; later branches resembling it are given the solution.",
 			InputSchema: schema([]string{"title", "problem", "root_cause", "solution"}, map[string]any{
 				"title":      prop("string", ""),

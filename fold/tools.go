@@ -53,7 +53,11 @@ type toolDef struct {
 	Description string          `json:"description"`
 	InputSchema map[string]any  `json:"inputSchema"`
 	Annotations toolAnnotations `json:"annotations,omitzero"`
-	Meta        map[string]any  `json:"_meta"`
+	Meta        map[string]any  `json:"_meta,omitempty"`
+	// deferred tools are not marked to be always loaded: used rarely
+	// (checkpoints, remediations), they cost an agent that defers tool
+	// loading nothing until it looks for them.
+	deferred bool
 }
 
 // toolAnnotations are the hints a tool sets; the fold tools set none, for
@@ -122,7 +126,7 @@ func buildTools(set policy.Fold, memories bool) ([]json.RawMessage, error) {
 		},
 		{
 			Name:        ToolStatus,
-			Description: "Budget and time left, force-return summaries; no branch_id: the session tree (offset pages it) and orphans of earlier sessions (acknowledge clears them); detailed: archived calls and usage by kind.",
+			Description: "Budget and time left, force-return summaries; no branch_id: the session tree (offset pages it), orphans (acknowledge hides them); detailed: archived calls, usage by kind.",
 			InputSchema: schema(nil, map[string]any{
 				"branch_id":   prop("string", ""),
 				"detailed":    prop("boolean", ""),
@@ -151,7 +155,9 @@ func buildTools(set policy.Fold, memories bool) ([]json.RawMessage, error) {
 		if len(d.Description) > maxToolDescription {
 			return nil, fmt.Errorf("fold: the description of %s is %d bytes, over %d", d.Name, len(d.Description), maxToolDescription)
 		}
-		d.Meta = map[string]any{"anthropic/alwaysLoad": true}
+		if !d.deferred {
+			d.Meta = map[string]any{"anthropic/alwaysLoad": true}
+		}
 		raw, err := marshal(d, false)
 		if err != nil {
 			return nil, err
