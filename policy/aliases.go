@@ -79,4 +79,3 @@ func (a Aliases) apply(s *Settings) []error {
 	integer("memory_max_items", a.MemoryMaxItems, "memory.maxItems", &s.Memory.MaxItems)
 	return errs
 }
-
