@@ -96,10 +96,15 @@ func TestAutoFoldsObserveApart(t *testing.T) {
 			t.Fatal("observe mode changed the request")
 		}
 	}
-	rr := e.store.(RecordReader)
-	nObs, nOn := 0, 0
-	_ = rr.ListRecords(t.Context(), recordFoldObserve, func(string, []byte) error { nObs++; return nil })
-	_ = rr.ListRecords(t.Context(), recordFold, func(string, []byte) error { nOn++; return nil })
+	obs, err := e.store.Records(t.Context(), recordFoldObserve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on, err := e.store.Records(t.Context(), recordFold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nObs, nOn := len(obs), len(on)
 	if nObs == 0 || nOn != 0 {
 		t.Fatalf("%d observe records, %d real ones", nObs, nOn)
 	}

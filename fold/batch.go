@@ -20,9 +20,9 @@ type Batch struct {
 	Cuts     []BatchCut
 	Calls    []BatchCall // each record's Seq is set once written
 	Branches []*Branch
-	// Records are small records of the model wire (automatic folds, model
-	// sessions), read back through RecordReader; they are pruned with the
-	// archive, by age and size.
+	// Records are records as Store.PutRecord keeps them, written with
+	// the rest; unless Keep, they are pruned with the archive, by age and
+	// size (automatic folds of the model wire, with their texts as Cuts).
 	Records []BatchRecord
 }
 
@@ -36,12 +36,11 @@ type BatchRecord struct {
 }
 
 // RecordReader is implemented by the stores that keep Batch.Records (both
-// stores of this package).
+// stores of this package): the records of Store.PutRecord, read many at
+// once (Store.Records lists a kind's).
 type RecordReader interface {
 	// GetRecords returns the records of kind among ids that exist, by id.
 	GetRecords(ctx context.Context, kind string, ids []string) (map[string][]byte, error)
-	// ListRecords calls fn with every record of kind, in id order.
-	ListRecords(ctx context.Context, kind string, fn func(id string, value []byte) error) error
 }
 
 // BatchCut is a cut remainder to store.

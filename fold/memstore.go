@@ -54,6 +54,60 @@ func NewMemStore() *MemStore {
 	}
 }
 
+// PutRecord stores one of fold's own records.
+func (s *MemStore) PutRecord(ctx context.Context, kind, id string, data []byte) error {
+	if kind == "" || id == "" {
+		return fmt.Errorf("%w: fold: PutRecord needs a kind and an id", ErrInvalidArgument)
+	}
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	// Records put one by one are not pruned (the Badger store keeps no
+	// time index entry for them).
+	s.records[kind+"/"+id] = memArchived{time: time.Now(), data: slices.Clone(data), keep: true}
+	return nil
+}
+
+// GetRecord returns a record, or an error wrapping ErrRecordNotFound.
+func (s *MemStore) GetRecord(ctx context.Context, kind, id string) ([]byte, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	a, ok := s.records[kind+"/"+id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s %q", ErrRecordNotFound, kind, id)
+	}
+	return slices.Clone(a.data), nil
+}
+
+// Records lists the records of a kind, by id.
+func (s *MemStore) Records(ctx context.Context, kind string) ([]Record, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var out []Record
+	for k, v := range s.records {
+		if id, ok := strings.CutPrefix(k, kind+"/"); ok {
+			out = append(out, Record{ID: id, Data: slices.Clone(v.data)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// DeleteRecord removes a record.
+func (s *MemStore) DeleteRecord(ctx context.Context, kind, id string) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	delete(s.records, kind+"/"+id)
+	return nil
+}
+
 // begin locks the store for one operation and checks that it may proceed.
 func (s *MemStore) begin(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -208,29 +262,6 @@ func (s *MemStore) GetRecords(ctx context.Context, kind string, ids []string) (m
 	return out, nil
 }
 
-// ListRecords calls fn with every record of kind, in id order.
-func (s *MemStore) ListRecords(ctx context.Context, kind string, fn func(id string, value []byte) error) error {
-	if err := s.begin(ctx); err != nil {
-		return err
-	}
-	prefix := kind + "/"
-	var keys []string
-	vals := map[string][]byte{}
-	for k, a := range s.records {
-		if strings.HasPrefix(k, prefix) {
-			keys = append(keys, k[len(prefix):])
-			vals[k[len(prefix):]] = slices.Clone(a.data)
-		}
-	}
-	s.mu.Unlock()
-	sort.Strings(keys)
-	for _, id := range keys {
-		if err := fn(id, vals[id]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // Calls returns up to limit calls of branch from sequence number fromSeq
 // on; a limit of zero or less means all of them.
