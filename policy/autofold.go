@@ -12,7 +12,7 @@ type ModelAutoFold struct {
 	// came and report what folding would have saved) or "off".
 	Mode string `json:"mode,omitempty"`
 	// KeepRecent: the newest results never folded as stale, besides every
-	// result of the newest turn. Default 2.
+	// result of the newest turn. Default 1.
 	KeepRecent int `json:"keepRecent,omitempty"`
 	// Trigger: stale results are folded only once the conversation's
 	// tool-result tokens, folded or not, pass it. Default 2000.
@@ -50,7 +50,7 @@ const (
 
 // AutoFold defaults.
 const (
-	DefaultAutoFoldKeepRecent  = 2
+	DefaultAutoFoldKeepRecent  = 1
 	DefaultAutoFoldTrigger     = 2000
 	DefaultAutoFoldMinTokens   = 100
 	DefaultAutoFoldMinBatch    = 300

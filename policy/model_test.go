@@ -11,7 +11,7 @@ func TestModelDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Model{AnthropicURL: "https://api.anthropic.com", OpenAIURL: "https://api.openai.com", MaxRequestBytes: 32 << 20,
-		AutoFold: ModelAutoFold{KeepRecent: 2, Trigger: 2000, MinTokens: 100, MinBatch: 300, Oversize: 10000, KeepHead: 4000, KeepTail: 2000, MinRequests: 20},
+		AutoFold: ModelAutoFold{KeepRecent: 1, Trigger: 2000, MinTokens: 100, MinBatch: 300, Oversize: 10000, KeepHead: 4000, KeepTail: 2000, MinRequests: 20},
 		Prices:   ModelPrices{CacheRead: 0.1, CacheWrite: 1.25}}
 	if !reflect.DeepEqual(got.Model, want) {
 		t.Errorf("Model = %+v, want %+v", got.Model, want)

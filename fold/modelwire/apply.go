@@ -108,7 +108,7 @@ func (a *applier) run() (Result, error) {
 	c := a.c
 	a.res.Body = c.body
 	a.res.TokensBefore = a.countContext(c)
-	if _, ok := c.top.get("context_management"); ok {
+	if clearsToolResults(c) {
 		// The API clears tool results itself: automatic folding stands
 		// aside (it repeats what it decided before, and adds nothing).
 		a.afSkip = true
@@ -170,6 +170,37 @@ func fnv64(b []byte) uint64 {
 		h *= 1099511628211
 	}
 	return h
+}
+
+// clearsToolResults reports whether the request asks the API to clear
+// tool results itself (Anthropic's context_management with a
+// clear_tool_uses edit; Claude Code's clear_thinking edit is not one).
+func clearsToolResults(c *conv) bool {
+	cm, ok := c.top.get("context_management")
+	if !ok || c.body[cm.s] != '{' {
+		return false
+	}
+	o, err := parseObj(c.body, cm)
+	if err != nil {
+		return false
+	}
+	ev, ok := o.get("edits")
+	if !ok || c.body[ev.s] != '[' {
+		return false
+	}
+	els, err := elements(c.body, ev)
+	if err != nil {
+		return false
+	}
+	for _, el := range els {
+		if c.body[el.s] != '{' {
+			continue
+		}
+		if eo, err := parseObj(c.body, el); err == nil && strings.HasPrefix(eo.str("type"), "clear_tool_uses") {
+			return true
+		}
+	}
+	return false
 }
 
 // countContext counts the conversation as received, keeping each

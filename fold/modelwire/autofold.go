@@ -26,9 +26,10 @@ import (
 // shares with the request before it and WritePrice for everything after the
 // first byte that changed. Folding a batch that starts at position p saves
 // its tokens, less the stubs' (F), on every later request, read from the
-// cache: about ReadPrice·F each; it costs rewriting everything after p once:
-// (WritePrice−ReadPrice)·tail, tail being the tokens from p to the end as
-// folded. The number of later requests is unknown; a conversation that has
+// cache: about ReadPrice·F each; it costs rewriting, once, what the
+// previous request had cached after p: (WritePrice−ReadPrice)·tail, tail
+// being the tokens from p to the start of the newest turn as folded (the
+// newest turn is written anyway). The number of later requests is unknown; a conversation that has
 // gone on for R requests is taken to go on for about R more (at least
 // MinRequests). Among the batches that fold every candidate from some
 // candidate on (folding an earlier one moves p back and lengthens the tail),
@@ -36,7 +37,11 @@ import (
 // folded when that is positive and F is at least MinBatch. So folds come in
 // batches, near the end of the cached prefix, and a fold far back in the
 // conversation (an early read superseded much later) waits until it is
-// worth its rewrite.
+// worth its rewrite. On Anthropic's API a cached prefix is only found at a
+// breakpoint or up to about 20 content blocks before one (Claude Code
+// keeps its breakpoint on the newest message), so a change further back
+// than that is priced as rewriting the whole conversation: small batches
+// just behind the newest results are the cheap ones.
 //
 // Frozen. A decision is recorded by the State (Folder) with its anchor, the
 // newest result of the request that made it, before that request is
@@ -399,13 +404,43 @@ func (a *applier) plan(items []afItem, cfg *afConfig) []int {
 	for m := len(c.msgs) - 1; m >= 0; m-- {
 		S[m] = S[m+1] + max(msgTok[m]+adj[m], 0)
 	}
+	// Anthropic's cache reads a prefix at a breakpoint, or at a block
+	// boundary at most lookbackBlocks before one (the newest message
+	// carries the breakpoint): a change further back than that rewrites
+	// everything after the system prompt. OpenAI's caches read any prefix.
+	far := len(c.msgs)
+	if c.d == Anthropic {
+		blocks := 0
+		for m := len(c.msgs) - 1; m >= 0; m-- {
+			blocks += max(len(c.msgs[m].blocks), 1)
+			if blocks > lookbackBlocks {
+				far = m
+				break
+			}
+		}
+	}
+	// The newest turn (the model's last answer and the results it asked
+	// for) is new in this request: it is written to the cache whatever is
+	// folded. A fold rewrites what the previous request had in the cache,
+	// from the fold to there.
+	newFrom := len(c.msgs)
+	for newFrom > 0 && c.msgs[newFrom-1].role != "assistant" {
+		newFrom--
+	}
+	for newFrom > 0 && c.msgs[newFrom-1].role == "assistant" {
+		newFrom--
+	}
 	R := max(a.requests(), cfg.MinRequests)
 	best, bestNet, F := -1, 0.0, 0
 	var bestF int
 	for k := len(cands) - 1; k >= 0; k-- {
 		it := &items[cands[k]]
 		F += it.tokens - it.stubTok
-		tail := max(S[it.d.msg]-F, 0)
+		from := it.d.msg
+		if from <= far {
+			from = 0
+		}
+		tail := max(S[from]-S[max(newFrom, from)]-F, 0)
 		net := cfg.ReadPrice*float64(F)*float64(R) - (cfg.WritePrice-cfg.ReadPrice)*float64(tail)
 		if net > bestNet {
 			best, bestNet, bestF = k, net, F
@@ -416,6 +451,11 @@ func (a *applier) plan(items []afItem, cfg *afConfig) []int {
 	}
 	return cands[best:]
 }
+
+// lookbackBlocks is how far before a cache breakpoint Anthropic's API
+// looks for a cached prefix (about 20 content blocks, its documentation
+// says).
+const lookbackBlocks = 20
 
 // sameRun reports whether messages i and j (i <= j) are in one run of
 // result messages (no assistant message between them).

@@ -414,6 +414,12 @@ func TestAutoFoldStandsAside(t *testing.T) {
 	if res.AutoFold.Folded != 0 {
 		t.Fatalf("%d folded under context_management", res.AutoFold.Folded)
 	}
+	// Claude Code's own edit clears thinking, not tool results.
+	b = g.body(t)
+	b = append(b[:len(b)-1], []byte(`,"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]}}`)...)
+	if res := mustApply(t, Anthropic, b, st, onOpts()); res.AutoFold.Folded == 0 {
+		t.Fatal("nothing folded beside Claude Code's clear_thinking edit")
+	}
 }
 
 // resultText is the text of the result of call id in a request.

@@ -161,7 +161,7 @@ type AutoFold struct {
 	// Mode is ModeOn, ModeObserve or "" / ModeOff.
 	Mode string
 	// KeepRecent: the newest results never folded as stale (besides every
-	// result of the newest turn). Default 2.
+	// result of the newest turn). Default 1.
 	KeepRecent int
 	// Trigger: stale results are folded only once the conversation's
 	// tool-result tokens, folded or not, pass it. Default 2,000.
@@ -199,7 +199,7 @@ const (
 
 // AutoFold defaults.
 const (
-	DefaultKeepRecent  = 2
+	DefaultKeepRecent  = 1
 	DefaultTrigger     = 2000
 	DefaultMinTokens   = 100
 	DefaultMinBatch    = 300
