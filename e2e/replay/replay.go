@@ -106,20 +106,47 @@ func (st *Stats) fail(format string, args ...any) {
 	}
 }
 
-// conversation is one growing Claude Code conversation.
-type conversation struct {
+// Conversation is one growing Claude Code conversation.
+type Conversation struct {
 	msgs []json.RawMessage
 	n    int
 }
 
-func (c *conversation) add(v any) {
+func (c *Conversation) add(v any) {
 	b, _ := json.Marshal(v)
 	c.msgs = append(c.msgs, b)
 }
 
-// body is the request as Claude Code sends it: model, system prompt,
+// Task adds a task the user types (after a short answer of the model when
+// the conversation has begun).
+func (c *Conversation) Task(text string) {
+	if len(c.msgs) > 0 {
+		c.add(map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "text", "text": "Done."}}})
+	}
+	c.add(userText(text))
+}
+
+// Step adds one turn: the model runs command with Bash, and its output.
+func (c *Conversation) Step(prefix, command, output string, returnCode int) string {
+	c.n++
+	id := fmt.Sprintf("toolu_%s_%04d", prefix, c.n)
+	c.add(map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": id, "name": "Bash", "input": map[string]any{"command": command}}}})
+	if output == "" {
+		output = "(no output)"
+	}
+	res := map[string]any{"type": "tool_result", "tool_use_id": id, "content": output}
+	if returnCode != 0 {
+		res["is_error"] = true
+	}
+	c.add(map[string]any{"role": "user", "content": []any{res}})
+	return id
+}
+
+// Body is the request as Claude Code sends it: model, system prompt,
 // tools, then the messages.
-func (c *conversation) body() []byte {
+func (c *Conversation) Body() []byte { return c.body() }
+
+func (c *Conversation) body() []byte {
 	var b bytes.Buffer
 	b.WriteString(`{"model":"claude-replay","max_tokens":32000,"stream":true,"system":`)
 	b.Write(systemJSON)
@@ -138,7 +165,7 @@ func (c *conversation) body() []byte {
 
 func playOne(ctx context.Context, hc *http.Client, front string, up *Upstream, conv string, tasks []trajectory.Trajectory, opt Options, st *Stats) error {
 	st.Conversations++
-	var c conversation
+	var c Conversation
 	var prev []piece
 	shown := map[string]string{} // tool-use id -> its text as the model first saw it
 	var last []byte
@@ -183,27 +210,10 @@ func playOne(ctx context.Context, hc *http.Client, front string, up *Upstream, c
 		}
 		return nil
 	}
-	for ti, task := range tasks {
-		if ti == 0 {
-			c.add(userText(task.Task))
-		} else {
-			// The next task, typed by the user after the last results.
-			c.add(map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "text", "text": "Done."}}})
-			c.add(userText(task.Task))
-		}
+	for _, task := range tasks {
+		c.Task(task.Task)
 		for _, s := range task.Steps {
-			c.n++
-			id := fmt.Sprintf("toolu_%s_%04d", conv, c.n)
-			c.add(map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": id, "name": "Bash", "input": map[string]any{"command": s.Command}}}})
-			out := s.Output
-			if out == "" {
-				out = "(no output)"
-			}
-			res := map[string]any{"type": "tool_result", "tool_use_id": id, "content": out}
-			if s.ReturnCode != 0 {
-				res["is_error"] = true
-			}
-			c.add(map[string]any{"role": "user", "content": []any{res}})
+			c.Step(conv, s.Command, s.Output, s.ReturnCode)
 			if err := send(); err != nil {
 				return err
 			}
@@ -506,8 +516,12 @@ func userText(s string) map[string]any {
 }
 
 // convHeader carries the conversation's name to Upstream (foldproxy
-// forwards every header).
+// forwards every header); ConvHeader is its name for other clients.
 const convHeader = "X-Replay-Conversation"
+
+// ConvHeader names the header that tells Upstream which conversation a
+// request belongs to.
+const ConvHeader = convHeader
 
 // Upstream is the model API of a replay: it records the last body each
 // conversation sent and answers every request with a short streamed
