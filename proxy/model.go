@@ -206,6 +206,10 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	if opts.Wire.Scrub != nil {
 		h.wire.Scrub = newScrubMemo(opts.Wire.Scrub, modelMemoEntries, modelMemoBytes).Scrub
 	}
+	if h.wire.Memo == nil {
+		// The tokens of the messages every request resends.
+		h.wire.Memo = modelwire.NewMemo(modelMemoEntries)
+	}
 	var err error
 	if !opts.Transparent {
 		// Behind the forward proxy the agent's CONNECT was admitted

@@ -96,6 +96,7 @@ type applier struct {
 	afSkip     bool      // the request is managed by the API's own context_management
 	msgTok     []int     // tokens of each message as received
 	recallTool bool      // the recall tool was added to this request
+	inPieces   []Piece   // the request's layout as received
 	res        Result
 }
 
@@ -132,7 +133,7 @@ func (a *applier) run() (Result, error) {
 	}
 	if len(a.edits) == 0 {
 		a.res.TokensAfter = a.res.TokensBefore
-		a.res.Pieces = pieces(c)
+		a.res.Pieces = a.inPieces
 		return a.res, nil
 	}
 	out, err := applyEdits(c.body, a.edits)
@@ -140,36 +141,96 @@ func (a *applier) run() (Result, error) {
 		return Result{}, err
 	}
 	a.res.Body, a.res.Changed = out, true
-	oc, err := parseConv(c.d, out)
-	if err != nil {
-		return Result{}, fmt.Errorf("modelwire: internal error: the folded request does not parse: %w", err)
+	if err := a.countForwarded(out); err != nil {
+		return Result{}, err
 	}
-	a.res.TokensAfter = a.countAll(contextPieces(oc))
-	a.res.Pieces = pieces(oc)
 	return a.res, nil
 }
 
-// pieces lays a request out: its head, then each message.
-func pieces(c *conv) []Piece {
-	end := len(c.body)
-	if len(c.msgs) > 0 {
-		end = c.msgs[0].sp.s
+// countForwarded counts the forwarded request and lays it out (Pieces)
+// without parsing its messages again: one pass over its top level, and a
+// message it carries unchanged is counted from the Memo.
+func (a *applier) countForwarded(out []byte) error {
+	top, err := parseObj(out, span{0, len(out)})
+	if err != nil {
+		return fmt.Errorf("modelwire: internal error: the folded request is not an object: %w", err)
 	}
-	out := make([]Piece, 0, len(c.msgs)+1)
-	out = append(out, Piece{0, fnv64(c.body[:end])})
-	for _, m := range c.msgs {
-		out = append(out, Piece{m.sp.s, fnv64(c.body[m.sp.s:m.sp.e])})
+	n := 0
+	for _, key := range []string{"system", "instructions"} {
+		if v, ok := top.get(key); ok {
+			n += a.countRaw(out, v)
+		}
 	}
-	return out
+	key := "messages"
+	if a.c.d == OpenAIResponses {
+		key = "input"
+	}
+	arr, ok := top.get(key)
+	if !ok || out[arr.s] != '[' {
+		a.res.TokensAfter = n
+		a.res.Pieces = []Piece{{0, a.opt.Memo.sum(out)}}
+		return nil
+	}
+	els, err := elements(out, arr)
+	if err != nil {
+		return fmt.Errorf("modelwire: internal error: the folded request's %s is not an array: %w", key, err)
+	}
+	head := len(out)
+	if len(els) > 0 {
+		head = els[0].s
+	}
+	ps := make([]Piece, 0, len(els)+1)
+	ps = append(ps, Piece{0, a.opt.Memo.sum(out[:head])})
+	for _, el := range els {
+		sum := a.opt.Memo.sum(out[el.s:el.e])
+		ps = append(ps, Piece{el.s, sum})
+		n += a.countSum(out, el, sum)
+	}
+	a.res.TokensAfter, a.res.Pieces = n, ps
+	return nil
 }
 
-func fnv64(b []byte) uint64 {
-	h := uint64(14695981039346656037)
-	for _, x := range b {
-		h ^= uint64(x)
-		h *= 1099511628211
+// countRaw counts the text of the JSON value at v, from the Memo when it
+// saw these bytes before.
+func (a *applier) countRaw(b []byte, v span) int {
+	return a.countSum(b, v, a.opt.Memo.sum(b[v.s:v.e]))
+}
+
+func (a *applier) countSum(b []byte, v span, sum uint64) int {
+	if n, ok := a.opt.Memo.getTokens(sum); ok {
+		return n
 	}
-	return h
+	var sb strings.Builder
+	collect(b, v, &sb)
+	n := a.count(sb.String())
+	a.opt.Memo.putTokens(sum, n)
+	return n
+}
+
+// countContext counts the conversation as received, keeping each
+// message's tokens for the planner of automatic folds and its digest for
+// Pieces (a request forwarded unchanged is laid out from these).
+func (a *applier) countContext(c *conv) int {
+	n := 0
+	for _, key := range []string{"system", "instructions"} {
+		if v, ok := c.top.get(key); ok {
+			n += a.countRaw(c.body, v)
+		}
+	}
+	a.msgTok = make([]int, len(c.msgs))
+	a.inPieces = make([]Piece, 0, len(c.msgs)+1)
+	head := len(c.body)
+	if len(c.msgs) > 0 {
+		head = c.msgs[0].sp.s
+	}
+	a.inPieces = append(a.inPieces, Piece{0, a.opt.Memo.sum(c.body[:head])})
+	for i, m := range c.msgs {
+		sum := a.opt.Memo.sum(c.body[m.sp.s:m.sp.e])
+		a.inPieces = append(a.inPieces, Piece{m.sp.s, sum})
+		a.msgTok[i] = a.countSum(c.body, m.sp, sum)
+		n += a.msgTok[i]
+	}
+	return n
 }
 
 // clearsToolResults reports whether the request asks the API to clear
@@ -201,23 +262,6 @@ func clearsToolResults(c *conv) bool {
 		}
 	}
 	return false
-}
-
-// countContext counts the conversation as received, keeping each
-// message's tokens for the planner of automatic folds.
-func (a *applier) countContext(c *conv) int {
-	pieces := contextPieces(c)
-	sys := len(pieces) - len(c.msgs)
-	n := 0
-	a.msgTok = make([]int, len(c.msgs))
-	for i, p := range pieces {
-		t := a.count(p)
-		n += t
-		if i >= sys {
-			a.msgTok[i-sys] = t
-		}
-	}
-	return n
 }
 
 // observe hands the result to the State when it is an Observer.

@@ -1,7 +1,6 @@
 package modelwire
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"strings"
 )
@@ -125,7 +124,7 @@ func (a *applier) oversize(d *delivery) error {
 	if cfg.Oversize < 0 || !a.eligible(d, cfg) || len(d.text) < cfg.Oversize {
 		return nil // fewer bytes than tokens: under the threshold
 	}
-	handle := fo.FoldHandle(d.r.callID, d.text)
+	handle := a.opt.Memo.handle(fo, d.r.callID, d.text)
 	recs, err := fo.Folds(a.ctx, a.observing(), []string{handle})
 	if err != nil {
 		return fmt.Errorf("modelwire: read the automatic folds: %w", err)
@@ -237,7 +236,7 @@ type afItem struct {
 	recStub  int  // the record's stub tokens, when folded
 	kind     string
 	spec     callSpec // what its call read or ran
-	hash     [32]byte // of its text, for repeats
+	hash     [2]uint64 // of its text, for repeats
 }
 
 // autoFold folds the results that stay: it repeats the recorded folds whose
@@ -256,13 +255,13 @@ func (a *applier) autoFold() error {
 		it := &items[x]
 		it.d = d
 		if d.text != "" {
-			it.tokens = a.count(d.text)
+			it.tokens = a.opt.Memo.countText(d.text, a.count)
 		}
 		if !a.eligible(d, cfg) || it.tokens < cfg.MinTokens {
 			continue
 		}
 		it.eligible = true
-		it.handle = fo.FoldHandle(d.r.callID, d.text)
+		it.handle = a.opt.Memo.handle(fo, d.r.callID, d.text)
 		keys = append(keys, foldKey(it.handle))
 	}
 	recs, err := fo.Folds(a.ctx, a.observing(), keys)
@@ -342,18 +341,18 @@ func (a *applier) plan(items []afItem, cfg *afConfig) []int {
 	stale := total >= cfg.Trigger
 	// Superseded and repeated: the last result of each read, run and text.
 	var sup supersession
-	lastHash := map[[32]byte]int{}
+	lastHash := map[[2]uint64]int{}
 	for x := range items {
 		it := &items[x]
 		if !it.eligible {
 			continue
 		}
 		if !cfg.NoSuperseded {
-			it.spec = specOf(it.d.name, a.callInput(it.d.r.callID))
+			it.spec = a.opt.Memo.spec(it.d.name, a.callInput(it.d.r.callID))
 			sup.add(x, it.spec)
 		}
 		if !cfg.NoRepeats {
-			it.hash = sha256.Sum256([]byte(it.d.text))
+			it.hash = a.opt.Memo.sum128(it.d.text)
 			lastHash[it.hash] = x
 		}
 	}
@@ -392,7 +391,7 @@ func (a *applier) plan(items []afItem, cfg *afConfig) []int {
 		it := &items[x]
 		recv := it.tokens
 		if it.d.text != it.d.r.text {
-			recv = a.count(it.d.r.text)
+			recv = a.opt.Memo.countText(it.d.r.text, a.count)
 		}
 		now := it.tokens
 		if it.folded {

@@ -82,6 +82,9 @@ type Options struct {
 	// Session names the model session the request belongs to (found by
 	// the front from its headers), recorded with the folds it decides.
 	Session string
+	// Memo, shared by a front's requests, remembers the tokens of the
+	// messages it counted; nil counts every message of every request.
+	Memo *Memo
 }
 
 // Guidance configures the reminders added to the main thread. The zero
@@ -130,7 +133,8 @@ type Result struct {
 }
 
 // Piece is one part of a forwarded request: it starts at byte Start and
-// its bytes digest to Sum (64-bit FNV-1a).
+// its bytes digest to Sum (Options.Memo's digest, comparable across the
+// requests of one Memo; FNV-1a without one).
 type Piece struct {
 	Start int
 	Sum   uint64
