@@ -348,7 +348,7 @@ func callKey(branch string, seq int) []byte {
 	e := esc(branch)
 	return append20(append(append(append(make([]byte, 0, len(e)+23), "c/"...), e...), '/'), int64(seq))
 }
-func cutKey(handle string) []byte     { return []byte("x/" + esc(handle)) }
+func cutKey(handle string) []byte    { return []byte("x/" + esc(handle)) }
 func cutRefKey(handle string) []byte { return []byte("xr/" + esc(handle)) }
 func sessionKey(id string) []byte    { return []byte("sess/" + esc(id)) }
 func recordKey(kind, id string) []byte {
@@ -905,7 +905,6 @@ func (s *BadgerStore) GetRecords(ctx context.Context, kind string, ids []string)
 	}
 	return out, nil
 }
-
 
 // PutCut stores the remainder of a cut result under handle.
 func (s *BadgerStore) PutCut(ctx context.Context, handle string, rest []byte) error {

@@ -262,7 +262,6 @@ func (s *MemStore) GetRecords(ctx context.Context, kind string, ids []string) (m
 	return out, nil
 }
 
-
 // Calls returns up to limit calls of branch from sequence number fromSeq
 // on; a limit of zero or less means all of them.
 func (s *MemStore) Calls(ctx context.Context, branch string, fromSeq, limit int) ([]*CallRecord, error) {

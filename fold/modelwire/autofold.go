@@ -235,7 +235,7 @@ type afItem struct {
 	folded   bool // folded by a record
 	recStub  int  // the record's stub tokens, when folded
 	kind     string
-	spec     callSpec // what its call read or ran
+	spec     callSpec  // what its call read or ran
 	hash     [2]uint64 // of its text, for repeats
 }
 
