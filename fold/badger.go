@@ -82,8 +82,9 @@ type BadgerStore struct {
 }
 
 var (
-	_ Store   = (*BadgerStore)(nil)
-	_ Batcher = (*BadgerStore)(nil)
+	_ Store        = (*BadgerStore)(nil)
+	_ Batcher      = (*BadgerStore)(nil)
+	_ RecordReader = (*BadgerStore)(nil)
 )
 
 // OpenBadger opens (creating if needed) the store in dir for reading and
@@ -832,6 +833,13 @@ func (s *BadgerStore) Batch(ctx context.Context, b *Batch) error {
 		}
 		sets = s.indexBranch(append(sets, set(branchKey(br.ID), data)), br)
 	}
+	for _, r := range b.Records {
+		key := recordKey(r.Kind, r.ID)
+		sets = append(sets, set(key, bytes.Clone(r.Value)))
+		if !r.Keep {
+			sets = append(sets, set(timeKey(now, key), strconv.AppendInt(nil, int64(len(r.Value)), 10)))
+		}
+	}
 	if err := s.writeWith(ctx, "write batch", &refs, sets...); err != nil {
 		return err
 	}
@@ -870,6 +878,32 @@ func (s *BadgerStore) Calls(ctx context.Context, branch string, fromSeq, limit i
 		return nil
 	})
 	return out, err
+}
+
+// GetRecords returns the records of kind among ids that exist, by id.
+func (s *BadgerStore) GetRecords(ctx context.Context, kind string, ids []string) (map[string][]byte, error) {
+	out := make(map[string][]byte)
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		for _, id := range ids {
+			item, err := txn.Get(recordKey(kind, id))
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			out[id] = v
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fold: read %s records: %w", kind, err)
+	}
+	return out, nil
 }
 
 // PutCut stores the remainder of a cut result under handle.

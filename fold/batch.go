@@ -3,6 +3,7 @@ package fold
 import (
 	"context"
 	"fmt"
+	"strings"
 )
 
 // Batcher is an optional extension of Store: Batch applies the writes of
@@ -19,6 +20,27 @@ type Batch struct {
 	Cuts     []BatchCut
 	Calls    []BatchCall // each record's Seq is set once written
 	Branches []*Branch
+	// Records are records as Store.PutRecord keeps them, written with
+	// the rest; unless Keep, they are pruned with the archive, by age and
+	// size (automatic folds of the model wire, with their texts as Cuts).
+	Records []BatchRecord
+}
+
+// BatchRecord is a record of kind (a short name: "af", "ms") under id.
+type BatchRecord struct {
+	Kind, ID string
+	Value    []byte
+	// Keep exempts the record from pruning (a key that must outlive the
+	// records it keys).
+	Keep bool
+}
+
+// RecordReader is implemented by the stores that keep Batch.Records (both
+// stores of this package): the records of Store.PutRecord, read many at
+// once (Store.Records lists a kind's).
+type RecordReader interface {
+	// GetRecords returns the records of kind among ids that exist, by id.
+	GetRecords(ctx context.Context, kind string, ids []string) (map[string][]byte, error)
 }
 
 // BatchCut is a cut remainder to store.
@@ -55,6 +77,9 @@ func (m *Manager) commit(ctx context.Context, b *Batch) error {
 			return err
 		}
 	}
+	if len(b.Records) > 0 {
+		return fmt.Errorf("fold: the store keeps no records (it has no Batch)")
+	}
 	return nil
 }
 
@@ -73,6 +98,11 @@ func (b *Batch) validate() error {
 	for _, br := range b.Branches {
 		if br == nil || br.ID == "" {
 			return fmt.Errorf("%w: fold: a batch holds a branch without an id", ErrInvalidArgument)
+		}
+	}
+	for _, r := range b.Records {
+		if r.Kind == "" || r.ID == "" || strings.Contains(r.Kind, "/") {
+			return fmt.Errorf("%w: fold: a batch holds a record without a kind or an id (%q, %q)", ErrInvalidArgument, r.Kind, r.ID)
 		}
 	}
 	return nil

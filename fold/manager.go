@@ -96,6 +96,7 @@ type Manager struct {
 	nodes    map[string]*node
 	active   int                        // active (or being created) non-root branches of the instance
 	model    map[string]*modelDecisions // model-wire decisions by branch (modelstate.go)
+	folds    foldBook                   // automatic folds of the model wire (autofold.go)
 	orphans  []orphan                   // branches closed because their session went away (orphans.go)
 	history  []sample                   // closed branches, for learned budgets (learned.go)
 }

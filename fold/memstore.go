@@ -26,7 +26,7 @@ type MemStore struct {
 	calls    map[string][]memArchived // by branch, in sequence order
 	cuts     map[string]memArchived
 	sessions map[string][]byte
-	records  map[string][]byte // by kind + "/" + id
+	records  map[string]memArchived // by kind + "/" + id
 }
 
 // memArchived is one archived call or cut remainder.
@@ -34,11 +34,13 @@ type memArchived struct {
 	seq  int
 	time time.Time
 	data []byte
+	keep bool // never pruned
 }
 
 var (
-	_ Store   = (*MemStore)(nil)
-	_ Batcher = (*MemStore)(nil)
+	_ Store        = (*MemStore)(nil)
+	_ Batcher      = (*MemStore)(nil)
+	_ RecordReader = (*MemStore)(nil)
 )
 
 // NewMemStore returns an empty in-memory store.
@@ -48,7 +50,7 @@ func NewMemStore() *MemStore {
 		calls:    make(map[string][]memArchived),
 		cuts:     make(map[string]memArchived),
 		sessions: make(map[string][]byte),
-		records:  make(map[string][]byte),
+		records:  make(map[string]memArchived),
 	}
 }
 
@@ -61,7 +63,9 @@ func (s *MemStore) PutRecord(ctx context.Context, kind, id string, data []byte) 
 		return err
 	}
 	defer s.mu.Unlock()
-	s.records[kind+"/"+id] = slices.Clone(data)
+	// Records put one by one are not pruned (the Badger store keeps no
+	// time index entry for them).
+	s.records[kind+"/"+id] = memArchived{time: time.Now(), data: slices.Clone(data), keep: true}
 	return nil
 }
 
@@ -71,11 +75,11 @@ func (s *MemStore) GetRecord(ctx context.Context, kind, id string) ([]byte, erro
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	data, ok := s.records[kind+"/"+id]
+	a, ok := s.records[kind+"/"+id]
 	if !ok {
 		return nil, fmt.Errorf("%w: %s %q", ErrRecordNotFound, kind, id)
 	}
-	return slices.Clone(data), nil
+	return slices.Clone(a.data), nil
 }
 
 // Records lists the records of a kind, by id.
@@ -87,7 +91,7 @@ func (s *MemStore) Records(ctx context.Context, kind string) ([]Record, error) {
 	var out []Record
 	for k, v := range s.records {
 		if id, ok := strings.CutPrefix(k, kind+"/"); ok {
-			out = append(out, Record{ID: id, Data: slices.Clone(v)})
+			out = append(out, Record{ID: id, Data: slices.Clone(v.data)})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -237,7 +241,25 @@ func (s *MemStore) Batch(ctx context.Context, b *Batch) error {
 	for i, br := range b.Branches {
 		s.branches[br.ID] = encoded[i]
 	}
+	for _, r := range b.Records {
+		s.records[r.Kind+"/"+r.ID] = memArchived{time: time.Now(), data: slices.Clone(r.Value), keep: r.Keep}
+	}
 	return nil
+}
+
+// GetRecords returns the records of kind among ids that exist, by id.
+func (s *MemStore) GetRecords(ctx context.Context, kind string, ids []string) (map[string][]byte, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := make(map[string][]byte)
+	for _, id := range ids {
+		if a, ok := s.records[kind+"/"+id]; ok {
+			out[id] = slices.Clone(a.data)
+		}
+	}
+	return out, nil
 }
 
 // Calls returns up to limit calls of branch from sequence number fromSeq
@@ -371,6 +393,7 @@ func (s *MemStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes int
 	now := time.Now()
 	type entry struct {
 		branch, handle string
+		record         string
 		seq            int
 		t              time.Time
 		size           int64
@@ -384,6 +407,11 @@ func (s *MemStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes int
 	for h, a := range s.cuts {
 		all = append(all, entry{handle: h, t: a.time, size: int64(len(a.data))})
 	}
+	for k, a := range s.records {
+		if !a.keep {
+			all = append(all, entry{record: k, t: a.time, size: int64(len(a.data))})
+		}
+	}
 	sort.Slice(all, func(i, j int) bool { return all[i].t.Before(all[j].t) })
 	var total int64
 	for _, e := range all {
@@ -391,6 +419,10 @@ func (s *MemStore) Prune(ctx context.Context, maxAge time.Duration, maxBytes int
 	}
 	drop := func(e entry) {
 		total -= e.size
+		if e.record != "" {
+			delete(s.records, e.record)
+			return
+		}
 		if e.handle != "" {
 			delete(s.cuts, e.handle)
 			return

@@ -102,6 +102,11 @@ func (m *Manager) recall(ctx context.Context, sess string, a recallArgs) (any, e
 		return m.recallCalls(ctx, n.id, offset, limit)
 	}
 
+	if isFoldHandle(a.Handle) {
+		// A fold of the model wire: its handle is the capability (see
+		// autofold.go).
+		return m.recallFold(ctx, a.Handle, offset, limit)
+	}
 	unknown := fmt.Errorf("%w: handle %q is unknown in this session; use the handle of a cut notice, or a call_handle from branch_status detailed", ErrCutNotFound, a.Handle)
 	branch, seq, isCall, ok := parseHandle(a.Handle)
 	if !ok {
@@ -129,13 +134,21 @@ func (m *Manager) recall(ctx context.Context, sess string, a recallArgs) (any, e
 			return nil, fmt.Errorf("fold: read cut %s: %w", a.Handle, err)
 		}
 	}
+	return m.recallPage(a.Handle, data, offset, limit)
+}
+
+// recallPage is the page of data from offset within limit tokens.
+func (m *Manager) recallPage(handle string, data []byte, offset, limit int) (*recallPage, error) {
+	if offset < 0 {
+		return nil, fmt.Errorf("%w: offset %d is negative", ErrInvalidArgument, offset)
+	}
 	if offset > len(data) {
 		return nil, fmt.Errorf("%w: offset %d is past the end of the text (%d bytes)", ErrInvalidArgument, offset, len(data))
 	}
 	end := offset + m.pageEnd(data[offset:], limit)
 	page := data[offset:end]
 	p := &recallPage{
-		Handle: a.Handle, Offset: offset, NextOffset: end, Done: end == len(data),
+		Handle: handle, Offset: offset, NextOffset: end, Done: end == len(data),
 		TotalBytes: len(data), Tokens: m.count.CountText(string(page)),
 	}
 	if utf8.Valid(page) {

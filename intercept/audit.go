@@ -79,6 +79,57 @@ type Record struct {
 	Reason string `json:"reason,omitempty"`
 	Level  string `json:"level,omitempty"`
 	Tokens int    `json:"tokens,omitempty"` // message tokens of a return; remainder of a cut
+
+	// Model requests only (KindModel).
+	Model *ModelFigures `json:"model,omitempty"`
+}
+
+// ModelFigures are what a model request's audit record adds: its model
+// session, what automatic folding did, the usage the model API reported,
+// and the prompt-cache model of its bill (the front's o200k tokens).
+type ModelFigures struct {
+	Session string `json:"session,omitempty"`
+	// Automatic folds: those this request decided (Folds), the results it
+	// carried folded and the tokens they kept out of it. In observe mode
+	// nothing was folded and the same figures are WouldFold, WouldSave
+	// and WouldFolds.
+	Folds      []FoldNote `json:"folds,omitempty"`
+	Folded     int        `json:"folded,omitempty"`
+	FoldSaved  int        `json:"fold_saved,omitempty"`
+	WouldFolds []FoldNote `json:"would_folds,omitempty"`
+	WouldFold  int        `json:"would_fold,omitempty"`
+	WouldSave  int        `json:"would_save,omitempty"`
+	Recalls    int        `json:"recalls,omitempty"`
+	// Usage is what the model API reported; absent when it reported none
+	// that foldproxy could read.
+	Usage *Usage `json:"usage,omitempty"`
+	// The modelled bill of the request's input at the configured cache
+	// prices: as forwarded (its prefix held since the session's request
+	// before read, the rest written), and as it would have been without
+	// foldproxy (the client's requests taken to grow by appending).
+	PrefixHeld      int     `json:"prefix_held"`
+	ModelledBilled  float64 `json:"modelled_billed"`
+	ModelledWithout float64 `json:"modelled_without"`
+}
+
+// FoldNote is one automatic fold in an audit record: what it hid and the
+// handle that reads it back.
+type FoldNote struct {
+	Handle string `json:"handle"`
+	Kind   string `json:"kind"`
+	Tool   string `json:"tool,omitempty"`
+	Brief  string `json:"brief,omitempty"`
+	Tokens int    `json:"tokens"`
+}
+
+// Usage is a model answer's usage as the API reported it, and the input it
+// bills at the configured cache prices.
+type Usage struct {
+	Input      int     `json:"input"`
+	CacheRead  int     `json:"cache_read"`
+	CacheWrite int     `json:"cache_write"`
+	Output     int     `json:"output"`
+	Billed     float64 `json:"billed"`
 }
 
 // Auditor writes the JSONL audit log: one record per forwarded request and

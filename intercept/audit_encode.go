@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 	"strconv"
@@ -59,6 +60,13 @@ func appendRecord(b []byte, rec *Record) []byte {
 	b = appendStringField(b, "reason", rec.Reason)
 	b = appendStringField(b, "level", rec.Level)
 	b = appendIntField(b, "tokens", rec.Tokens)
+	if rec.Model != nil {
+		// Model requests are a few a minute: encoding/json is fine here.
+		m, err := json.Marshal(rec.Model)
+		if err == nil {
+			b = append(append(b, `,"model":`...), m...)
+		}
+	}
 	return append(b, '}')
 }
 
@@ -67,7 +75,8 @@ func appendRecord(b []byte, rec *Record) []byte {
 // that is not finite makes Write fall back to json.Marshal for its error.
 func encodable(rec *Record) bool {
 	y := rec.Time.Year()
-	return y >= 0 && y <= 9999 && finite(rec.LatencyMS) && finite(rec.UpstreamLatencyMS)
+	return y >= 0 && y <= 9999 && finite(rec.LatencyMS) && finite(rec.UpstreamLatencyMS) &&
+		(rec.Model == nil || finite(rec.Model.ModelledBilled) && finite(rec.Model.ModelledWithout) && (rec.Model.Usage == nil || finite(rec.Model.Usage.Billed)))
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }

@@ -40,6 +40,9 @@ func TestAppendRecordMatchesJSON(t *testing.T) {
 		{Time: t0, Kind: KindModel, LatencyMS: 1e-7, UpstreamLatencyMS: 1e21},
 		{Time: t0, Kind: KindModel, LatencyMS: 123456789.5, UpstreamLatencyMS: -2.5e-9},
 		{Time: t0, Kind: KindCall, LatencyMS: math.SmallestNonzeroFloat64, UpstreamLatencyMS: math.MaxFloat64},
+		{Time: t0, Kind: KindModel, Method: "anthropic", Model: &ModelFigures{Session: "ms-1<>", Folds: []FoldNote{{Handle: "af~00", Kind: "stale", Tool: "Bash", Brief: "grep \"x\" <a>", Tokens: 900}},
+			Folded: 3, FoldSaved: 2400, Recalls: 1, Usage: &Usage{Input: 3, CacheRead: 9000, CacheWrite: 120, Output: 44, Billed: 1053.5}, PrefixHeld: 8000, ModelledBilled: 1234.5, ModelledWithout: 2e6}},
+		{Time: t0, Kind: KindModel, Model: &ModelFigures{WouldFold: 2, WouldSave: 10, WouldFolds: []FoldNote{{Handle: "af~01", Kind: "repeat"}}}},
 	} {
 		checkAppendRecord(t, rec)
 	}

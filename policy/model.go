@@ -21,6 +21,10 @@ type Model struct {
 	MaxRequestBytes int64 `json:"maxRequestBytes,omitempty"`
 	// Guidance configures the reminders that suggest a branch.
 	Guidance ModelGuidance `json:"guidance,omitzero"`
+	// AutoFold configures automatic folding.
+	AutoFold ModelAutoFold `json:"autofold,omitzero"`
+	// Prices are cached input tokens' prices relative to uncached ones.
+	Prices ModelPrices `json:"prices,omitzero"`
 }
 
 // Model defaults.
@@ -29,6 +33,13 @@ const (
 	DefaultOpenAIURL            = "https://api.openai.com"
 	DefaultModelMaxRequestBytes = 32 << 20
 )
+
+// defaultModel is Model with every default filled in.
+func defaultModel() Model {
+	var m Model
+	m.fill()
+	return m
+}
 
 func (m *Model) fill() {
 	if m.AnthropicURL == "" {
@@ -40,6 +51,8 @@ func (m *Model) fill() {
 	if m.MaxRequestBytes == 0 {
 		m.MaxRequestBytes = DefaultModelMaxRequestBytes
 	}
+	m.AutoFold.fill()
+	m.Prices.fill()
 }
 
 func (m Model) validate() error {
@@ -52,6 +65,12 @@ func (m Model) validate() error {
 		}
 	}
 	if err := m.Guidance.validate(); err != nil {
+		return err
+	}
+	if err := m.AutoFold.validate(); err != nil {
+		return err
+	}
+	if err := m.Prices.validate(); err != nil {
 		return err
 	}
 	if m.MaxRequestBytes < 1024 {

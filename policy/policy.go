@@ -325,7 +325,7 @@ func Default() Settings {
 		Memory: DefaultMemory(),
 		Scrub:  Scrub{Timeout: Duration(10 * time.Second), ChunkBytes: 64 << 10, OverlapBytes: 4 << 10},
 		Audit:  Audit{MaxBytes: 64 << 20, MaxFiles: 5, Fsync: "interval", FsyncInterval: Duration(time.Second)},
-		Model:  Model{AnthropicURL: DefaultAnthropicURL, OpenAIURL: DefaultOpenAIURL, MaxRequestBytes: DefaultModelMaxRequestBytes},
+		Model:  defaultModel(),
 		Proxy:  Proxy{InterceptHosts: append([]string(nil), DefaultInterceptHosts...), AllowPorts: append([]int(nil), DefaultAllowPorts...)},
 	}
 }

@@ -67,6 +67,10 @@ type ModelOptions struct {
 	// applies, and paths outside /v1/ are relayed untouched to AnthropicURL
 	// instead of answered 404.
 	Transparent bool
+	// CacheRead and CacheWrite are the prices of a cached input token
+	// read and written, relative to an uncached one, for the bills of
+	// ModelEvent. Default 0.1 and 1.25.
+	CacheRead, CacheWrite float64
 }
 
 // ModelObserver is told of each model request once it is answered, for
@@ -94,6 +98,15 @@ type ModelEvent struct {
 	TokensAfter  int
 	Guidance     bool
 	Duration     time.Duration
+	// Session is the model session the request belongs to (see
+	// modelSession); AutoFold what automatic folding did to it.
+	Session  string
+	AutoFold modelwire.AutoFoldResult
+	// Usage is what the model API reported of its answer; Bill the
+	// prompt-cache model of the request's input, with and without
+	// foldproxy (see ModelBill).
+	Usage ModelUsage
+	Bill  ModelBill
 }
 
 // Model request outcomes (ModelEvent.Outcome).
@@ -148,6 +161,8 @@ type ModelHandler struct {
 	openai    *modelTarget
 	// transparent: see ModelOptions.Transparent.
 	transparent bool
+	read, write float64 // cache prices
+	ledger      modelLedger
 }
 
 var _ http.Handler = (*ModelHandler)(nil)
@@ -170,6 +185,17 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 		obs:      opts.Observer,
 
 		transparent: opts.Transparent,
+		read:        opts.CacheRead,
+		write:       opts.CacheWrite,
+	}
+	if h.read == 0 {
+		h.read = 0.1
+	}
+	if h.write == 0 {
+		h.write = 1.25
+	}
+	if h.read < 0 || h.write < h.read {
+		return nil, fmt.Errorf("model front: cache prices read %v and write %v: want 0 < read <= write", opts.CacheRead, opts.CacheWrite)
 	}
 	if h.state == nil {
 		return nil, errors.New("model front: ModelOptions.State is required")
@@ -179,6 +205,10 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	}
 	if opts.Wire.Scrub != nil {
 		h.wire.Scrub = newScrubMemo(opts.Wire.Scrub, modelMemoEntries, modelMemoBytes).Scrub
+	}
+	if h.wire.Memo == nil {
+		// The tokens of the messages every request resends.
+		h.wire.Memo = modelwire.NewMemo(modelMemoEntries)
 	}
 	var err error
 	if !opts.Transparent {
@@ -256,6 +286,9 @@ func (h *ModelHandler) newTarget(name, field, raw string, tr http.RoundTripper) 
 		ModifyResponse: func(resp *http.Response) error {
 			if c := modelCallOf(resp.Request.Context()); c != nil {
 				c.upstreamStatus = resp.StatusCode
+				if c.dialect != modelPassthrough && resp.StatusCode < 300 && resp.Body != nil {
+					resp.Body = newUsageTap(resp.Body, resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding"), &c.usage)
+				}
 			}
 			return nil
 		},
@@ -294,6 +327,7 @@ type modelCall struct {
 	dialect        string
 	upstreamStatus int
 	unreachable    bool
+	usage          ModelUsage // filled as the answer is relayed
 }
 
 type modelCallKey struct{}
@@ -385,6 +419,7 @@ func (h *ModelHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rt.target.rp.ServeHTTP(w, r)
+	ev.Usage = call.usage
 	switch {
 	case call.unreachable:
 		ev.Outcome = ModelUnreachable
@@ -416,7 +451,11 @@ func (h *ModelHandler) fold(w http.ResponseWriter, r *http.Request, rt modelRout
 		return false
 	}
 	// Apply validates the body first (one pass over it, not two).
-	res, err := modelwire.Apply(r.Context(), modelwire.Dialect(rt.dialect), body, h.state, h.wire)
+	d := modelwire.Dialect(rt.dialect)
+	opt := h.wire
+	opt.Session = modelSession(r, d, body)
+	ev.Session = opt.Session
+	res, err := modelwire.Apply(r.Context(), d, body, h.state, opt)
 	if errors.Is(err, modelwire.ErrNotJSON) {
 		modelError(w, rt.dialect, http.StatusBadRequest, "invalid_request_error", "the request body is not valid JSON")
 		return false
@@ -430,10 +469,12 @@ func (h *ModelHandler) fold(w http.ResponseWriter, r *http.Request, rt modelRout
 	}
 	ev.Changed, ev.Folded, ev.Guidance = res.Changed, len(res.Folded), res.Guidance
 	ev.TokensBefore, ev.TokensAfter = res.TokensBefore, res.TokensAfter
+	ev.AutoFold = res.AutoFold
 	out := res.Body
 	if out == nil {
 		out = body
 	}
+	ev.Bill = h.ledger.observe(opt.Session, out, res.Pieces, res.TokensBefore, res.TokensAfter, h.read, h.write)
 	r.Body = io.NopCloser(bytes.NewReader(out))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(out)), nil }
 	r.ContentLength = int64(len(out))

@@ -376,7 +376,96 @@ type reportData struct {
 	Redactions     []repRedaction `json:"redactions"`
 	// Store holds the branch records of the state folder, with --state.
 	Store *repStore `json:"store,omitempty"`
+	// Model is the model wire: per model session and in total.
+	Model repModel `json:"model"`
 }
+
+// repModel is the model wire's part of the report.
+type repModel struct {
+	Sessions []repModelSession `json:"sessions"`
+	Total    repModelSums      `json:"total"`
+	// Folds are the automatic folds decided, oldest first (the newest
+	// reportFolds).
+	Folds []repFold `json:"folds"`
+	// EstimateMethod says how EstimatedWithout is made.
+	EstimateMethod string `json:"estimate_method"`
+}
+
+// reportFolds bounds the folds listed.
+const reportFolds = 200
+
+type repModelSession struct {
+	Session string `json:"session"`
+	repModelSums
+}
+
+// repModelSums add up model requests: the conversation's tokens as the
+// client sent them and as forwarded, automatic folds (and in observe mode
+// what they would have done), the usage the model APIs reported with its
+// billed input at the cache prices, and the modelled bills.
+type repModelSums struct {
+	Requests      int     `json:"requests"`
+	Received      int     `json:"tokens_received"`
+	Forwarded     int     `json:"tokens_forwarded"`
+	Folds         int     `json:"folds"`
+	FoldSaved     int     `json:"fold_saved_tokens"`
+	WouldFolds    int     `json:"observe_would_fold"`
+	WouldSave     int     `json:"observe_would_save_tokens"`
+	Recalls       int     `json:"recalls"`
+	UsageRequests int     `json:"usage_requests"` // requests whose answer reported usage
+	Input         int     `json:"usage_input"`
+	CacheRead     int     `json:"usage_cache_read"`
+	CacheWrite    int     `json:"usage_cache_write"`
+	Output        int     `json:"usage_output"`
+	Billed        float64 `json:"billed_input"`
+	// EstimatedWithout is the billed input estimated without foldproxy
+	// (see repModel.EstimateMethod), over the requests that reported usage.
+	EstimatedWithout float64 `json:"billed_input_without_estimate"`
+	ModelledBilled   float64 `json:"modelled_billed"`
+	ModelledWithout  float64 `json:"modelled_without"`
+}
+
+func (s *repModelSums) add(r intercept.Record) {
+	s.Requests++
+	s.Received += r.ResultTokens
+	s.Forwarded += r.DeliveredTokens
+	m := r.Model
+	if m == nil {
+		return
+	}
+	s.Folds += len(m.Folds)
+	s.FoldSaved += m.FoldSaved
+	s.WouldFolds += len(m.WouldFolds)
+	s.WouldSave += m.WouldSave
+	s.Recalls += m.Recalls
+	s.ModelledBilled += m.ModelledBilled
+	s.ModelledWithout += m.ModelledWithout
+	if u := m.Usage; u != nil {
+		s.UsageRequests++
+		s.Input += u.Input
+		s.CacheRead += u.CacheRead
+		s.CacheWrite += u.CacheWrite
+		s.Output += u.Output
+		s.Billed += u.Billed
+		est := u.Billed
+		if m.ModelledBilled > 0 {
+			est = u.Billed * m.ModelledWithout / m.ModelledBilled
+		}
+		s.EstimatedWithout += est
+	}
+}
+
+// repFold is one automatic fold in the report.
+type repFold struct {
+	Time    time.Time `json:"time"`
+	Session string    `json:"session"`
+	intercept.FoldNote
+}
+
+// modelEstimateMethod is repModel.EstimateMethod.
+const modelEstimateMethod = "Each request's billed input as the model API reported it, scaled by the ratio of two modelled bills of its input in o200k tokens at the cache prices: " +
+	"without foldproxy (the conversation as the client sent it, the session's previous request read from the cache and the growth written) " +
+	"over as forwarded (read up to the first message that differs from the session's previous forwarded request, the rest written)."
 
 type repBranchKey struct{ session, branch string }
 type repToolKey struct{ upstream, method, tool string }
@@ -392,6 +481,9 @@ type repAggregator struct {
 	comp       repCompression
 	results    []repResult
 	redactions map[string]int
+
+	model         repModel
+	modelSessions map[string]*repModelSession
 }
 
 func newRepAggregator(session string) *repAggregator {
@@ -402,6 +494,8 @@ func newRepAggregator(session string) *repAggregator {
 		upstreams:  map[string]*repUpstream{},
 		tools:      map[repToolKey]*repTool{},
 		redactions: map[string]int{},
+
+		modelSessions: map[string]*repModelSession{},
 	}
 }
 
@@ -440,6 +534,27 @@ func (a *repAggregator) add(r intercept.Record) {
 		a.addCall(r)
 	case intercept.KindBranch:
 		a.addEvent(r)
+	case intercept.KindModel:
+		a.addModel(r)
+	}
+}
+
+func (a *repAggregator) addModel(r intercept.Record) {
+	if r.Model == nil {
+		return // a request relayed without the context manager
+	}
+	a.model.Total.add(r)
+	s, ok := a.modelSessions[r.Session]
+	if !ok {
+		s = &repModelSession{Session: r.Session}
+		a.modelSessions[r.Session] = s
+	}
+	s.add(r)
+	for _, f := range r.Model.Folds {
+		a.model.Folds = append(a.model.Folds, repFold{Time: r.Time, Session: r.Session, FoldNote: f})
+	}
+	if n := len(a.model.Folds); n > 2*reportFolds {
+		a.model.Folds = append(a.model.Folds[:0], a.model.Folds[n-reportFolds:]...)
 	}
 }
 
@@ -554,6 +669,21 @@ func (a *repAggregator) reportData(files []string, st intercept.ReadStats) *repo
 	slices.SortFunc(rep.Redactions, func(x, y repRedaction) int {
 		return cmp.Or(cmp.Compare(y.Count, x.Count), cmp.Compare(x.Rule, y.Rule))
 	})
+	rep.Model = a.model
+	rep.Model.EstimateMethod = modelEstimateMethod
+	rep.Model.Sessions = []repModelSession{}
+	for _, s := range a.modelSessions {
+		rep.Model.Sessions = append(rep.Model.Sessions, *s)
+	}
+	slices.SortFunc(rep.Model.Sessions, func(x, y repModelSession) int {
+		return cmp.Or(cmp.Compare(y.Received, x.Received), cmp.Compare(x.Session, y.Session))
+	})
+	if n := len(rep.Model.Folds); n > reportFolds {
+		rep.Model.Folds = rep.Model.Folds[n-reportFolds:]
+	}
+	if rep.Model.Folds == nil {
+		rep.Model.Folds = []repFold{}
+	}
 	return rep
 }
 
@@ -656,5 +786,40 @@ func (rep *reportData) writeText(w io.Writer) error {
 	if len(rep.Redactions) == 0 {
 		p("(none)\n")
 	}
+	rep.Model.writeText(p, section)
 	return tw.Flush()
+}
+
+// writeText prints the model wire's part of the report.
+func (m *repModel) writeText(p func(string, ...any), section func(string)) {
+	if m.Total.Requests == 0 {
+		return
+	}
+	section("Model requests by session (tokens: o200k as received and forwarded; usage and billed input as the model APIs reported them)")
+	p("SESSION\tREQUESTS\tRECEIVED\tFORWARDED\tFOLDS\tFOLD SAVED\tRECALLS\tINPUT\tCACHE READ\tCACHE WRITE\tOUTPUT\tBILLED\tWITHOUT (EST.)\tSAVED\n")
+	row := func(name string, s repModelSums) {
+		saved := "-"
+		if s.EstimatedWithout > 0 {
+			saved = fmt.Sprintf("%.1f%%", 100*(1-s.Billed/s.EstimatedWithout))
+		}
+		p("%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%s\n", name, s.Requests, s.Received, s.Forwarded, s.Folds, s.FoldSaved, s.Recalls,
+			s.Input, s.CacheRead, s.CacheWrite, s.Output, s.Billed, s.EstimatedWithout, saved)
+	}
+	for _, s := range m.Sessions {
+		row(repOrDash(s.Session), s.repModelSums)
+	}
+	row("(total)", m.Total)
+	if m.Total.WouldFolds > 0 || m.Total.WouldSave > 0 {
+		p("observe mode, nothing folded: would have folded %d results, keeping %d tokens out of the requests\n", m.Total.WouldFolds, m.Total.WouldSave)
+	}
+	p("modelled input bill (o200k): %.0f forwarded, %.0f without foldproxy\n", m.Total.ModelledBilled, m.Total.ModelledWithout)
+	p("estimate: %s\n", m.EstimateMethod)
+	if len(m.Folds) > 0 {
+		section(fmt.Sprintf("Automatic folds (newest %d)", reportFolds))
+		p("TIME\tSESSION\tKIND\tTOOL\tINPUT\tTOKENS\tHANDLE\n")
+		for _, f := range m.Folds {
+			p("%s\t%s\t%s\t%s\t%s\t%d\t%s\n", f.Time.UTC().Format(time.RFC3339), repOrDash(f.Session), repOrDash(f.Kind), repOrDash(f.Tool),
+				repOrDash(f.Brief), f.Tokens, repOrDash(f.Handle))
+		}
+	}
 }

@@ -348,6 +348,7 @@ type observer struct {
 	auditor *intercept.Auditor
 	metrics *intercept.Metrics
 	logger  *slog.Logger
+	prices  policy.ModelPrices // to bill the usage model APIs report
 }
 
 func (o observer) SessionOpened() { o.metrics.SessionOpened() }
@@ -367,13 +368,38 @@ func (o observer) Relayed(upstream, method string, redactions map[string]int) {
 // The audit record is written first, so that a request seen in the
 // metrics is in the log.
 func (o observer) ModelRequest(ev proxy.ModelEvent) {
-	rec := intercept.Record{Time: time.Now(), Kind: intercept.KindModel, Method: ev.Dialect, Outcome: ev.Outcome,
+	rec := intercept.Record{Time: time.Now(), Kind: intercept.KindModel, Session: ev.Session, Method: ev.Dialect, Outcome: ev.Outcome,
 		ResultTokens: ev.TokensBefore, DeliveredTokens: ev.TokensAfter, Tokens: ev.Folded,
-		LatencyMS: float64(ev.Duration) / float64(time.Millisecond)}
+		LatencyMS: float64(ev.Duration) / float64(time.Millisecond), Model: modelFigures(ev, o.prices)}
 	if err := o.auditor.Write(rec); err != nil {
 		o.logger.Warn("audit record of a model request", "err", err)
 	}
 	o.metrics.ModelRequest(ev.Dialect, ev.Outcome, ev.TokensBefore, ev.TokensAfter, ev.Folded, ev.Guidance, ev.Duration)
+	o.metrics.ModelFigures(ev.Dialect, rec.Model)
+}
+
+// modelFigures are a model request's figures for its audit record; nil
+// for a request relayed without the context manager.
+func modelFigures(ev proxy.ModelEvent, prices policy.ModelPrices) *intercept.ModelFigures {
+	if ev.Session == "" {
+		return nil
+	}
+	f := &intercept.ModelFigures{Session: ev.Session, Recalls: ev.AutoFold.Recalls,
+		PrefixHeld: int(ev.Bill.Held), ModelledBilled: ev.Bill.Billed, ModelledWithout: ev.Bill.Without}
+	notes := make([]intercept.FoldNote, len(ev.AutoFold.New))
+	for i, r := range ev.AutoFold.New {
+		notes[i] = intercept.FoldNote{Handle: r.Handle, Kind: r.Kind, Tool: r.Tool, Brief: r.Brief, Tokens: r.Tokens}
+	}
+	if ev.AutoFold.Observe {
+		f.WouldFolds, f.WouldFold, f.WouldSave = notes, ev.AutoFold.Folded, ev.AutoFold.Saved
+	} else {
+		f.Folds, f.Folded, f.FoldSaved = notes, ev.AutoFold.Folded, ev.AutoFold.Saved
+	}
+	if u := ev.Usage; u.Known {
+		f.Usage = &intercept.Usage{Input: u.Input, CacheRead: u.CacheRead, CacheWrite: u.CacheWrite, Output: u.Output,
+			Billed: u.Billed(prices.CacheRead, prices.CacheWrite)}
+	}
+	return f
 }
 
 // sinks fans branch events out to several sinks.

@@ -596,7 +596,7 @@ func (c *serveCore) newServer() (*proxy.Server, error) {
 }
 
 func (c *serveCore) observer() observer {
-	return observer{auditor: c.auditor, metrics: c.metrics, logger: c.logger}
+	return observer{auditor: c.auditor, metrics: c.metrics, logger: c.logger, prices: c.st.Model.Prices}
 }
 
 // warnLongNames waits (at most 30 seconds) for every upstream to have been
@@ -627,11 +627,31 @@ func (c *serveCore) newModelFront(o proxy.ModelOptions) (*proxy.ModelHandler, er
 			clean, _, err := c.scrubber.ScrubText(sctx, text)
 			return clean, err
 		},
-		Count: c.counter.CountText,
+		Count:    c.counter.CountText,
+		Guidance: wireGuidance(c.st.Model.Guidance),
+		AutoFold: wireAutoFold(c.st.Model),
 	}
+	o.CacheRead, o.CacheWrite = c.st.Model.Prices.CacheRead, c.st.Model.Prices.CacheWrite
 	o.Observer = c.observer()
 	o.Logger = c.logger
 	return proxy.NewModelHandler(o)
+}
+
+// wireGuidance is foldproxy.model.guidance as the context manager takes it.
+func wireGuidance(g policy.ModelGuidance) modelwire.Guidance {
+	return modelwire.Guidance{Off: !g.On(), AfterTokens: g.Tokens(), NoRepeats: !g.OnRepeats()}
+}
+
+// wireAutoFold is foldproxy.model.autofold (and the cache prices it weighs
+// its batches by) as the context manager takes it.
+func wireAutoFold(m policy.Model) modelwire.AutoFold {
+	a := m.AutoFold
+	return modelwire.AutoFold{
+		Mode: a.EffectiveMode(), KeepRecent: a.KeepRecent, Trigger: a.Trigger, MinTokens: a.MinTokens,
+		MinBatch: a.MinBatch, Oversize: a.Oversize, KeepHead: a.KeepHead, KeepTail: a.KeepTail,
+		NoSuperseded: !a.OnSuperseded(), NoRepeats: !a.OnRepeats(), Exclude: a.Exclude,
+		ReadPrice: m.Prices.CacheRead, WritePrice: m.Prices.CacheWrite, MinRequests: a.MinRequests,
+	}
 }
 
 // newRemoteFront makes the front of the remote MCP servers intercepted in

@@ -88,8 +88,16 @@ type applier struct {
 
 	spans []spanInfo
 	owner map[resRef]int // result -> innermost span (-1: main thread)
+	dels  []delivery     // the results that stay, in order
 	edits []edit
-	res   Result
+
+	// Automatic folding (autofold.go, recalltool.go).
+	af         *afConfig // resolved configuration
+	afSkip     bool      // the request is managed by the API's own context_management
+	msgTok     []int     // tokens of each message as received
+	recallTool bool      // the recall tool was added to this request
+	inPieces   []Piece   // the request's layout as received
+	res        Result
 }
 
 type edit struct {
@@ -100,26 +108,32 @@ type edit struct {
 func (a *applier) run() (Result, error) {
 	c := a.c
 	a.res.Body = c.body
-	a.res.TokensBefore = a.countAll(contextPieces(c))
-	if len(c.msgs) == 0 {
-		a.res.TokensAfter = a.res.TokensBefore
-		return a.res, nil
+	a.res.TokensBefore = a.countContext(c)
+	if clearsToolResults(c) {
+		// The API clears tool results itself: automatic folding stands
+		// aside (it repeats what it decided before, and adds nothing).
+		a.afSkip = true
 	}
-	if err := a.discover(); err != nil {
-		return Result{}, err
+	a.res.AutoFold.Observe = a.observing()
+	a.planRecallTool()
+	if len(c.msgs) > 0 {
+		if err := a.discover(); err != nil {
+			return Result{}, err
+		}
+		if err := a.markEnds(); err != nil {
+			return Result{}, err
+		}
+		a.decideFolds()
+		removed := a.removedMsgs()
+		if err := a.results(removed); err != nil {
+			return Result{}, err
+		}
+		a.guidance(removed)
+		a.foldEdits()
 	}
-	if err := a.markEnds(); err != nil {
-		return Result{}, err
-	}
-	a.decideFolds()
-	removed := a.removedMsgs()
-	if err := a.results(removed); err != nil {
-		return Result{}, err
-	}
-	a.guidance(removed)
-	a.foldEdits()
 	if len(a.edits) == 0 {
 		a.res.TokensAfter = a.res.TokensBefore
+		a.res.Pieces = a.inPieces
 		return a.res, nil
 	}
 	out, err := applyEdits(c.body, a.edits)
@@ -127,12 +141,127 @@ func (a *applier) run() (Result, error) {
 		return Result{}, err
 	}
 	a.res.Body, a.res.Changed = out, true
-	oc, err := parseConv(c.d, out)
-	if err != nil {
-		return Result{}, fmt.Errorf("modelwire: internal error: the folded request does not parse: %w", err)
+	if err := a.countForwarded(out); err != nil {
+		return Result{}, err
 	}
-	a.res.TokensAfter = a.countAll(contextPieces(oc))
 	return a.res, nil
+}
+
+// countForwarded counts the forwarded request and lays it out (Pieces)
+// without parsing its messages again: one pass over its top level, and a
+// message it carries unchanged is counted from the Memo.
+func (a *applier) countForwarded(out []byte) error {
+	top, err := parseObj(out, span{0, len(out)})
+	if err != nil {
+		return fmt.Errorf("modelwire: internal error: the folded request is not an object: %w", err)
+	}
+	n := 0
+	for _, key := range []string{"system", "instructions"} {
+		if v, ok := top.get(key); ok {
+			n += a.countRaw(out, v)
+		}
+	}
+	key := "messages"
+	if a.c.d == OpenAIResponses {
+		key = "input"
+	}
+	arr, ok := top.get(key)
+	if !ok || out[arr.s] != '[' {
+		a.res.TokensAfter = n
+		a.res.Pieces = []Piece{{0, a.opt.Memo.sum(out)}}
+		return nil
+	}
+	els, err := elements(out, arr)
+	if err != nil {
+		return fmt.Errorf("modelwire: internal error: the folded request's %s is not an array: %w", key, err)
+	}
+	head := len(out)
+	if len(els) > 0 {
+		head = els[0].s
+	}
+	ps := make([]Piece, 0, len(els)+1)
+	ps = append(ps, Piece{0, a.opt.Memo.sum(out[:head])})
+	for _, el := range els {
+		sum := a.opt.Memo.sum(out[el.s:el.e])
+		ps = append(ps, Piece{el.s, sum})
+		n += a.countSum(out, el, sum)
+	}
+	a.res.TokensAfter, a.res.Pieces = n, ps
+	return nil
+}
+
+// countRaw counts the text of the JSON value at v, from the Memo when it
+// saw these bytes before.
+func (a *applier) countRaw(b []byte, v span) int {
+	return a.countSum(b, v, a.opt.Memo.sum(b[v.s:v.e]))
+}
+
+func (a *applier) countSum(b []byte, v span, sum uint64) int {
+	if n, ok := a.opt.Memo.getTokens(sum); ok {
+		return n
+	}
+	var sb strings.Builder
+	collect(b, v, &sb)
+	n := a.count(sb.String())
+	a.opt.Memo.putTokens(sum, n)
+	return n
+}
+
+// countContext counts the conversation as received, keeping each
+// message's tokens for the planner of automatic folds and its digest for
+// Pieces (a request forwarded unchanged is laid out from these).
+func (a *applier) countContext(c *conv) int {
+	n := 0
+	for _, key := range []string{"system", "instructions"} {
+		if v, ok := c.top.get(key); ok {
+			n += a.countRaw(c.body, v)
+		}
+	}
+	a.msgTok = make([]int, len(c.msgs))
+	a.inPieces = make([]Piece, 0, len(c.msgs)+1)
+	head := len(c.body)
+	if len(c.msgs) > 0 {
+		head = c.msgs[0].sp.s
+	}
+	a.inPieces = append(a.inPieces, Piece{0, a.opt.Memo.sum(c.body[:head])})
+	for i, m := range c.msgs {
+		sum := a.opt.Memo.sum(c.body[m.sp.s:m.sp.e])
+		a.inPieces = append(a.inPieces, Piece{m.sp.s, sum})
+		a.msgTok[i] = a.countSum(c.body, m.sp, sum)
+		n += a.msgTok[i]
+	}
+	return n
+}
+
+// clearsToolResults reports whether the request asks the API to clear
+// tool results itself (Anthropic's context_management with a
+// clear_tool_uses edit; Claude Code's clear_thinking edit is not one).
+func clearsToolResults(c *conv) bool {
+	cm, ok := c.top.get("context_management")
+	if !ok || c.body[cm.s] != '{' {
+		return false
+	}
+	o, err := parseObj(c.body, cm)
+	if err != nil {
+		return false
+	}
+	ev, ok := o.get("edits")
+	if !ok || c.body[ev.s] != '[' {
+		return false
+	}
+	els, err := elements(c.body, ev)
+	if err != nil {
+		return false
+	}
+	for _, el := range els {
+		if c.body[el.s] != '{' {
+			continue
+		}
+		if eo, err := parseObj(c.body, el); err == nil && strings.HasPrefix(eo.str("type"), "clear_tool_uses") {
+			return true
+		}
+	}
+	return false
 }
 
 // observe hands the result to the State when it is an Observer.
@@ -407,7 +536,37 @@ func (a *applier) removedMsgs() []bool {
 	return rm
 }
 
-// results scrubs, charges and cuts the results that stay.
+// delivery is what the model is to read of one tool result that stays in
+// the request, decided before any edit is made: scrubbed, cut to its
+// oversize or its branch's budget, with notices, or folded to a stub.
+type delivery struct {
+	r    *result
+	msg  int
+	name string
+	k    int // the innermost span holding it, -1 for the main thread
+	// text is the result as the model reads it (text parts joined by
+	// "\n"), after every change below.
+	text string
+	// The change to make when it is not folded: a new value (a string),
+	// or text parts scrubbed (parts) with a notice as a last part.
+	value    *string
+	parts    []string
+	notice   string
+	withheld bool
+	// handled: the model wire scrubbed and charged it (not a fold tool's
+	// result, nor one the MCP wire handled).
+	handled bool
+	// clearError: an answer of the added recall tool replaced the
+	// client's error; the result is no longer an error.
+	clearError bool
+	// stub, when set, replaces the result: an automatic fold.
+	stub string
+}
+
+func (d *delivery) setValue(v string) { d.value, d.parts, d.notice, d.text = &v, nil, "", v }
+
+// results scrubs, charges and cuts the results that stay, folds them
+// automatically when that is on, then makes the edits.
 func (a *applier) results(removed []bool) error {
 	c := a.c
 	for i := range c.msgs {
@@ -418,30 +577,44 @@ func (a *applier) results(removed []bool) error {
 		for j := range m.results {
 			r := &m.results[j]
 			name := c.callName(r.callID)
-			if isFoldTool(name) || a.chargedOnMCP(name) {
-				continue
+			d := delivery{r: r, msg: i, name: name, k: a.owner[resRef{i, j}], text: r.text}
+			switch {
+			case isFoldTool(name):
+				if err := a.recallCall(&d); err != nil {
+					return err
+				}
+			case a.chargedOnMCP(name):
+			default:
+				d.handled = true
+				if err := a.deliver(&d); err != nil {
+					return err
+				}
 			}
-			k := a.owner[resRef{i, j}]
-			if err := a.result(r, name, k); err != nil {
-				return err
-			}
+			a.dels = append(a.dels, d)
 		}
+	}
+	if err := a.autoFold(); err != nil {
+		return err
+	}
+	for x := range a.dels {
+		a.emit(&a.dels[x])
 	}
 	return nil
 }
 
-// result handles one tool result that stays in the request: scrub, then
-// charge to span k when it is open.
-func (a *applier) result(r *result, name string, k int) error {
+// deliver decides one tool result that stays in the request: scrub, cut
+// an oversized result to its head and tail, then charge it to span k when
+// it is open.
+func (a *applier) deliver(d *delivery) error {
+	r, name, k := d.r, d.name, d.k
 	text := r.text
-	var parts []string // scrubbed text parts, when some changed
 	if a.opt.Scrub != nil && text != "" {
 		var err error
 		if r.single || len(r.texts) == 0 {
 			var s string
 			s, err = a.opt.Scrub(a.ctx, text)
 			if err == nil && s != text {
-				parts, text = []string{s}, s
+				d.setValue(s)
 			}
 		} else {
 			var changed bool
@@ -455,15 +628,20 @@ func (a *applier) result(r *result, name string, k int) error {
 				ps[x], changed = s, changed || s != p
 			}
 			if err == nil && changed {
-				parts, text = ps, strings.Join(ps, "\n")
+				d.parts, d.text = ps, strings.Join(ps, "\n")
 			}
 		}
 		if err != nil {
 			// Fail closed: nothing of it reaches the model, nor the budget.
-			a.replaceValue(r, withheld)
+			d.setValue(withheld)
+			d.withheld = true
 			return nil
 		}
 	}
+	if err := a.oversize(d); err != nil {
+		return err
+	}
+	text = d.text
 	dec := Decision{Keep: len(text)}
 	// Closed spans are asked too: a result cut before its branch closed
 	// keeps its cut (the state remembers decisions; it charges a closed
@@ -483,22 +661,36 @@ func (a *applier) result(r *result, name string, k int) error {
 	case dec.Keep < len(text):
 		a.res.Cut++
 		kept := text[:alignRune(text, dec.Keep)]
-		a.replaceValue(r, joinNotice(kept, dec.Notice))
+		d.setValue(joinNotice(kept, dec.Notice))
 	case dec.Notice != "":
-		if parts == nil || r.single || len(r.texts) == 0 {
-			a.replaceValue(r, joinNotice(text, dec.Notice))
+		if d.parts == nil || d.value != nil || r.single || len(r.texts) == 0 {
+			d.setValue(joinNotice(text, dec.Notice))
 		} else {
-			a.replaceParts(r, parts)
-			a.appendPart(r, dec.Notice)
-		}
-	case parts != nil:
-		if r.single || len(r.texts) == 0 {
-			a.replaceValue(r, text)
-		} else {
-			a.replaceParts(r, parts)
+			d.notice, d.text = dec.Notice, joinNotice(text, dec.Notice)
 		}
 	}
 	return nil
+}
+
+// emit makes the edits a delivery decided.
+func (a *applier) emit(d *delivery) {
+	r := d.r
+	switch {
+	case d.stub != "":
+		a.replaceValue(r, d.stub)
+	case d.clearError:
+		a.replaceValue(r, *d.value)
+		a.clearErrorFlag(r)
+	case d.value != nil:
+		a.replaceValue(r, *d.value)
+	case d.parts != nil && !r.single && len(r.texts) > 0:
+		a.replaceParts(r, d.parts)
+		if d.notice != "" {
+			a.appendPart(r, d.notice)
+		}
+	case d.parts != nil:
+		a.replaceValue(r, strings.Join(d.parts, "\n"))
+	}
 }
 
 func joinNotice(text, notice string) string {

@@ -70,8 +70,19 @@ func genScript(data []byte) script {
 			default:
 				name := []string{"Read", "Bash", "Grep", "mcp__srv__tool"}[next()%4]
 				size := next() * 7
-				tr.calls = append(tr.calls, scall{id: id, name: name, input: fmt.Sprintf(`{"arg":%d}`, next()%3),
-					result: "OUT-" + id + " " + strings.Repeat("x ", size), isErr: next()%5 == 0})
+				arg := next() % 3
+				input := fmt.Sprintf(`{"arg":%d}`, arg)
+				switch name {
+				case "Read": // reads of a few files: later ones supersede earlier
+					input = fmt.Sprintf(`{"file_path":"/repo/f%d.py"}`, arg)
+				case "Bash": // runs of a few commands: the same
+					input = fmt.Sprintf(`{"command":"make test%d"}`, arg)
+				}
+				result := "OUT-" + id + " " + strings.Repeat("x ", size)
+				if size%3 == 0 { // the same output again, byte for byte
+					result = "SAME " + strings.Repeat("y ", 300)
+				}
+				tr.calls = append(tr.calls, scall{id: id, name: name, input: input, result: result, isErr: next()%5 == 0})
 			}
 		}
 		x := next()

@@ -31,6 +31,8 @@ type goldenSummary struct {
 	Reminders    int      `json:"reminders"`
 	Cut          int      `json:"cut"`
 	Charges      []string `json:"charges"`
+	// Automatic folds, for the *-autofold cases: "kind tool-use-id".
+	AutoFolds []string `json:"autofolds,omitempty"`
 }
 
 // TestGolden folds the real request shapes in testdata/golden/*: each
@@ -49,7 +51,14 @@ func TestGolden(t *testing.T) {
 			if err := json.Unmarshal(readFile(t, filepath.Join(dir, "state.json")), &sf); err != nil {
 				t.Fatal(err)
 			}
-			st := newFakeState(sf.Branches...)
+			var st State = newFakeState(sf.Branches...)
+			opt := Options{Scrub: testScrub, Guidance: Guidance{AfterTokens: 400}}
+			auto := strings.HasSuffix(filepath.Base(dir), "-autofold")
+			if auto {
+				// Automatic folding with the oversize rule in reach.
+				st = newFolder(sf.Branches...)
+				opt.AutoFold = AutoFold{Mode: ModeOn, Oversize: 1500, KeepHead: 300, KeepTail: 150}
+			}
 			d := Anthropic
 			switch {
 			case strings.HasPrefix(filepath.Base(dir), "openai-chat"):
@@ -60,10 +69,21 @@ func TestGolden(t *testing.T) {
 			if err := Check(d, req); err != nil {
 				t.Fatalf("the golden request itself is not valid: %v", err)
 			}
-			opt := Options{Scrub: testScrub, Guidance: Guidance{AfterTokens: 400}}
 			res := mustApply(t, d, req, st, opt)
+			var charges []string
+			if fs, ok := st.(*fakeState); ok {
+				charges = fs.order
+			} else {
+				charges = st.(*folderState).order
+			}
 			sum := goldenSummary{Changed: res.Changed, Folded: res.Folded, Branches: res.Branches,
-				TokensBefore: res.TokensBefore, TokensAfter: res.TokensAfter, Reminders: res.Reminders, Cut: res.Cut, Charges: st.order}
+				TokensBefore: res.TokensBefore, TokensAfter: res.TokensAfter, Reminders: res.Reminders, Cut: res.Cut, Charges: charges}
+			for _, r := range res.AutoFold.New {
+				sum.AutoFolds = append(sum.AutoFolds, r.Kind+" "+r.ToolUseID)
+			}
+			if auto && len(sum.AutoFolds) < 3 {
+				t.Errorf("the autofold case folds %v: too little to show the rules", sum.AutoFolds)
+			}
 			sumJSON, _ := json.MarshalIndent(sum, "", "  ")
 			sumJSON = append(sumJSON, '\n')
 			// Determinism: the same request and state give the same bytes.

@@ -77,6 +77,14 @@ type Options struct {
 	ChargedOnMCP func(name string) bool
 	// Guidance configures the reminders that suggest a branch.
 	Guidance Guidance
+	// AutoFold configures automatic folding (off when zero).
+	AutoFold AutoFold
+	// Session names the model session the request belongs to (found by
+	// the front from its headers), recorded with the folds it decides.
+	Session string
+	// Memo, shared by a front's requests, remembers the tokens of the
+	// messages it counted; nil counts every message of every request.
+	Memo *Memo
 }
 
 // Guidance configures the reminders added to the main thread. The zero
@@ -114,4 +122,151 @@ type Result struct {
 	// Branches are the ids of every branch whose span the conversation
 	// holds, open or closed, in order of creation.
 	Branches []string
+	// AutoFold is what automatic folding did (or, in observe mode, would
+	// have done) to this request.
+	AutoFold AutoFoldResult
+	// Pieces lay out the forwarded request for a prompt-cache model: its
+	// head (everything before the conversation: tools, system prompt)
+	// then each message, with a digest of its bytes, so that the front
+	// can tell where a request first differs from the one before it.
+	Pieces []Piece
+}
+
+// Piece is one part of a forwarded request: it starts at byte Start and
+// its bytes digest to Sum (Options.Memo's digest, comparable across the
+// requests of one Memo; FNV-1a without one).
+type Piece struct {
+	Start int
+	Sum   uint64
+}
+
+// AutoFoldResult is what automatic folding did to one request.
+type AutoFoldResult struct {
+	Observe bool // observe mode: nothing below was applied
+	// New are the decisions this request made (persisted before it was
+	// forwarded); Folded counts the results it carries folded, new and
+	// earlier, and Saved the tokens those folds keep out of it (what they
+	// hide less their stubs).
+	New    []FoldRecord
+	Folded int
+	Saved  int
+	// Recalls counts the calls of the added recall tool answered in
+	// this request; RecallTool is set when the tool was added.
+	Recalls    int
+	RecallTool bool
+}
+
+// AutoFold configures automatic folding: tool results the agent did not
+// fold itself leave the conversation the model sees, each replaced by a
+// short stub that names a recall handle (see autofold.go). The zero value
+// is off; the product's default configuration turns it on
+// (policy.ModelAutoFold). Zero fields take the defaults below.
+type AutoFold struct {
+	// Mode is ModeOn, ModeObserve or "" / ModeOff.
+	Mode string
+	// KeepRecent: the newest results never folded as stale (besides every
+	// result of the newest turn). Default 1.
+	KeepRecent int
+	// Trigger: stale results are folded only once the conversation's
+	// tool-result tokens, folded or not, pass it. Default 2,000.
+	Trigger int
+	// MinTokens: a result smaller than this is never folded. Default 100.
+	MinTokens int
+	// MinBatch: a batch of folds must take at least this many tokens out
+	// of the conversation, stubs deducted. Default 300.
+	MinBatch int
+	// Oversize: a result above this many tokens keeps only its head and
+	// tail (KeepHead, KeepTail) from the start; -1 turns the rule off.
+	// Default 10,000, 4,000 and 2,000.
+	Oversize, KeepHead, KeepTail int
+	// NoSuperseded and NoRepeats turn off the folding of results that a
+	// later read or run supersedes, and of results repeated byte for byte.
+	NoSuperseded, NoRepeats bool
+	// Exclude names tools whose results are never folded.
+	Exclude []string
+	// ReadPrice and WritePrice are the prices of a cached input token read
+	// and written, relative to an uncached one (Anthropic's published
+	// ratios by default: 0.1 and 1.25). They weigh a batch's saving
+	// against the cache it rewrites.
+	ReadPrice, WritePrice float64
+	// MinRequests is the least number of later requests a batch is assumed
+	// to be read by (see autofold.go). Default 20.
+	MinRequests int
+}
+
+// AutoFold modes.
+const (
+	ModeOff     = "off"
+	ModeOn      = "on"
+	ModeObserve = "observe"
+)
+
+// AutoFold defaults.
+const (
+	DefaultKeepRecent  = 1
+	DefaultTrigger     = 2000
+	DefaultMinTokens   = 100
+	DefaultMinBatch    = 300
+	DefaultOversize    = 10000
+	DefaultKeepHead    = 4000
+	DefaultKeepTail    = 2000
+	DefaultReadPrice   = 0.1
+	DefaultWritePrice  = 1.25
+	DefaultMinRequests = 20
+)
+
+// Fold kinds (FoldRecord.Kind).
+const (
+	FoldStale      = "stale"
+	FoldSuperseded = "superseded"
+	FoldRepeat     = "repeat"
+	FoldOversized  = "oversized"
+)
+
+// FoldRecord is one automatic fold decision. The State persists it before
+// the request that made it is forwarded, and Apply repeats it, byte for
+// byte, on every later request that holds its anchor.
+type FoldRecord struct {
+	// Handle names the archived text of the result (the whole text the
+	// model would have read, scrubbed) for branch_recall.
+	Handle    string `json:"handle"`
+	ToolUseID string `json:"tool_use_id"`
+	// Anchor is the tool-use id of the newest result of the request that
+	// decided the fold: the fold applies to requests that hold it, so a
+	// conversation played again folds at the same points.
+	Anchor string `json:"anchor"`
+	Kind   string `json:"kind"`
+	Tool   string `json:"tool"`
+	Brief  string `json:"brief,omitempty"` // the call's input in brief: a command, a path
+	Tokens int    `json:"tokens"`          // tokens of the text it hides
+	// Stub is the text that replaces the result's content: a one-line
+	// stub, or for FoldOversized the head, a notice and the tail.
+	Stub       string `json:"stub"`
+	StubTokens int    `json:"stub_tokens"`
+	// Session is the model session of the request that decided it
+	// (Options.Session).
+	Session string `json:"session,omitempty"`
+}
+
+// Folder is implemented by a State that keeps automatic folds
+// (fold.Manager's does). Apply folds automatically only when the State is
+// a Folder and Options.AutoFold.Mode is on or observe.
+type Folder interface {
+	// FoldHandle returns the recall handle of a result's text: a pure
+	// function of the tool-use id and the text that cannot be guessed
+	// without them.
+	FoldHandle(toolUseID, text string) string
+	// Folds returns the recorded decisions among handles (observe: the
+	// decisions of observe mode, kept apart), keyed by handle; a result
+	// may hold two, its oversize cut and its fold, keyed
+	// handle and handle+"/fold".
+	Folds(ctx context.Context, observe bool, keys []string) (map[string]FoldRecord, error)
+	// RecordFolds persists new decisions and, unless observe, archives
+	// texts[i], the text recs[i] hides, under recs[i].Handle. It returns
+	// once both are durable.
+	RecordFolds(ctx context.Context, observe bool, recs []FoldRecord, texts []string) error
+	// RecallFold answers branch_recall for a fold's handle, as the MCP
+	// tool answers it (a page of the text as JSON), for the recall tool
+	// the model wire adds to an agent that lacks foldproxy's own.
+	RecallFold(ctx context.Context, handle string, offset, maxTokens int) (string, error)
 }

@@ -20,7 +20,12 @@
 // and direct; RSS with 100 tunnelled connections) and cost (what foldproxy's
 // own words cost the agent, in exact tokens: a branch's fixed cost, the fold
 // tool definitions, the catalogue against direct, and the share of the main
-// thread folding saves on the replay, before and after the compact answers).
+// thread folding saves on the replay, before and after the compact answers)
+// and replay (automatic folding on the trajectories played as Claude Code
+// conversations by an agent that never branches, against the same sent
+// directly: billed input under prompt caching, context at the end and at
+// the peak, prefix stability, folds and recalls; and the time the model
+// front adds to a growing 200-turn conversation).
 //
 // Every figure is measured in the same run as its baseline, in alternating
 // rounds, and reported as the median over rounds. Targets are printed beside
@@ -58,6 +63,7 @@ var sections = []struct {
 	{"model", runModel},
 	{"transparent", runTransparent},
 	{"cost", runCost},
+	{"replay", runReplay},
 }
 
 func main() {
@@ -68,7 +74,7 @@ func run() int {
 	rounds := flag.Int("rounds", 5, "rounds per measurement; each figure is the median over rounds")
 	quick := flag.Bool("quick", false, "fewer calls, sessions and rounds: a smoke run of every section")
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file (- for stdout)")
-	only := flag.String("only", "", "comma-separated sections to run: overhead, pipeline, branch, cut, archive, memory, startup, model, transparent, cost")
+	only := flag.String("only", "", "comma-separated sections to run: overhead, pipeline, branch, cut, archive, memory, startup, model, transparent, cost, replay")
 	data := flag.String("data", "", "trajectory file (default e2e/testdata/trajectories/swe-dev.jsonl.gz from the repository root)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process sections: pipeline, cut) to this file")
 	worker := flag.Bool("scrub-worker", false, "internal: run as the stdlib-regexp scrub child of the pipeline section")

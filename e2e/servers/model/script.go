@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 )
 
@@ -30,6 +31,12 @@ type Turn struct {
 	Match []string `json:"match"`
 	// Content is the answer's content blocks.
 	Content []Block `json:"content"`
+	// Capture, when set, is a regular expression with one group, searched
+	// in the whole request body: a turn whose Capture does not match does
+	// not match, and "$CAPTURE" in its blocks' text and input is replaced
+	// by what the group matched (a handle the model read in a stub, say).
+	Capture string `json:"capture,omitempty"`
+	capture *regexp.Regexp
 }
 
 // Block is one content block of an answer: text, or a tool_use call.
@@ -63,6 +70,13 @@ func (sc *Script) check() error {
 	for i, t := range sc.Turns {
 		if len(t.Content) == 0 {
 			return fmt.Errorf("turns[%d] (%q): no content", i, t.Name)
+		}
+		if t.Capture != "" {
+			re, err := regexp.Compile(t.Capture)
+			if err != nil || re.NumSubexp() != 1 {
+				return fmt.Errorf("turns[%d] (%q): capture %q must be a regular expression with one group (%v)", i, t.Name, t.Capture, err)
+			}
+			sc.Turns[i].capture = re
 		}
 		// Ids are unique within a turn; two turns may be alternatives of
 		// the same step (matched differently) and share them.
@@ -121,7 +135,7 @@ type request struct {
 // offers. A model cannot call a tool it was not given, so a side request
 // (a title, a quota probe) that repeats the prompt without the tools gets
 // the fallback rather than a tool call.
-func (sc *Script) pick(req *request) (string, []Block) {
+func (sc *Script) pick(req *request, body []byte) (string, []Block) {
 	if last := lastTurnMessage(req.Messages); last != nil {
 		text := strings.Join(stringsOf(last), "\n")
 		offered := map[string]bool{}
@@ -130,9 +144,17 @@ func (sc *Script) pick(req *request) (string, []Block) {
 		}
 		for i := len(sc.Turns) - 1; i >= 0; i-- {
 			t := sc.Turns[i]
-			if matches(text, t.Match) && callsOffered(t.Content, offered) {
+			if !matches(text, t.Match) || !callsOffered(t.Content, offered) {
+				continue
+			}
+			if t.capture == nil {
 				return t.Name, t.Content
 			}
+			m := t.capture.FindSubmatch(body)
+			if m == nil {
+				continue
+			}
+			return t.Name, withCapture(t.Content, string(m[1]))
 		}
 	}
 	if len(sc.Fallback) > 0 {
@@ -203,3 +225,18 @@ func stringsOf(raw json.RawMessage) []string {
 
 // errNoMessages is the answer to a request without messages.
 var errNoMessages = errors.New("messages: at least one message is required")
+
+// withCapture replaces "$CAPTURE" in the blocks' text and input.
+func withCapture(bs []Block, c string) []Block {
+	q, _ := json.Marshal(c)
+	esc := string(q[1 : len(q)-1]) // as it goes inside a JSON string
+	out := make([]Block, len(bs))
+	for i, b := range bs {
+		b.Text = strings.ReplaceAll(b.Text, "$CAPTURE", c)
+		if len(b.Input) > 0 {
+			b.Input = json.RawMessage(strings.ReplaceAll(string(b.Input), "$CAPTURE", esc))
+		}
+		out[i] = b
+	}
+	return out
+}

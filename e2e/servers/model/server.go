@@ -93,7 +93,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request, seq int64, bod
 	}
 	var req request
 	_ = json.Unmarshal(body, &req) // validate decoded it already
-	turn, blocks := s.sc.pick(&req)
+	turn, blocks := s.sc.pick(&req, body)
 	s.record(seq, r, body, turn, "")
 	s.log.Info("model: request", "seq", seq, "turn", turn, "stream", req.Stream, "bytes", len(body), "messages", len(req.Messages))
 	model := s.sc.Model
