@@ -93,8 +93,9 @@ type AttachOptions struct {
 	// for the first attachment (default 30s).
 	IdleExit  time.Duration
 	FirstWait time.Duration
-	// HTTP is told to every process that attaches (AttachWelcome.HTTP).
-	HTTP string
+	// HTTP, when set, returns the address told to every process that
+	// attaches (AttachWelcome.HTTP); "" while there is none.
+	HTTP func() string
 }
 
 // AttachServer serves attached stdio processes. Its Write method copies a
@@ -300,7 +301,7 @@ func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
 	if id == "" {
 		id = newID("s")
 	}
-	if welcome(AttachWelcome{Session: id, PID: os.Getpid(), HTTP: a.opts.HTTP}) != nil {
+	if welcome(AttachWelcome{Session: id, PID: os.Getpid(), HTTP: a.httpAddr()}) != nil {
 		a.detachConn(ac, false)
 		return
 	}
@@ -320,6 +321,14 @@ func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
 	a.detachConn(ac, ctx.Err() == nil)
 }
 
+// httpAddr is the HTTP address to tell an attaching process.
+func (a *AttachServer) httpAddr() string {
+	if a.opts.HTTP == nil {
+		return ""
+	}
+	return a.opts.HTTP()
+}
+
 // hold keeps a holding connection (AttachHello.Hold) counted as attached
 // until its peer closes it or the server stops; whatever the peer sends is
 // read and dropped.
@@ -330,7 +339,7 @@ func (a *AttachServer) hold(ctx context.Context, ac *attachConn, br *bufio.Reade
 	ac.hold = true
 	a.conns[ac] = true
 	a.mu.Unlock()
-	b, _ := json.Marshal(AttachWelcome{PID: os.Getpid(), HTTP: a.opts.HTTP})
+	b, _ := json.Marshal(AttachWelcome{PID: os.Getpid(), HTTP: a.httpAddr()})
 	if _, err := ac.Write(append(b, '\n')); err != nil {
 		a.detachConn(ac, false)
 		return

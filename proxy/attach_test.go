@@ -300,7 +300,7 @@ func TestAttachHoldKeepsTheDaemonUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := NewAttachServer(nil, AttachOptions{Config: "cfg", IdleExit: 0, HTTP: "127.0.0.1:4321"})
+	a := NewAttachServer(nil, AttachOptions{Config: "cfg", IdleExit: 0, HTTP: func() string { return "127.0.0.1:4321" }})
 	served := make(chan error, 1)
 	go func() { served <- a.Serve(context.Background(), ln) }()
 	c, err := net.Dial("unix", ln.Addr().String())

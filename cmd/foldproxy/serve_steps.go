@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -798,4 +799,80 @@ func serveHTTP(ctx context.Context, ln net.Listener, handler http.Handler, onShu
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return nil
+}
+
+// daemonAddrName is the file in the state folder that keeps the address
+// the daemon's HTTP listener last had, so that a daemon started again
+// (after the last one exited or died) serves the model front where the
+// agents of the project already send their requests.
+const daemonAddrName = "daemon.addr"
+
+// listenDaemonHTTP listens on the daemon's HTTP address (foldproxy.
+// daemonListen, a loopback address; nil for "off"). With port 0 it tries
+// the address the previous daemon had first, then any free port; the
+// address it got is written to the state folder. A fixed port that is
+// taken is an error that says what to change.
+func listenDaemonHTTP(dir, addr, configPath string) (net.Listener, error) {
+	if addr == policy.DaemonListenOff {
+		return nil, nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("foldproxy.daemonListen %q: %w", addr, err)
+	}
+	path := filepath.Join(dir, daemonAddrName)
+	var ln net.Listener
+	if port == "0" {
+		if b, rerr := os.ReadFile(path); rerr == nil {
+			if prev := strings.TrimSpace(string(b)); prevHostMatches(prev, host) {
+				ln, _ = net.Listen("tcp", prev)
+			}
+		}
+	}
+	if ln == nil {
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("the daemon cannot serve HTTP on foldproxy.daemonListen %s: %w (another program may hold the port: set another in %s, and in the agent's model endpoint if a setting names it, e.g. ANTHROPIC_BASE_URL in .claude/settings.json)", addr, err, configPath)
+		}
+	}
+	if err := os.WriteFile(path, []byte(ln.Addr().String()+"\n"), 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("state folder %s: %w", dir, err)
+	}
+	return ln, nil
+}
+
+// prevHostMatches reports whether prev, an address a daemon listened on,
+// is on host (the configured one; localhost means the loopback IPs).
+func prevHostMatches(prev, host string) bool {
+	h, _, err := net.SplitHostPort(prev)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		ip := net.ParseIP(h)
+		return ip != nil && ip.IsLoopback()
+	}
+	return h == host || net.ParseIP(h).Equal(net.ParseIP(host))
+}
+
+// serveDaemonHTTP serves the daemon's HTTP front on ln (the same handler
+// as --listen: /mcp, the model APIs, /metrics, /healthz, /ui) until stop,
+// which shuts it down.
+func (c *serveCore) serveDaemonHTTP(ctx context.Context, ln net.Listener, token string) (stop func(), err error) {
+	handler, closeStreams, err := c.httpHandler(ln.Addr().String(), token)
+	if err != nil {
+		return nil, err
+	}
+	base := "http://" + ln.Addr().String()
+	c.logger.Info("foldproxy daemon serving the model front for the project's sessions", "ANTHROPIC_BASE_URL", base,
+		"OPENAI_BASE_URL", base+"/v1", "mcp", base+"/mcp", "anthropic", c.st.Model.AnthropicURL, "openai", c.st.Model.OpenAIURL)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- serveHTTP(ctx, ln, handler, closeStreams) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			c.logger.Warn("the daemon's HTTP front", "err", err)
+		}
+	}, nil
 }
