@@ -1545,9 +1545,9 @@ func impWireModel(o importOptions, out, settings *impFile) ([]string, error) {
 		return nil, fmt.Errorf("%s: env: want an object, got %s", settings.path, jsonscan.Kind(env))
 	}
 	old := jsonscan.StringField(env, impBaseURLVar)
-	if old != "" && old != url && !impLoopbackURL(old) {
+	if old != "" && old != url && !impServedBy(old, jsonscan.StringField(fp, "listen")) {
 		// The project reached Claude's API through another endpoint (a
-		// gateway): foldproxy forwards there now.
+		// gateway, a local one too): foldproxy forwards there now.
 		model, _ := jsonscan.Field(fp, "model")
 		if model == nil {
 			model = []byte("{}")
@@ -1658,20 +1658,14 @@ func impModelOnlyPlan(o importOptions, entries []impServer) (*importPlan, error)
 	return nil, nil
 }
 
-// impLoopbackURL reports whether u is an http URL on a loopback host (a
-// foldproxy of an earlier import, or another local proxy that the new
-// endpoint replaces).
-func impLoopbackURL(u string) bool {
+// impServedBy reports whether u is an http URL of the listen address
+// (foldproxy's own --listen front, which it must not forward to).
+func impServedBy(u, listen string) bool {
 	rest, ok := strings.CutPrefix(u, "http://")
-	if !ok {
+	if !ok || listen == "" {
 		return false
 	}
-	host, _, err := net.SplitHostPort(strings.TrimRight(rest, "/"))
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return host == "localhost" || (ip != nil && ip.IsLoopback())
+	return strings.TrimRight(rest, "/") == listen
 }
 
 // impPickPort chooses the daemon's port for a project: one derived from

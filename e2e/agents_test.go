@@ -1,0 +1,275 @@
+package e2e
+
+// Every real client folds: Claude Code with foldproxy's plugin under
+// "foldproxy run", Claude Code in an imported project started plainly, the
+// Codex CLI and OpenCode. Each plays one branch against the scripted model
+// server (servers/model): the branch reads a file with the client's own
+// tool and one through foldproxy's MCP tool, then returns a summary; the
+// test asserts that the requests after the return hold none of the
+// branch's output and hold the summary, and that the request before the
+// return did hold the output (so that the check can fail).
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// branchPlay is the scenario every client plays.
+type branchPlay struct {
+	work    string   // the folder the agent works in (the project)
+	local   string   // a file the client reads with its own tool
+	remote  string   // a file read through foldproxy's MCP tool (server-filesystem)
+	marks   []string // what the two files hold, which must leave at the return
+	summary string   // the return message, which must stay
+}
+
+func newBranchPlay(t *testing.T) *branchPlay {
+	t.Helper()
+	p := &branchPlay{work: t.TempDir(), marks: []string{"LOCALMARK-7f3a", "REMOTEMARK-91c2"},
+		summary: "SUMMARY-OK: the files hold the two markers"}
+	p.local = filepath.Join(p.work, "local.txt")
+	p.remote = filepath.Join(p.work, "remote.txt")
+	for path, text := range map[string]string{p.local: "local file " + p.marks[0] + "\n", p.remote: "remote file " + p.marks[1] + "\n"} {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// fsServer is server-filesystem on the play's folder, as an mcpServers entry.
+func (p *branchPlay) fsServer(t *testing.T) map[string]any {
+	return stdioEntry(nodeBin(t), filesystemScript(t), p.work)
+}
+
+// script is the model's side for a client whose MCP tools are named
+// prefix+tool and whose own tool is read(path) → (name, input): create a
+// branch, read with the client's tool, read through MCP, return, answer.
+// The answer's turn matches both the folded conversation (branch_create's
+// result holds the summary) and the unfolded one (the last message is the
+// return's result), so that a client that does not fold still reaches it
+// and the test names what the model saw.
+func (p *branchPlay) script(prefix, readTool string, readInput map[string]any) map[string]any {
+	return map[string]any{"turns": []map[string]any{
+		{"name": "create", "match": []string{"PROMPT-BRANCH"}, "content": []any{
+			map[string]any{"type": "text", "text": "I will read the files in a branch."},
+			toolUse("call_play_01", prefix+"branch_create", map[string]any{"description": "read the two files", "budget": 6000})}},
+		{"name": "local", "match": []string{"call_play_01"}, "content": []any{
+			toolUse("call_play_02", readTool, readInput)}},
+		{"name": "remote", "match": []string{"call_play_02"}, "content": []any{
+			toolUse("call_play_03", prefix+"fs__read_text_file", map[string]any{"path": p.remote})}},
+		{"name": "return", "match": []string{"call_play_03"}, "content": []any{
+			toolUse("call_play_04", prefix+"branch_return", map[string]any{"message": p.summary})}},
+		{"name": "final", "match": []string{"call_play_04"}, "content": []any{
+			map[string]any{"type": "text", "text": "FINAL-ANSWER"}}},
+		{"name": "final", "match": []string{"call_play_01", p.summary}, "content": []any{
+			map[string]any{"type": "text", "text": "FINAL-ANSWER"}}},
+	}}
+}
+
+// checkFolded checks what the model received: every turn played in order,
+// the request that asked for the return still held the branch's output,
+// and the one after it holds none of it and holds the summary.
+func (p *branchPlay) checkFolded(t *testing.T, recs []modelRecord, path string) {
+	t.Helper()
+	var turns []string
+	var open, after []modelRecord
+	for _, r := range recs {
+		if r.Invalid != "" {
+			t.Errorf("request %d %s %s was invalid: %s", r.Seq, r.Method, r.Path, r.Invalid)
+		}
+		if r.Path != path || r.Turn == "" || r.Turn == "fallback" {
+			continue
+		}
+		turns = append(turns, r.Turn)
+		switch r.Turn {
+		case "return":
+			open = append(open, r)
+		case "final":
+			after = append(after, r)
+		}
+	}
+	if strings.Join(turns, ",") != "create,local,remote,return,final" {
+		t.Fatalf("the model played %v, want create, local, remote, return, final", turns)
+	}
+	for _, r := range open {
+		for _, m := range p.marks {
+			if !bytes.Contains(r.Body, []byte(m)) {
+				t.Errorf("before the return, request %d lacks the branch's output %s:\n%s", r.Seq, m, truncate(string(r.Body), 4000))
+			}
+		}
+	}
+	for _, r := range after {
+		for _, m := range append([]string{"call_play_02", "call_play_03"}, p.marks...) {
+			if bytes.Contains(r.Body, []byte(m)) {
+				t.Errorf("after the return, request %d still holds %s:\n%s", r.Seq, m, truncate(string(r.Body), 6000))
+			}
+		}
+		if !bytes.Contains(r.Body, []byte(p.summary)) {
+			t.Errorf("after the return, request %d lacks the summary", r.Seq)
+		}
+	}
+}
+
+// runAgentCmd runs cmd in its own process group and returns its stdout,
+// failing the test with both outputs when it fails.
+func runAgentCmd(t *testing.T, cmd *exec.Cmd) []byte {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	ownProcessGroup(cmd)
+	err := cmd.Run()
+	_ = killGroup(cmd) // whatever it left behind
+	if err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(cmd.Args, " "), err, stdout.Bytes(), stderr.Bytes())
+	}
+	return stdout.Bytes()
+}
+
+// claudeResult checks claude -p's JSON result is the final answer.
+func claudeResult(t *testing.T, out []byte) {
+	t.Helper()
+	var res struct {
+		IsError bool   `json:"is_error"`
+		Result  string `json:"result"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || res.IsError || res.Result != "FINAL-ANSWER" {
+		t.Errorf("claude's result %s (%v), want FINAL-ANSWER", out, err)
+	}
+}
+
+// agentEnv is a client's environment: PATH (with foldproxy's folder first,
+// where the plugin looks for it), an empty HOME and the variables given.
+func agentEnv(t *testing.T, home string, kv ...string) []string {
+	t.Helper()
+	env := []string{
+		"PATH=" + filepath.Dir(proxyBin(t)) + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"HOME=" + home,
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+		"DISABLE_AUTOUPDATER=1",
+		// Claude Code waits at most this long for its MCP servers; a
+		// loaded machine starting node can need more than the 30 s default.
+		"MCP_TIMEOUT=60000",
+	}
+	return append(env, kv...)
+}
+
+// TestClaudeCodePluginWithRun: foldproxy's plugin installed from the
+// repository (a local marketplace) gives Claude Code the MCP entry and the
+// skill; "foldproxy run -- claude" wires the model endpoint to the
+// project's daemon and, seeing the plugin, adds no second MCP entry. The
+// branch folds.
+func TestClaudeCodePluginWithRun(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	claude := claudeBin(t)
+	home := t.TempDir()
+	for _, args := range [][]string{{"plugin", "marketplace", "add", repoDir}, {"plugin", "install", "foldproxy@foldproxy"}} {
+		cmd := exec.CommandContext(ctx, claude, args...)
+		cmd.Env = agentEnv(t, home)
+		runAgentCmd(t, cmd)
+	}
+	p := newBranchPlay(t)
+	const prefix = "mcp__plugin_foldproxy_foldproxy__"
+	model := startModelServer(t, p.script(prefix, "Read", map[string]any{"file_path": p.local}))
+	cfg, err := json.Marshal(map[string]any{"mcpServers": map[string]any{"fs": p.fsServer(t)},
+		"foldproxy": map[string]any{"model": map[string]any{"anthropicURL": model.url}, "readyWait": "60s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(p.work, "foldproxy.json"), cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waitNoDaemon(testContext(t, 60*time.Second), t, filepath.Join(p.work, ".foldproxy")) })
+
+	cmd := exec.CommandContext(ctx, proxyBin(t), "run", "--", claude, "-p", "PROMPT-BRANCH: read the files", "--output-format", "json",
+		// As root, --dangerously-skip-permissions is refused.
+		"--allowedTools", "Read,mcp__plugin_foldproxy_foldproxy")
+	cmd.Dir = p.work
+	cmd.Env = agentEnv(t, home, "ANTHROPIC_API_KEY=dummy")
+	claudeResult(t, runAgentCmd(t, cmd))
+	recs := model.records(t)
+	p.checkFolded(t, recs, "/v1/messages")
+	// One foldproxy entry: the plugin's (run added none), with the skill.
+	for _, r := range recs {
+		if r.Turn != "create" {
+			continue
+		}
+		if n := bytes.Count(r.Body, []byte(`"name":"`+prefix+`branch_create"`)); n != 1 || bytes.Contains(r.Body, []byte(`"mcp__foldproxy__branch_create"`)) {
+			t.Errorf("the first request offers %s %d times (and mcp__foldproxy__: %v), want the plugin's once", prefix+"branch_create", n,
+				bytes.Contains(r.Body, []byte(`"mcp__foldproxy__branch_create"`)))
+		}
+		if !bytes.Contains(r.Body, []byte("context-folding")) {
+			t.Error("the first request does not list the plugin's skill context-folding")
+		}
+	}
+}
+
+// TestClaudeCodeImportedProjectFolds: a project whose Claude Code reached
+// the model through a gateway (ANTHROPIC_BASE_URL in .claude/settings.json,
+// here the scripted model server) is imported with "foldproxy import
+// --write"; a plain "claude" in it then folds: its model requests go to
+// the daemon that its stdio MCP entry started, and on to the gateway.
+func TestClaudeCodeImportedProjectFolds(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	claude := claudeBin(t)
+	home := t.TempDir()
+	p := newBranchPlay(t)
+	const prefix = "mcp__foldproxy__"
+	model := startModelServer(t, p.script(prefix, "Read", map[string]any{"file_path": p.local}))
+	mcpJSON, err := json.Marshal(map[string]any{"mcpServers": map[string]any{"fs": p.fsServer(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(p.work, ".mcp.json"), mcpJSON, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(p.work, ".claude"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	settings := `{"env": {"ANTHROPIC_BASE_URL": "` + model.url + `"}}`
+	if err := os.WriteFile(filepath.Join(p.work, ".claude", "settings.json"), []byte(settings), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waitNoDaemon(testContext(t, 60*time.Second), t, filepath.Join(p.work, ".foldproxy")) })
+	imp := exec.CommandContext(ctx, proxyBin(t), "import", "--write")
+	imp.Dir = p.work
+	imp.Env = agentEnv(t, home)
+	out := runAgentCmd(t, imp)
+	if !bytes.Contains(out, []byte("env.ANTHROPIC_BASE_URL")) {
+		t.Errorf("import does not say it wires the model endpoint:\n%s", out)
+	}
+	// claude -p sends its first request as soon as its MCP servers are
+	// connected, and takes no list_changed later: the daemon's first
+	// tools/list must wait for server-filesystem (node, cold, on a loaded
+	// machine) longer than the default half second.
+	cfgPath := filepath.Join(p.work, "foldproxy.json")
+	cfg, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = bytes.Replace(cfg, []byte(`"foldproxy": {`), []byte(`"foldproxy": {"readyWait": "60s",`), 1)
+	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The user trusted the project and approved its server, as Claude
+	// Code's first interactive start asks.
+	trust, _ := json.Marshal(map[string]any{"projects": map[string]any{
+		p.work: map[string]any{"hasTrustDialogAccepted": true, "enabledMcpjsonServers": []string{"foldproxy"}},
+	}})
+	if err := os.WriteFile(filepath.Join(home, ".claude.json"), trust, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, claude, "-p", "PROMPT-BRANCH: read the files", "--output-format", "json",
+		"--allowedTools", "Read,mcp__foldproxy")
+	cmd.Dir = p.work
+	cmd.Env = agentEnv(t, home, "ANTHROPIC_API_KEY=dummy")
+	claudeResult(t, runAgentCmd(t, cmd))
+	p.checkFolded(t, model.records(t), "/v1/messages")
+}
+
