@@ -272,4 +272,3 @@ func TestClaudeCodeImportedProjectFolds(t *testing.T) {
 	claudeResult(t, runAgentCmd(t, cmd))
 	p.checkFolded(t, model.records(t), "/v1/messages")
 }
-
