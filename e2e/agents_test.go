@@ -12,6 +12,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -272,3 +273,148 @@ func TestClaudeCodeImportedProjectFolds(t *testing.T) {
 	claudeResult(t, runAgentCmd(t, cmd))
 	p.checkFolded(t, model.records(t), "/v1/messages")
 }
+
+// codexBin is the Codex CLI's native binary from e2e/node_modules.
+func codexBin(t *testing.T) string {
+	t.Helper()
+	return npmScript(t, "@openai/codex-linux-x64", "vendor/x86_64-unknown-linux-musl/bin/codex")
+}
+
+// codexPlay is the branch play for Codex: its own tool is exec_command,
+// its MCP tools are called through the namespace mcp__foldproxy.
+func codexPlay(t *testing.T) (*branchPlay, *modelServer) {
+	t.Helper()
+	p := newBranchPlay(t)
+	model := startModelServer(t, p.script("mcp__foldproxy__", "exec_command", map[string]any{"cmd": "cat " + p.local}))
+	return p, model
+}
+
+// writeProjectConfig writes the play's foldproxy.json: server-filesystem,
+// the model APIs at the scripted model server, and settings.
+func (p *branchPlay) writeProjectConfig(t *testing.T, model *modelServer, settings map[string]any) string {
+	t.Helper()
+	fp := map[string]any{"model": map[string]any{"anthropicURL": model.url, "openaiURL": model.url}, "readyWait": "60s"}
+	for k, v := range settings {
+		fp[k] = v
+	}
+	cfg, err := json.Marshal(map[string]any{"mcpServers": map[string]any{"fs": p.fsServer(t)}, "foldproxy": fp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(p.work, "foldproxy.json")
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waitNoDaemon(testContext(t, 60*time.Second), t, filepath.Join(p.work, ".foldproxy")) })
+	return path
+}
+
+// checkCodex checks a codex exec run: the answer printed, no WebSocket
+// attempt (the model server saw no GET, Codex logged no error).
+func checkCodex(t *testing.T, out []byte, stderr string, model *modelServer) {
+	t.Helper()
+	if !strings.Contains(string(out), "FINAL-ANSWER") {
+		t.Errorf("codex printed %q, want FINAL-ANSWER", out)
+	}
+	if strings.Contains(stderr, "ERROR") || strings.Contains(stderr, "WebSocket") {
+		t.Errorf("codex logged errors:\n%s", stderr)
+	}
+	for _, r := range model.records(t) {
+		if r.Method != "POST" {
+			t.Errorf("request %d: %s %s reached the model (want POSTs only)", r.Seq, r.Method, r.Path)
+		}
+	}
+}
+
+// runCodex runs cmd (codex exec ...) and returns its stdout and stderr.
+func runCodex(t *testing.T, cmd *exec.Cmd) ([]byte, string) {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	ownProcessGroup(cmd)
+	err := cmd.Run()
+	_ = killGroup(cmd)
+	if err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(cmd.Args, " "), err, stdout.Bytes(), stderr.Bytes())
+	}
+	return stdout.Bytes(), stderr.String()
+}
+
+// codexArgs are codex exec's arguments in these tests. The model is named:
+// Codex's default model turns on code mode, where the model calls one exec
+// tool whose JavaScript calls the MCP tools (README: "Codex's code mode").
+var codexArgs = []string{"exec", "--skip-git-repo-check", "-m", "gpt-5.1", "PROMPT-BRANCH: read the files"}
+
+// TestCodexFoldsThroughRun: "foldproxy run -- codex exec ..." sets up a
+// Responses provider at the project's daemon and foldproxy's MCP entry;
+// Codex never tries the WebSocket, and its branch folds although it wraps
+// every MCP result ("Wall time: ...\nOutput:") and calls the tools through
+// a namespace.
+func TestCodexFoldsThroughRun(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	p, model := codexPlay(t)
+	p.writeProjectConfig(t, model, nil)
+	cmd := exec.CommandContext(ctx, proxyBin(t), append([]string{"run", "--", codexBin(t)}, codexArgs...)...)
+	cmd.Dir = p.work
+	cmd.Env = agentEnv(t, t.TempDir(), "OPENAI_API_KEY=dummy")
+	out, stderr := runCodex(t, cmd)
+	checkCodex(t, out, stderr, model)
+	p.checkFolded(t, model.records(t), "/v1/responses")
+}
+
+// TestCodexFoldsWithConfigToml: the README's Codex setup by hand, a
+// config.toml with a model_providers entry at the daemon's fixed port and
+// foldproxy's stdio MCP entry, folds too.
+func TestCodexFoldsWithConfigToml(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	p, model := codexPlay(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := p.writeProjectConfig(t, model, map[string]any{"daemonListen": addr})
+	home := t.TempDir()
+	toml := codexReadmeConfig(addr, proxyBin(t), cfg)
+	if err := os.MkdirAll(filepath.Join(home, ".codex"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".codex", "config.toml"), []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, codexBin(t), codexArgs...)
+	cmd.Dir = p.work
+	cmd.Env = agentEnv(t, home, "OPENAI_API_KEY=dummy")
+	out, stderr := runCodex(t, cmd)
+	checkCodex(t, out, stderr, model)
+	p.checkFolded(t, model.records(t), "/v1/responses")
+}
+
+// codexReadmeConfig is the README's config.toml for Codex, for foldproxy's
+// daemon on addr, the binary exe and the config cfg.
+func codexReadmeConfig(addr, exe, cfg string) string {
+	return strings.NewReplacer("127.0.0.1:8765", addr, "/usr/local/bin/foldproxy", exe, "/path/to/project/foldproxy.json", cfg).Replace(codexReadmeTOML)
+}
+
+// codexReadmeTOML is the block of README.md under "### Codex CLI", which
+// TestReadmeCodexBlock keeps equal to it.
+const codexReadmeTOML = `model_provider = "foldproxy"
+
+[model_providers.foldproxy]
+name = "foldproxy"
+base_url = "http://127.0.0.1:8765/v1"   # foldproxy.daemonListen in foldproxy.json
+wire_api = "responses"
+env_key = "OPENAI_API_KEY"
+supports_websockets = false
+
+[mcp_servers.foldproxy]
+command = "/usr/local/bin/foldproxy"
+args = ["serve", "--config", "/path/to/project/foldproxy.json"]
+
+[mcp_servers.foldproxy.tools.branch_create]
+approval_mode = "approve"
+[mcp_servers.foldproxy.tools.branch_return]
+approval_mode = "approve"
+[mcp_servers.foldproxy.tools.branch_status]
+approval_mode = "approve"
+[mcp_servers.foldproxy.tools.branch_recall]
+approval_mode = "approve"
+`

@@ -327,6 +327,10 @@ type agentWiring struct {
 	notes []string
 }
 
+// foldproxyTools are foldproxy's own MCP tools (the fold tools and the
+// memory tools).
+var foldproxyTools = []string{"branch_create", "branch_return", "branch_status", "branch_recall", "memory_search", "memory_record"}
+
 // claudeSubcommands are Claude Code's subcommands, which take no
 // --mcp-config.
 var claudeSubcommands = []string{"mcp", "config", "plugin", "plugins", "doctor", "update", "install", "setup-token", "migrate-installer", "auth"}
@@ -405,6 +409,9 @@ func agentSetup(in agentInput) (agentWiring, error) {
 		c(`model_providers.foldproxy.name="foldproxy"`)
 		c(`model_providers.foldproxy.base_url=` + q(in.base+"/v1"))
 		c(`model_providers.foldproxy.wire_api="responses"`)
+		// The Responses WebSocket is refused by the model front (proxy's
+		// isWebSocketUpgrade says why): never tried.
+		c(`model_providers.foldproxy.supports_websockets=false`)
 		if _, ok := lookupEnv(in.env, "OPENAI_API_KEY"); ok {
 			c(`model_providers.foldproxy.env_key="OPENAI_API_KEY"`)
 		} else {
@@ -415,6 +422,13 @@ func agentSetup(in agentInput) (agentWiring, error) {
 		}
 		c(`mcp_servers.foldproxy.command=` + q(in.exe))
 		c(`mcp_servers.foldproxy.args=[` + strings.Join(list, ",") + `]`)
+		// Codex asks before an MCP tool it cannot tell is read-only, and
+		// "codex exec" cannot ask: foldproxy's own tools change nothing
+		// outside foldproxy, so they are approved; the upstreams' tools
+		// keep Codex's own rule.
+		for _, tool := range foldproxyTools {
+			c(`mcp_servers.foldproxy.tools.` + tool + `.approval_mode="approve"`)
+		}
 		insert(args...)
 	case agentOpenCode:
 		cfg := map[string]any{}

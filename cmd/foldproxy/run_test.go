@@ -64,7 +64,8 @@ func TestAgentSetup(t *testing.T) {
 	w, _ = agentSetup(in(agentCodex, []string{"codex", "exec", "go"}, "OPENAI_API_KEY=k"))
 	joined := strings.Join(w.argv, " ")
 	for _, want := range []string{`-c model_provider="foldproxy"`, `-c model_providers.foldproxy.base_url="` + base + `/v1"`,
-		`-c model_providers.foldproxy.wire_api="responses"`, `-c model_providers.foldproxy.env_key="OPENAI_API_KEY"`,
+		`-c model_providers.foldproxy.wire_api="responses"`, `-c model_providers.foldproxy.supports_websockets=false`,
+		`-c model_providers.foldproxy.env_key="OPENAI_API_KEY"`, `-c mcp_servers.foldproxy.tools.branch_return.approval_mode="approve"`,
 		`-c model_providers.foldproxy.env_http_headers={"X-Foldproxy-Token"="FOLDPROXY_TOKEN"}`,
 		`-c mcp_servers.foldproxy.command="/opt/fp"`, `-c mcp_servers.foldproxy.args=["serve","--config","/p/foldproxy.json","--state","/p/.foldproxy"]`} {
 		if !strings.Contains(joined, want) {
