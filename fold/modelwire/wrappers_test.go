@@ -19,9 +19,12 @@ func TestCodexWrappersFold(t *testing.T) {
 		return []any{map[string]any{"type": "input_text", "text": "Wall time: 0.0029 seconds\nOutput:"}, map[string]any{"type": "input_text", "text": text}}
 	}
 	for name, wrap := range map[string]func(string) any{
-		"two parts":   wallTime,
-		"one text":    func(text string) any { return "Wall time: 0.0020 seconds\nOutput:\n" + text },
-		"mcp content": func(text string) any { b, _ := json.Marshal([]any{map[string]any{"type": "text", "text": text}}); return string(b) },
+		"two parts": wallTime,
+		"one text":  func(text string) any { return "Wall time: 0.0020 seconds\nOutput:\n" + text },
+		"mcp content": func(text string) any {
+			b, _ := json.Marshal([]any{map[string]any{"type": "text", "text": text}})
+			return string(b)
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ns := func(id, tool string) map[string]any {
