@@ -28,6 +28,8 @@ type branchPlay struct {
 	remote  string   // a file read through foldproxy's MCP tool (server-filesystem)
 	marks   []string // what the two files hold, which must leave at the return
 	summary string   // the return message, which must stay
+	// localTool is the client's own tool that reads local, set by script.
+	localTool string
 }
 
 func newBranchPlay(t *testing.T) *branchPlay {
@@ -51,12 +53,14 @@ func (p *branchPlay) fsServer(t *testing.T) map[string]any {
 
 // script is the model's side for a client whose MCP tools are named
 // prefix+tool and whose own tool is read(path) → (name, input): create a
-// branch, read with the client's tool, read through MCP, return, answer.
+// branch, read with the client's tool, read through MCP, ask the branch's
+// status, return, answer.
 // The answer's turn matches both the folded conversation (branch_create's
 // result holds the summary) and the unfolded one (the last message is the
 // return's result), so that a client that does not fold still reaches it
 // and the test names what the model saw.
 func (p *branchPlay) script(prefix, readTool string, readInput map[string]any) map[string]any {
+	p.localTool = readTool
 	return map[string]any{"turns": []map[string]any{
 		{"name": "create", "match": []string{"PROMPT-BRANCH"}, "content": []any{
 			map[string]any{"type": "text", "text": "I will read the files in a branch."},
@@ -65,7 +69,9 @@ func (p *branchPlay) script(prefix, readTool string, readInput map[string]any) m
 			toolUse("call_play_02", readTool, readInput)}},
 		{"name": "remote", "match": []string{"call_play_02"}, "content": []any{
 			toolUse("call_play_03", prefix+"fs__read_text_file", map[string]any{"path": p.remote})}},
-		{"name": "return", "match": []string{"call_play_03"}, "content": []any{
+		{"name": "status", "match": []string{"call_play_03"}, "content": []any{
+			toolUse("call_play_05", prefix+"branch_status", map[string]any{})}},
+		{"name": "return", "match": []string{"call_play_05"}, "content": []any{
 			toolUse("call_play_04", prefix+"branch_return", map[string]any{"message": p.summary})}},
 		{"name": "final", "match": []string{"call_play_04"}, "content": []any{
 			map[string]any{"type": "text", "text": "FINAL-ANSWER"}}},
@@ -96,8 +102,8 @@ func (p *branchPlay) checkFolded(t *testing.T, recs []modelRecord, path string) 
 			after = append(after, r)
 		}
 	}
-	if strings.Join(turns, ",") != "create,local,remote,return,final" {
-		t.Fatalf("the model played %v, want create, local, remote, return, final", turns)
+	if strings.Join(turns, ",") != "create,local,remote,status,return,final" {
+		t.Fatalf("the model played %v, want create, local, remote, status, return, final", turns)
 	}
 	for _, r := range open {
 		for _, m := range p.marks {
@@ -105,9 +111,17 @@ func (p *branchPlay) checkFolded(t *testing.T, recs []modelRecord, path string) 
 				t.Errorf("before the return, request %d lacks the branch's output %s:\n%s", r.Seq, m, truncate(string(r.Body), 4000))
 			}
 		}
+		// branch_status: the MCP read charged once, on the MCP wire; the
+		// client's own read on the model wire, under its own name.
+		body := string(r.Body)
+		if !strings.Contains(body, "fs/read_text_file") || !strings.Contains(body, "model/"+p.localTool) ||
+			strings.Contains(body, "model/mcp__") || strings.Contains(body, "model/foldproxy_") {
+			i := strings.Index(body, "usage_by_tool")
+			t.Errorf("request %d: branch_status does not show the reads charged once each (fs/read_text_file, model/%s): %s", r.Seq, p.localTool, body[max(0, i-200):min(len(body), i+400)])
+		}
 	}
 	for _, r := range after {
-		for _, m := range append([]string{"call_play_02", "call_play_03"}, p.marks...) {
+		for _, m := range append([]string{"call_play_02", "call_play_03", "call_play_05"}, p.marks...) {
 			if bytes.Contains(r.Body, []byte(m)) {
 				t.Errorf("after the return, request %d still holds %s:\n%s", r.Seq, m, truncate(string(r.Body), 6000))
 			}
@@ -364,14 +378,27 @@ func TestCodexFoldsThroughRun(t *testing.T) {
 	p.checkFolded(t, model.records(t), "/v1/responses")
 }
 
-// TestCodexFoldsWithConfigToml: the README's Codex setup by hand, a
-// config.toml with a model_providers entry at the daemon's fixed port and
-// foldproxy's stdio MCP entry, folds too.
+// TestCodexFoldsWithConfigToml: the README's Codex setup by hand, with
+// foldproxy kept running (serve --listen) and a config.toml holding a
+// model_providers entry at it and foldproxy's stdio MCP entry (a relay to
+// that server), folds too. "codex exec" sends its first request without
+// waiting for MCP servers that are slow to start, and takes no
+// list_changed later: hence a server that runs before Codex starts.
 func TestCodexFoldsWithConfigToml(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	p, model := codexPlay(t)
+	cfg := p.writeProjectConfig(t, model, nil)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := p.writeProjectConfig(t, model, map[string]any{"daemonListen": addr})
+	srv := startProcess(t, "foldproxy serve --listen", exec.Command(proxyBin(t), "serve", "--config", cfg, "--listen", addr))
+	waitListening(ctx, t, srv, addr)
+	// Up, with server-filesystem's tools (readyWait makes the first list
+	// wait for it).
+	mcpc := directHTTPClient(t, newAgent(), "http://"+addr+"/mcp")
+	tools, err := mcpc.rawList(ctx, "tools/list", "tools")
+	listed, _ := json.Marshal(tools)
+	if err != nil || !bytes.Contains(listed, []byte("fs__read_text_file")) {
+		t.Fatalf("foldproxy's tools: %v, %d tools", err, len(tools))
+	}
 	home := t.TempDir()
 	toml := codexReadmeConfig(addr, proxyBin(t), cfg)
 	if err := os.MkdirAll(filepath.Join(home, ".codex"), 0o700); err != nil {
@@ -400,7 +427,7 @@ const codexReadmeTOML = `model_provider = "foldproxy"
 
 [model_providers.foldproxy]
 name = "foldproxy"
-base_url = "http://127.0.0.1:8765/v1"   # foldproxy.daemonListen in foldproxy.json
+base_url = "http://127.0.0.1:8765/v1"   # foldproxy serve --listen 127.0.0.1:8765
 wire_api = "responses"
 env_key = "OPENAI_API_KEY"
 supports_websockets = false

@@ -96,6 +96,10 @@ type AttachOptions struct {
 	// HTTP, when set, returns the address told to every process that
 	// attaches (AttachWelcome.HTTP); "" while there is none.
 	HTTP func() string
+	// HoldReady, when set, is waited for before a holding connection is
+	// welcomed (the daemon waits, bounded, for its upstreams), so that the
+	// agent "foldproxy run" starts next finds every tool listed at once.
+	HoldReady func(ctx context.Context)
 }
 
 // AttachServer serves attached stdio processes. Its Write method copies a
@@ -339,6 +343,9 @@ func (a *AttachServer) hold(ctx context.Context, ac *attachConn, br *bufio.Reade
 	ac.hold = true
 	a.conns[ac] = true
 	a.mu.Unlock()
+	if a.opts.HoldReady != nil {
+		a.opts.HoldReady(ctx)
+	}
 	b, _ := json.Marshal(AttachWelcome{PID: os.Getpid(), HTTP: a.httpAddr()})
 	if _, err := ac.Write(append(b, '\n')); err != nil {
 		a.detachConn(ac, false)

@@ -304,6 +304,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 			}
 			return ""
 		}
+		ao.HoldReady = core.waitUpstreams
 		if attach, err = listenAttach(dir, core.srv, ao); err != nil {
 			return err
 		}

@@ -613,6 +613,20 @@ func (c *serveCore) warnLongNames(ctx context.Context, entry string) {
 	c.srv.WarnLongNames(entry)
 }
 
+// waitUpstreams waits until every upstream has been up once, at most
+// readyWait (what a session's first tools/list waits too): "foldproxy
+// run" starts its agent after it, so that an agent that lists the tools
+// once and never again (codex exec) has them all.
+func (c *serveCore) waitUpstreams(ctx context.Context) {
+	wctx, cancel := context.WithTimeout(ctx, c.st.ReadyWait.D())
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, u := range c.set.All() {
+		wg.Go(func() { _ = u.WaitReady(wctx) })
+	}
+	wg.Wait()
+}
+
 // newModelFront makes a model front with the shared fold core: the
 // manager's model state, the scrubber, the token counter, the audit log and
 // the metrics. The HTTP front has one; the forward proxy one per
@@ -627,11 +641,21 @@ func (c *serveCore) newModelFront(o proxy.ModelOptions) (*proxy.ModelHandler, er
 			clean, _, err := c.scrubber.ScrubText(sctx, text)
 			return clean, err
 		},
-		Count: c.counter.CountText,
+		Count:        c.counter.CountText,
+		ChargedOnMCP: chargedOnMCP,
 	}
 	o.Observer = c.observer()
 	o.Logger = c.logger
 	return proxy.NewModelHandler(o)
+}
+
+// chargedOnMCP reports whether a model-wire tool name is one of an MCP
+// server's, whose results foldproxy charged on the MCP wire already:
+// Claude Code's and Codex's names (mcp__<server>__<tool>, the latter
+// joined from its namespace) and OpenCode's for foldproxy's entry
+// (foldproxy_<tool>, the entry name "foldproxy run" and the README use).
+func chargedOnMCP(name string) bool {
+	return strings.HasPrefix(name, "mcp__") || strings.HasPrefix(name, "foldproxy_")
 }
 
 // newRemoteFront makes the front of the remote MCP servers intercepted in
