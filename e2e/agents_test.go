@@ -445,3 +445,84 @@ approval_mode = "approve"
 [mcp_servers.foldproxy.tools.branch_recall]
 approval_mode = "approve"
 `
+
+// opencodeBin is OpenCode's native binary from e2e/node_modules.
+func opencodeBin(t *testing.T) string {
+	t.Helper()
+	return npmScript(t, "opencode-linux-x64", "bin/opencode")
+}
+
+// opencodeEnv is OpenCode's environment: offline (no model list fetched,
+// no update check), an empty HOME, the API key the openai provider needs.
+func opencodeEnv(t *testing.T) []string {
+	t.Helper()
+	return agentEnv(t, t.TempDir(), "OPENAI_API_KEY=dummy", "OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_AUTOUPDATE=1")
+}
+
+// opencodeArgs are opencode's arguments in these tests.
+var opencodeArgs = []string{"run", "-m", "openai/gpt-5.1", "PROMPT-BRANCH: read the files"}
+
+// opencodePlay is the branch play for OpenCode: its own tool is read, its
+// MCP tools are named <entry>_<tool>, and its openai provider speaks the
+// Responses API.
+func opencodePlay(t *testing.T) (*branchPlay, *modelServer) {
+	t.Helper()
+	p := newBranchPlay(t)
+	model := startModelServer(t, p.script("foldproxy_", "read", map[string]any{"filePath": p.local}))
+	return p, model
+}
+
+// TestOpenCodeFoldsThroughRun: "foldproxy run -- opencode run ..." gives
+// OpenCode the daemon as its openai provider's base URL and foldproxy as a
+// local MCP server (OPENCODE_CONFIG_CONTENT); the branch folds.
+func TestOpenCodeFoldsThroughRun(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	p, model := opencodePlay(t)
+	p.writeProjectConfig(t, model, nil)
+	cmd := exec.CommandContext(ctx, proxyBin(t), append([]string{"run", "--", opencodeBin(t)}, opencodeArgs...)...)
+	cmd.Dir = p.work
+	cmd.Env = opencodeEnv(t)
+	if out := runAgentCmd(t, cmd); !bytes.Contains(out, []byte("FINAL-ANSWER")) {
+		t.Errorf("opencode printed %q, want FINAL-ANSWER", out)
+	}
+	p.checkFolded(t, model.records(t), "/v1/responses")
+}
+
+// TestOpenCodeFoldsWithConfig: the README's OpenCode setup by hand, an
+// opencode.json in the project with the openai provider's baseURL at a
+// running foldproxy and foldproxy's local MCP entry, folds too.
+func TestOpenCodeFoldsWithConfig(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	p, model := opencodePlay(t)
+	cfg := p.writeProjectConfig(t, model, nil)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	srv := startProcess(t, "foldproxy serve --listen", exec.Command(proxyBin(t), "serve", "--config", cfg, "--listen", addr))
+	waitListening(ctx, t, srv, addr)
+	oc := strings.NewReplacer("127.0.0.1:8765", addr, "/usr/local/bin/foldproxy", proxyBin(t), "/path/to/project/foldproxy.json", cfg).Replace(opencodeReadmeJSON)
+	if err := os.WriteFile(filepath.Join(p.work, "opencode.json"), []byte(oc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, opencodeBin(t), opencodeArgs...)
+	cmd.Dir = p.work
+	cmd.Env = opencodeEnv(t)
+	if out := runAgentCmd(t, cmd); !bytes.Contains(out, []byte("FINAL-ANSWER")) {
+		t.Errorf("opencode printed %q, want FINAL-ANSWER", out)
+	}
+	p.checkFolded(t, model.records(t), "/v1/responses")
+}
+
+// opencodeReadmeJSON is the block of README.md under "### OpenCode",
+// which TestReadmeAgentBlocks keeps equal to it.
+const opencodeReadmeJSON = `{
+  "$schema": "https://opencode.ai/config.json",
+  "provider": {
+    "openai": {"options": {"baseURL": "http://127.0.0.1:8765/v1"}}
+  },
+  "mcp": {
+    "foldproxy": {
+      "type": "local",
+      "command": ["/usr/local/bin/foldproxy", "serve", "--config", "/path/to/project/foldproxy.json"]
+    }
+  }
+}
+`
