@@ -526,3 +526,17 @@ const opencodeReadmeJSON = `{
   }
 }
 `
+
+// TestReadmeAgentBlocks: the README's Codex and OpenCode setups are the
+// blocks the tests above run.
+func TestReadmeAgentBlocks(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(repoDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, block := range map[string]string{"config.toml": "```toml\n" + codexReadmeTOML + "```\n", "opencode.json": "```json\n" + opencodeReadmeJSON + "```\n"} {
+		if !bytes.Contains(readme, []byte(block)) {
+			t.Errorf("README.md does not hold the tested %s block:\n%s", name, block)
+		}
+	}
+}
