@@ -263,6 +263,7 @@ type coreConfig struct {
 type serveCore struct {
 	st             policy.Settings
 	logger         *slog.Logger
+	auditPath      string // the audit log ("-": none), which the page reads
 	metrics        *intercept.Metrics
 	store          fold.Store
 	set            *upstreams.Set
@@ -281,7 +282,7 @@ type serveCore struct {
 // the parts already open are closed before it returns the error.
 func openCore(ctx context.Context, cc coreConfig) (_ *serveCore, err error) {
 	st, logger := cc.settings, cc.logger
-	c := &serveCore{st: st, logger: logger, metrics: intercept.NewMetrics()}
+	c := &serveCore{st: st, logger: logger, metrics: intercept.NewMetrics(), auditPath: cc.auditPath}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -785,6 +786,9 @@ func (c *serveCore) httpHandler(listen, token string) (handler http.Handler, clo
 	guard := h.(*proxy.HTTPHandler).Guard
 	mux.Handle("/metrics", guard(c.metrics.Handler()))
 	mux.Handle("/healthz", guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })))
+	ui := newUIHandler(c.auditPath, c.store, guard, c.logger)
+	mux.Handle("/ui", ui)
+	mux.Handle("/ui/", ui)
 	mux.Handle("/", model)
 	closeStreams = func() {}
 	if cl, ok := h.(interface{ Close() error }); ok {
