@@ -147,14 +147,17 @@ func TestFoldCostBranch(t *testing.T) {
 				var o struct {
 					BranchID string `json:"branch_id"`
 				}
-				foldMust(ctx, t, p, "branch_create", map[string]any{"description": "outer"}, &o)
+				foldMust(ctx, t, p, "branch_create", map[string]any{"description": "outer", "inject_memories": false}, &o)
 				outer = o.BranchID
 				defer foldMust(ctx, t, p, "branch_return", map[string]any{"branch_id": outer, "message": "done"}, nil)
 			}
 			var cr struct {
 				BranchID string `json:"branch_id"`
 			}
-			create := foldMust(ctx, t, p, "branch_create", map[string]any{"description": "find where results are cut"}, &cr)
+			// The same task each time: the earlier branch's lesson would be
+			// injected (content, bounded by the replay tests), not the
+			// fixed cost measured here.
+			create := foldMust(ctx, t, p, "branch_create", map[string]any{"description": "find where results are cut", "inject_memories": false}, &cr)
 			if r := foldCall(ctx, t, p, "replay__emit", map[string]any{"bytes": 2000}); r.isError {
 				t.Fatalf("emit: %s", r.text())
 			}

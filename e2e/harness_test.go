@@ -44,9 +44,11 @@ var (
 // helperServers are the Go helper upstreams under servers/.
 var helperServers = []string{"replay", "leaky", "flaky", "model", "script"}
 
-// foldTools are foldproxy's own tools (the fold tools and the memory tools,
-// on by default), listed beside the upstream tools.
-var foldTools = []string{"branch_create", "branch_return", "branch_status", "branch_recall", "memory_record", "memory_search"}
+// foldTools are foldproxy's own tools (the fold tools, the checkpoint
+// tools and the memory tools, on by default), listed beside the upstream
+// tools.
+var foldTools = []string{"branch_create", "branch_return", "branch_status", "branch_recall",
+	"checkpoint_save", "checkpoint_list", "checkpoint_resume", "memory_record", "memory_search", "remediation_record"}
 
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 

@@ -47,6 +47,7 @@ import (
 //	xr/<handle>                 reference to a remainder over 256 B in the
 //	                            archive files (JSON)
 //	sess/<id>                   session record (JSON)
+//	r/<kind>/<id>               fold's own records (checkpoints: JSON)
 //	t/<unix ns, 20 digits>/<key> archive index by time; the value is the
 //	                            archived value's size, for pruning, then
 //	                            "@<segment>" when its bytes are in an
@@ -349,6 +350,9 @@ func callKey(branch string, seq int) []byte {
 func cutKey(handle string) []byte    { return []byte("x/" + esc(handle)) }
 func cutRefKey(handle string) []byte { return []byte("xr/" + esc(handle)) }
 func sessionKey(id string) []byte    { return []byte("sess/" + esc(id)) }
+func recordKey(kind, id string) []byte {
+	return []byte("r/" + esc(kind) + "/" + esc(id))
+}
 func timeKey(t time.Time, key []byte) []byte {
 	k := append20(append(make([]byte, 0, 23+len(key)), "t/"...), max(t.UnixNano(), 0))
 	return append(append(k, '/'), key...)
@@ -977,6 +981,53 @@ func (s *BadgerStore) Sessions(ctx context.Context) ([]*SessionRecord, error) {
 // error.
 func (s *BadgerStore) DeleteSession(ctx context.Context, id string) error {
 	return s.write(ctx, "delete session "+id, del(sessionKey(id)))
+}
+
+// PutRecord stores one of fold's own records.
+func (s *BadgerStore) PutRecord(ctx context.Context, kind, id string, data []byte) error {
+	if kind == "" || id == "" {
+		return fmt.Errorf("%w: fold: PutRecord needs a kind and an id", ErrInvalidArgument)
+	}
+	return s.write(ctx, "put "+kind+" "+id, set(recordKey(kind, id), data))
+}
+
+// GetRecord returns a record, or an error wrapping ErrRecordNotFound.
+func (s *BadgerStore) GetRecord(ctx context.Context, kind, id string) ([]byte, error) {
+	var out []byte
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		item, err := txn.Get(recordKey(kind, id))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return fmt.Errorf("%w: %s %q", ErrRecordNotFound, kind, id)
+		}
+		if err != nil {
+			return err
+		}
+		out, err = item.ValueCopy(nil)
+		return err
+	})
+	return out, err
+}
+
+// Records lists the records of a kind, by id.
+func (s *BadgerStore) Records(ctx context.Context, kind string) ([]Record, error) {
+	var out []Record
+	prefix := []byte("r/" + esc(kind) + "/")
+	err := s.view(ctx, func(txn *badger.Txn) error {
+		return scan(txn, prefix, true, func(k, v []byte) error {
+			id, err := url.PathUnescape(string(k[len(prefix):]))
+			if err != nil {
+				return err
+			}
+			out = append(out, Record{ID: id, Data: bytes.Clone(v)})
+			return nil
+		})
+	})
+	return out, err
+}
+
+// DeleteRecord removes a record; removing an absent one is not an error.
+func (s *BadgerStore) DeleteRecord(ctx context.Context, kind, id string) error {
+	return s.write(ctx, "delete "+kind+" "+id, del(recordKey(kind, id)))
 }
 
 // Prune removes archived calls and cut remainders older than maxAge, closed

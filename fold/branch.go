@@ -39,16 +39,19 @@ type createArgs struct {
 // charged its tokens, so it says only what the agent needs and nothing
 // twice: empty and unlimited fields are left out.
 type createAnswer struct {
-	BranchID        string `json:"branch_id"`
-	Depth           int    `json:"depth"`
-	Budget          int    `json:"budget"`
+	BranchID string `json:"branch_id"`
+	Depth    int    `json:"depth"`
+	Budget   int    `json:"budget"`
+	// BudgetFrom says where a learned budget came from ("7 similar
+	// branches"); absent: the budget asked for, or the default.
+	BudgetFrom      string `json:"budget_from,omitempty"`
 	ParentRemaining *int   `json:"parent_remaining,omitempty"` // absent: unlimited
 	// TimeoutSeconds is the time to the deadline: an agent cannot use a
 	// clock time it does not know (branch_status gives both).
 	TimeoutSeconds float64 `json:"timeout_seconds"`
 	// InjectedContext holds the memories given to the branch
 	// (inject_memories), which the new branch pays for.
-	InjectedContext []memory.Item `json:"injected_context,omitempty"`
+	InjectedContext []memory.Brief `json:"injected_context,omitempty"`
 	// Memory is "unavailable" when memories were asked for and this proxy
 	// has none.
 	Memory       string       `json:"memory,omitempty"`
@@ -72,10 +75,13 @@ type dependency struct {
 
 // returnArgs are branch_return's arguments.
 type returnArgs struct {
-	BranchID      string
-	Message       string
-	ReturnValue   string // compact JSON text; "" when absent
-	ExtractMemory bool   // extract_memory: queue memories from the branch
+	BranchID    string
+	Message     string
+	ReturnValue string // compact JSON text; "" when absent
+	// ExtractMemory is extract_memory: true makes the branch a memory
+	// candidate and the answer says whether it was queued; false opts it
+	// out; nil leaves it to memory.autoExtract and memory.extractAll.
+	ExtractMemory *bool
 }
 
 // returnAnswer is branch_return's answer, which the parent receives and is
@@ -176,6 +182,12 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	}
 	budget := m.set.DefaultBudget
 	clamp := a.Budget == nil // the default is clamped to what the parent has left
+	budgetFrom := ""
+	if a.Budget == nil {
+		if b, from := m.proposeBudget(desc + "\n" + prompt); b > 0 {
+			budget, budgetFrom = b, from
+		}
+	}
 	if a.Budget != nil {
 		if *a.Budget < 1 {
 			return nil, fmt.Errorf("%w: budget %d must be at least 1 token (omit it for the default of %d)", ErrInvalidArgument, *a.Budget, m.set.DefaultBudget)
@@ -226,7 +238,7 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	if err := m.waitDependencies(ctx, deps); err != nil {
 		return nil, err
 	}
-	injected, injectedTokens := []memory.Item{}, 0
+	injected, injectedTokens := []memory.Brief{}, 0
 	if a.InjectMemories == nil || *a.InjectMemories {
 		injected, injectedTokens = m.injectMemories(ctx, desc, prompt, budget)
 	}
@@ -266,7 +278,7 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 		b.DependsOn = append(b.DependsOn, d.id)
 	}
 	ans := &createAnswer{
-		BranchID: b.ID, Depth: b.Depth, Budget: budget, TimeoutSeconds: timeout.Seconds(),
+		BranchID: b.ID, Depth: b.Depth, Budget: budget, BudgetFrom: budgetFrom, TimeoutSeconds: timeout.Seconds(),
 	}
 	for _, d := range deps {
 		db := d.cur.Load()
@@ -528,8 +540,15 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 		TokensUsed: b.Used, Message: msg, ReturnValue: rawValue(rv),
 		ChildrenForceReturned: m.activeDescendants(n),
 	}
-	extract := m.mem != nil && (a.ExtractMemory || m.mem.Settings().ExtractAll)
-	if a.ExtractMemory && m.mem == nil {
+	asked := a.ExtractMemory != nil && *a.ExtractMemory
+	// shown: the answer says whether a memory was queued, which may change
+	// it once the branch is closed; otherwise a candidate is extracted
+	// quietly after the return (memory.autoExtract), and the answer is
+	// the same either way.
+	shown := m.mem != nil && (asked || (a.ExtractMemory == nil && m.mem.Settings().ExtractAll))
+	quiet := !shown && m.mem != nil && a.ExtractMemory == nil && m.mem.Settings().AutoExtractEnabled() && lessonWorthy(msg)
+	extract := shown
+	if asked && m.mem == nil {
 		ans.Memory = memoryUnavailable
 	}
 	ans.MemoryQueued = extract // at most what the answer will say
@@ -613,6 +632,9 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 		}
 	} else {
 		parent.cur.Store(npb)
+	}
+	if quiet {
+		m.extractMemory(wctx, b)
 	}
 	ev := branchEvent("returned", b)
 	ev.Tokens = tokens
@@ -748,6 +770,10 @@ func (m *Manager) closeWithLocked(ctx context.Context, n *node, st Status, reaso
 	if kind != "returned" { // the caller of a return emits it, with the message tokens
 		m.emit(ctx, branchEvent(kind, nb))
 	}
+	if isOrphan(nb) {
+		m.addOrphan(nb, m.principal)
+	}
+	m.learn(nb)
 	m.memoryOutcome(ctx, nb)
 	return append(closed, n.id), nil
 }

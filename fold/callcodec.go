@@ -77,7 +77,7 @@ func marshalBranch(b *Branch) ([]byte, error) {
 	if !rfc3339able(b.Created) || !b.Deadline.IsZero() && !rfc3339able(b.Deadline) || !b.Closed.IsZero() && !rfc3339able(b.Closed) {
 		return json.Marshal(b) // its error, or a form this does not write
 	}
-	n := 400 + len(b.ID) + len(b.Session) + len(b.Parent) + len(b.Description) + len(b.Prompt) + len(b.Reason) +
+	n := 400 + len(b.ID) + len(b.Session) + len(b.Principal) + len(b.Parent) + len(b.Description) + len(b.Prompt) + len(b.Reason) +
 		len(b.Message) + len(b.ReturnValue) + len(b.Summary)
 	for _, l := range [...][]string{b.DependsOn, b.Cuts, b.Injected} {
 		for _, s := range l {
@@ -125,6 +125,13 @@ func marshalBranch(b *Branch) ([]byte, error) {
 		}
 		e.b = append(e.b, `,"modelContext":`...)
 		e.b = append(e.b, mc...)
+	}
+	e.str(`,"principal":`, b.Principal, true)
+	if b.Acknowledged {
+		e.b = append(e.b, `,"acknowledged":true`...)
+	}
+	if b.Reasoning != 0 {
+		e.num(`,"reasoning":`, b.Reasoning)
 	}
 	return append(e.b, '}'), nil
 }

@@ -123,6 +123,7 @@ func FuzzEncodeBranch(f *testing.F) {
 		}
 		if withMC {
 			b.ModelContext = &ModelContext{TokensBefore: budget, TokensAfter: used, Folded: depth, Requests: calls, At: at(created)}
+			b.Principal, b.Acknowledged, b.Reasoning = level, delivered, calls
 		}
 		got, ok := matchesMarshal(t, b, marshalBranch)
 		if !ok {

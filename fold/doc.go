@@ -26,6 +26,7 @@ package fold
 //	(*Manager).CallTool(ctx, session, name string, args json.RawMessage) (json.RawMessage, error)
 //	(*Manager).Close() error
 //	(*Manager).ModelState() modelwire.State (modelstate.go: the model wire's view)
+//	(*Manager).RecordModelOutput(ctx, branchID string, tokens int) error (usage.go: the model's output tokens, for the usage breakdown)
 //
 // Budgets of parents and children: a child's budget is not reserved out of
 // its parent's; it must only not exceed what the parent has left when the
@@ -43,7 +44,14 @@ package fold
 // store), NewMemStore (tests), the optional Batcher extension of Store,
 // ToolNames, IsTool and ChargedTool, and (*Manager).Prune.
 //
+// Beside the branch tools, the Manager serves checkpoints
+// (checkpoint.go: checkpoint_save, checkpoint_list, checkpoint_resume, kept
+// as Store records of KindCheckpoint, seen by their principal only),
+// lists orphans (orphans.go: branches of ended sessions, in branch_status),
+// proposes learned budgets and scores strategies (learned.go:
+// StrategyScore), and breaks usage down by kind (usage.go).
+//
 // Memories (fold/memory, Options.Memory) hook into branch_create
 // (injection, charged to the new branch), branch_return (extraction), the
-// closing of a branch (confidence, anti-patterns) and the memory_record and
-// memory_search tools; see memory.go.
+// closing of a branch (confidence, anti-patterns) and the memory_record,
+// memory_search and remediation_record tools; see memory.go.

@@ -45,6 +45,10 @@ type Options struct {
 	// Without it inject_memories and extract_memory are accepted and
 	// answered "memory":"unavailable".
 	Memory *memory.Service
+	// Principal is who this proxy's sessions act for (memory.principal):
+	// checkpoints and orphaned branches are shown to sessions of the same
+	// principal only. "" means "local".
+	Principal string
 	// Logger receives the Manager's own warnings; nil discards them.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Deadline timers always run on
@@ -68,15 +72,16 @@ type Options struct {
 // its summary delivered). Manager.mu is a leaf lock: it guards the maps and
 // counters and is never held while waiting for a branch lock or the store.
 type Manager struct {
-	set    policy.Fold
-	store  Store
-	scan   Scanner
-	count  Counter
-	events EventSink
-	mem    *memory.Service
-	log    *slog.Logger
-	now    func() time.Time
-	tools  []json.RawMessage
+	set       policy.Fold
+	principal string
+	store     Store
+	scan      Scanner
+	count     Counter
+	events    EventSink
+	mem       *memory.Service
+	log       *slog.Logger
+	now       func() time.Time
+	tools     []json.RawMessage
 
 	bg   context.Context // cancelled by Close; used by timers and pruning
 	stop context.CancelFunc
@@ -91,6 +96,8 @@ type Manager struct {
 	nodes    map[string]*node
 	active   int                        // active (or being created) non-root branches of the instance
 	model    map[string]*modelDecisions // model-wire decisions by branch (modelstate.go)
+	orphans  []orphan                   // branches closed because their session went away (orphans.go)
+	history  []sample                   // closed branches, for learned budgets (learned.go)
 }
 
 // node is the in-memory handle of one branch.
@@ -154,6 +161,10 @@ type session struct {
 	creates  []time.Time      // creation times within the last minute
 	touched  time.Time        // when LastSeen was last written
 	ending   bool
+	// memories are the ids of the memories this session's branches left
+	// (extracted, recorded), the latest sessionMemories of them, for its
+	// checkpoints.
+	memories []string
 }
 
 // touchEvery bounds how often TouchSession writes LastSeen.
@@ -174,16 +185,17 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		set:      set,
-		store:    opts.Store,
-		scan:     opts.Scanner,
-		count:    opts.Counter,
-		events:   opts.Events,
-		mem:      opts.Memory,
-		log:      opts.Logger,
-		now:      opts.Now,
-		sessions: make(map[string]*session),
-		nodes:    make(map[string]*node),
+		set:       set,
+		store:     opts.Store,
+		scan:      opts.Scanner,
+		count:     opts.Counter,
+		events:    opts.Events,
+		mem:       opts.Memory,
+		principal: cmp.Or(opts.Principal, "local"),
+		log:       opts.Logger,
+		now:       opts.Now,
+		sessions:  make(map[string]*session),
+		nodes:     make(map[string]*node),
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -234,6 +246,7 @@ func fillFold(f policy.Fold) (policy.Fold, error) {
 	}
 	dur(&f.DependsOnWait, d.DependsOnWait)
 	num(&f.RecallPageTokens, d.RecallPageTokens)
+	dur(&f.OrphanMaxAge, d.OrphanMaxAge)
 	if len(f.Thresholds) == 0 {
 		f.Thresholds = d.Thresholds
 	}
@@ -564,13 +577,14 @@ func (m *Manager) loadSession(ctx context.Context, rec *SessionRecord) (*session
 	case root == nil:
 		root = &Branch{
 			ID: rootID, Session: rec.ID, Status: StatusActive, Budget: m.set.RootBudget,
-			Level: policy.Normal.String(), Created: m.now(),
+			Level: policy.Normal.String(), Created: m.now(), Principal: m.principal,
 		}
 		bs = append([]*Branch{root}, bs...)
 	case root.Status != StatusActive:
 		root.Status, root.Reason, root.Closed = StatusActive, "", time.Time{}
 		root.Summary, root.SummaryDelivered = "", false
 		root.Budget = m.set.RootBudget
+		root.Principal = m.principal
 	default:
 		root = nil // nothing to write
 	}
@@ -723,11 +737,21 @@ func (m *Manager) Recover(ctx context.Context, resumable func(session string) bo
 		return fmt.Errorf("fold: recover: %w", err)
 	}
 	bySession := make(map[string][]*Branch)
+	principals := map[string]string{}
 	for _, b := range all {
 		if b.Status == StatusActive {
 			bySession[b.Session] = append(bySession[b.Session], b)
 		}
+		if b.Depth == 0 {
+			principals[b.Session] = b.Principal
+		}
 	}
+	for _, b := range all {
+		if isOrphan(b) {
+			m.addOrphan(b, principals[b.Session])
+		}
+	}
+	m.learnFrom(all)
 	records := make(map[string]*SessionRecord, len(recs))
 	for _, r := range recs {
 		records[r.ID] = r
@@ -747,7 +771,7 @@ func (m *Manager) Recover(ctx context.Context, resumable func(session string) bo
 			}
 			continue
 		}
-		if err := m.failSession(ctx, id, bySession[id], records[id] != nil); err != nil {
+		if err := m.failSession(ctx, id, bySession[id], records[id] != nil, principals[id]); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -756,7 +780,7 @@ func (m *Manager) Recover(ctx context.Context, resumable func(session string) bo
 
 // failSession closes the active branches of a session that cannot resume
 // as failed, deepest first, and deletes its record.
-func (m *Manager) failSession(ctx context.Context, id string, active []*Branch, hasRecord bool) error {
+func (m *Manager) failSession(ctx context.Context, id string, active []*Branch, hasRecord bool, principal string) error {
 	sort.SliceStable(active, func(i, j int) bool { return active[i].Depth > active[j].Depth })
 	now := m.now()
 	for _, b := range active {
@@ -769,6 +793,9 @@ func (m *Manager) failSession(ctx context.Context, id string, active []*Branch, 
 			return fmt.Errorf("fold: recover session %s: %w", id, err)
 		}
 		m.emit(ctx, branchEvent("failed", nb))
+		if isOrphan(nb) {
+			m.addOrphan(nb, principal)
+		}
 	}
 	if hasRecord {
 		if err := m.store.DeleteSession(ctx, id); err != nil {

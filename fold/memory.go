@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/foldproxy/foldproxy/fold/memory"
@@ -21,8 +22,9 @@ import (
 
 // The memory tools' names.
 const (
-	ToolMemoryRecord = "memory_record"
-	ToolMemorySearch = "memory_search"
+	ToolMemoryRecord      = "memory_record"
+	ToolMemorySearch      = "memory_search"
+	ToolRemediationRecord = "remediation_record"
 )
 
 // ChargedTool reports whether a fold tool's answer enters the agent's
@@ -30,7 +32,7 @@ const (
 // the whole intercept chain (scrubbed, counted, charged to the branch):
 // branch_recall pages and the memory tools' answers.
 func ChargedTool(name string) bool {
-	return name == ToolRecall || name == ToolMemoryRecord || name == ToolMemorySearch
+	return name == ToolRecall || name == ToolMemoryRecord || name == ToolMemorySearch || name == ToolRemediationRecord
 }
 
 // memoryToolDefs are the memory tools' definitions, listed when memories
@@ -63,21 +65,125 @@ func memoryToolDefs() []toolDef {
 			}),
 			Annotations: toolAnnotations{Title: "Search memories", ReadOnlyHint: true},
 		},
+		{
+			Name:        ToolRemediationRecord,
+			deferred:    true,
+			Description: "Record how a failure was fixed; later branches resembling it are given the solution.",
+			InputSchema: schema([]string{"title", "problem", "root_cause", "solution"}, map[string]any{
+				"title":      prop("string", ""),
+				"problem":    prop("string", ""),
+				"root_cause": prop("string", ""),
+				"solution":   prop("string", ""),
+			}),
+		},
 	}
+}
+
+type remediationArgs struct{ Title, Problem, RootCause, Solution string }
+
+func parseRemediationArgs(raw []byte) (remediationArgs, error) {
+	var r remediationArgs
+	a, err := readArgs(ToolRemediationRecord, raw, "title", "problem", "root_cause", "solution")
+	if err != nil {
+		return r, err
+	}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"title", &r.Title}, {"problem", &r.Problem}, {"root_cause", &r.RootCause}, {"solution", &r.Solution}} {
+		if *f.v, err = a.str(f.name, true); err != nil {
+			return r, err
+		}
+		if strings.TrimSpace(*f.v) == "" {
+			return r, fmt.Errorf("%w: %s: field %q must not be empty", ErrInvalidArgument, ToolRemediationRecord, f.name)
+		}
+	}
+	if len(r.Title) > memory.MaxTitle || len(r.Problem)+len(r.RootCause)+len(r.Solution) > memory.MaxContent-64 {
+		return r, fmt.Errorf("%w: %s: title is at most %d bytes, and problem, root_cause and solution together at most %d", ErrInvalidArgument, ToolRemediationRecord, memory.MaxTitle, memory.MaxContent-64)
+	}
+	return r, nil
+}
+
+// remediationRecord is remediation_record: a remediation memory, whose
+// lesson is the solution, given to later branches that resemble it
+// (memory.minResemblance).
+func (m *Manager) remediationRecord(ctx context.Context, sess string, a remediationArgs) (*memoryRecordAnswer, error) {
+	if m.mem == nil {
+		return nil, m.memoryOff(ToolRemediationRecord)
+	}
+	s, err := m.sessionOf(sess)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	n := innermostLocked(s)
+	m.mu.Unlock()
+	branch := s.root.id
+	if n != nil {
+		branch = n.id
+	}
+	mem, merged, err := m.mem.Add(ctx, memory.Candidate{
+		Kind: memory.KindRemediation, Title: a.Title, Outcome: "remediation",
+		Content:    "Problem: " + a.Problem + "\nRoot cause: " + a.RootCause + "\nSolution: " + a.Solution,
+		Lesson:     a.Solution,
+		Provenance: m.provenance(sess, branch, memory.OriginRecorded),
+	})
+	switch {
+	case errors.Is(err, memory.ErrInvalid):
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidArgument, ToolRemediationRecord, err)
+	case errors.Is(err, memory.ErrUnscanned):
+		return nil, fmt.Errorf("%w: %s: %v", ErrScanFailed, ToolRemediationRecord, err)
+	case err != nil:
+		return nil, err
+	}
+	m.noteMemory(sess, mem.ID)
+	return &memoryRecordAnswer{MemoryID: mem.ID, Merged: merged, Confidence: math.Round(mem.Confidence*1000) / 1000, Suspicious: mem.Suspicious}, nil
 }
 
 // injectMemories finds the memories for a new branch. A failure is logged
 // and yields no memories.
-func (m *Manager) injectMemories(ctx context.Context, desc, prompt string, budget int) ([]memory.Item, int) {
+func (m *Manager) injectMemories(ctx context.Context, desc, prompt string, budget int) ([]memory.Brief, int) {
 	if m.mem == nil {
-		return []memory.Item{}, 0
+		return []memory.Brief{}, 0
 	}
 	items, tokens, err := m.mem.Inject(ctx, desc+"\n"+prompt, budget)
 	if err != nil {
 		m.log.Warn("memory injection failed; the branch is created without memories", "err", err)
-		return []memory.Item{}, 0
+		return []memory.Brief{}, 0
 	}
 	return items, tokens
+}
+
+// sessionMemories bounds the memory ids a session keeps for its
+// checkpoints.
+const sessionMemories = 200
+
+// noteMemory records that session sess left memory id.
+func (m *Manager) noteMemory(sess, id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.sessions[sess]
+	if s == nil || slices.Contains(s.memories, id) {
+		return
+	}
+	if len(s.memories) == sessionMemories {
+		s.memories = s.memories[1:]
+	}
+	s.memories = append(s.memories, id)
+}
+
+// minLessonTerms is how many distinct words a return message needs to be
+// a memory candidate without extract_memory: "done" or "ok" teaches
+// nothing.
+const minLessonTerms = 6
+
+// lessonWorthy reports whether a return message carries a lesson.
+func lessonWorthy(msg string) bool {
+	seen := map[string]bool{}
+	for _, t := range memory.Terms(msg) {
+		seen[t] = true
+	}
+	return len(seen) >= minLessonTerms
 }
 
 // extractMemory records the lesson of a branch that returned.
@@ -89,14 +195,15 @@ func (m *Manager) extractMemory(ctx context.Context, b *Branch) bool {
 	if b.Prompt != "" {
 		content = "Task: " + b.Prompt + "\n" + content
 	}
-	_, _, err := m.mem.Add(ctx, memory.Candidate{
-		Kind: memory.KindLesson, Title: b.Description, Content: content, Outcome: "success",
+	mem, _, err := m.mem.Add(ctx, memory.Candidate{
+		Kind: memory.KindLesson, Title: b.Description, Content: content, Lesson: b.Message, Outcome: "success",
 		Provenance: m.provenance(b.Session, b.ID, memory.OriginExtracted),
 	})
 	if err != nil {
 		m.log.Warn("memory extraction failed", "branch", b.ID, "err", err)
 		return false
 	}
+	m.noteMemory(b.Session, mem.ID)
 	return true
 }
 
@@ -132,13 +239,41 @@ func (m *Manager) memoryOutcome(ctx context.Context, b *Branch) {
 	if b.Prompt != "" {
 		content = "Task: " + b.Prompt + "\n" + content
 	}
-	_, _, err := m.mem.Add(ctx, memory.Candidate{
-		Kind: memory.KindAntiPattern, Title: "Failed: " + b.Description, Content: content, Outcome: "failure",
+	mem, _, err := m.mem.Add(ctx, memory.Candidate{
+		Kind: memory.KindAntiPattern, Title: "Failed: " + b.Description, Content: content, Lesson: antiLesson(b), Outcome: "failure",
 		Provenance: m.provenance(b.Session, b.ID, memory.OriginExtracted),
 	})
 	if err != nil {
 		m.log.Warn("anti-pattern extraction failed", "branch", b.ID, "err", err)
+		return
 	}
+	m.noteMemory(b.Session, mem.ID)
+}
+
+// antiLesson is the lesson of a branch force-returned at its budget or
+// deadline: what ran out, where the tokens went, and what to do instead.
+func antiLesson(b *Branch) string {
+	var sb strings.Builder
+	if b.Reason == ReasonDeadline {
+		fmt.Fprintf(&sb, "Force-returned at its deadline after %d calls (%d tokens).", b.Calls, b.Used)
+	} else {
+		fmt.Fprintf(&sb, "Force-returned at its budget of %d tokens after %d calls.", b.Budget, b.Calls)
+	}
+	top, n := "", 0
+	for t, k := range b.ByTool {
+		if k > n || (k == n && t < top) {
+			top, n = t, k
+		}
+	}
+	if top != "" && b.Used > 0 {
+		fmt.Fprintf(&sb, " %s took %d%%.", top, 100*n/b.Used)
+	}
+	if b.Reason == ReasonDeadline {
+		sb.WriteString(" Give such work a longer timeout or split it.")
+	} else {
+		fmt.Fprintf(&sb, " Give such work a budget above %d or read less per call.", b.Budget)
+	}
+	return sb.String()
 }
 
 type memoryRecordArgs struct {
@@ -245,6 +380,9 @@ func (m *Manager) memoryRecord(ctx context.Context, sess string, a memoryRecordA
 		Kind: kind, Title: a.Title, Content: a.Content, Outcome: a.Outcome, Tags: a.Tags,
 		Provenance: m.provenance(sess, branch, memory.OriginRecorded),
 	})
+	if err == nil {
+		m.noteMemory(sess, mem.ID)
+	}
 	switch {
 	case errors.Is(err, memory.ErrInvalid):
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidArgument, ToolMemoryRecord, err)

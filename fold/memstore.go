@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -25,6 +26,7 @@ type MemStore struct {
 	calls    map[string][]memArchived // by branch, in sequence order
 	cuts     map[string]memArchived
 	sessions map[string][]byte
+	records  map[string][]byte // by kind + "/" + id
 }
 
 // memArchived is one archived call or cut remainder.
@@ -46,7 +48,60 @@ func NewMemStore() *MemStore {
 		calls:    make(map[string][]memArchived),
 		cuts:     make(map[string]memArchived),
 		sessions: make(map[string][]byte),
+		records:  make(map[string][]byte),
 	}
+}
+
+// PutRecord stores one of fold's own records.
+func (s *MemStore) PutRecord(ctx context.Context, kind, id string, data []byte) error {
+	if kind == "" || id == "" {
+		return fmt.Errorf("%w: fold: PutRecord needs a kind and an id", ErrInvalidArgument)
+	}
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	s.records[kind+"/"+id] = slices.Clone(data)
+	return nil
+}
+
+// GetRecord returns a record, or an error wrapping ErrRecordNotFound.
+func (s *MemStore) GetRecord(ctx context.Context, kind, id string) ([]byte, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	data, ok := s.records[kind+"/"+id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s %q", ErrRecordNotFound, kind, id)
+	}
+	return slices.Clone(data), nil
+}
+
+// Records lists the records of a kind, by id.
+func (s *MemStore) Records(ctx context.Context, kind string) ([]Record, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var out []Record
+	for k, v := range s.records {
+		if id, ok := strings.CutPrefix(k, kind+"/"); ok {
+			out = append(out, Record{ID: id, Data: slices.Clone(v)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// DeleteRecord removes a record.
+func (s *MemStore) DeleteRecord(ctx context.Context, kind, id string) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	delete(s.records, kind+"/"+id)
+	return nil
 }
 
 // begin locks the store for one operation and checks that it may proceed.

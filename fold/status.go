@@ -16,40 +16,46 @@ import (
 type statusArgs struct {
 	BranchID string
 	Detailed bool
-	Offset   *int // the first closed branch listed in the tree, most recent first
+	// Acknowledge marks the orphans listed acknowledged: they are not
+	// listed again.
+	Acknowledge bool
+	Offset      *int // the first closed branch listed in the tree, most recent first
 }
 
 // branchView is one branch as branch_status shows it.
 type branchView struct {
-	BranchID         string          `json:"branch_id"`
-	Description      string          `json:"description,omitempty"`
-	Status           Status          `json:"status"`
-	Reason           string          `json:"reason,omitempty"`
-	BudgetTotal      int             `json:"budget_total"` // 0: unlimited
-	BudgetUsed       int             `json:"budget_used"`
-	BudgetRemaining  int             `json:"budget_remaining"` // -1: unlimited
-	BudgetPercent    float64         `json:"budget_percent"`
-	WarningLevel     string          `json:"warning_level"`
-	Depth            int             `json:"depth"`
-	Parent           string          `json:"parent,omitempty"`
-	Children         []string        `json:"children,omitempty"`    // the latest, at most listedChildren
-	ChildCount       int             `json:"child_count,omitempty"` // all of them, when Children does not list all
-	DependsOn        []string        `json:"depends_on,omitempty"`
-	Created          string          `json:"created"`
-	Deadline         string          `json:"deadline,omitempty"`
-	TimeoutRemaining *int            `json:"timeout_remaining_seconds,omitempty"`
-	Closed           string          `json:"closed,omitempty"`
-	UsageByTool      map[string]int  `json:"usage_by_tool,omitempty"`
-	UsageByUpstream  map[string]int  `json:"usage_by_upstream,omitempty"`
-	Calls            int             `json:"calls"`
-	Cuts             []string        `json:"cuts,omitempty"`      // the latest, at most listedCuts
-	CutCount         int             `json:"cut_count,omitempty"` // all of them, when Cuts does not list all
-	Summary          string          `json:"summary,omitempty"`
-	Message          string          `json:"message,omitempty"`
-	ReturnValue      json.RawMessage `json:"return_value,omitempty"`
-	ArchivedCalls    []callView      `json:"archived_calls,omitempty"`
-	MoreCalls        bool            `json:"more_calls,omitempty"` // the list stops short; page with branch_recall
-	Branches         []*branchView   `json:"branches,omitempty"`   // the tree: children, nested
+	BranchID         string         `json:"branch_id"`
+	Description      string         `json:"description,omitempty"`
+	Status           Status         `json:"status"`
+	Reason           string         `json:"reason,omitempty"`
+	BudgetTotal      int            `json:"budget_total"` // 0: unlimited
+	BudgetUsed       int            `json:"budget_used"`
+	BudgetRemaining  int            `json:"budget_remaining"` // -1: unlimited
+	BudgetPercent    float64        `json:"budget_percent"`
+	WarningLevel     string         `json:"warning_level"`
+	Depth            int            `json:"depth"`
+	Parent           string         `json:"parent,omitempty"`
+	Children         []string       `json:"children,omitempty"`    // the latest, at most listedChildren
+	ChildCount       int            `json:"child_count,omitempty"` // all of them, when Children does not list all
+	DependsOn        []string       `json:"depends_on,omitempty"`
+	Created          string         `json:"created"`
+	Deadline         string         `json:"deadline,omitempty"`
+	TimeoutRemaining *int           `json:"timeout_remaining_seconds,omitempty"`
+	Closed           string         `json:"closed,omitempty"`
+	UsageByTool      map[string]int `json:"usage_by_tool,omitempty"`
+	UsageByUpstream  map[string]int `json:"usage_by_upstream,omitempty"`
+	// UsageByKind (detailed) is the usage in the design's categories:
+	// file_reads, searches, tool_calls, reasoning (usage.go).
+	UsageByKind   map[string]int  `json:"usage_by_kind,omitempty"`
+	Calls         int             `json:"calls"`
+	Cuts          []string        `json:"cuts,omitempty"`      // the latest, at most listedCuts
+	CutCount      int             `json:"cut_count,omitempty"` // all of them, when Cuts does not list all
+	Summary       string          `json:"summary,omitempty"`
+	Message       string          `json:"message,omitempty"`
+	ReturnValue   json.RawMessage `json:"return_value,omitempty"`
+	ArchivedCalls []callView      `json:"archived_calls,omitempty"`
+	MoreCalls     bool            `json:"more_calls,omitempty"` // the list stops short; page with branch_recall
+	Branches      []*branchView   `json:"branches,omitempty"`   // the tree: children, nested
 }
 
 // closedView is a closed branch as the session's tree shows it: enough to
@@ -90,6 +96,13 @@ type treeAnswer struct {
 	// when there are more.
 	Closed     []*closedView `json:"closed,omitempty"`
 	NextOffset int           `json:"next_offset,omitempty"`
+	// Orphans are branches of earlier sessions that ended without a
+	// return (orphans.go), the latest listedOrphans; OrphanCount counts
+	// them all when there are more.
+	Orphans     []orphanView `json:"orphans,omitempty"`
+	OrphanCount int          `json:"orphan_count,omitempty"`
+	// Acknowledged counts the orphans acknowledged by this call.
+	Acknowledged int `json:"acknowledged,omitempty"`
 }
 
 // Calls listed per branch by a detailed status.
@@ -177,6 +190,7 @@ func (m *Manager) status(ctx context.Context, sess string, a statusArgs) (any, e
 		}
 		v := m.view(n, true)
 		if a.Detailed {
+			v.UsageByKind = usageByKind(n.cur.Load())
 			if err := m.addCalls(ctx, v, detailCalls); err != nil {
 				return nil, err
 			}
@@ -208,6 +222,7 @@ func (m *Manager) status(ctx context.Context, sess string, a statusArgs) (any, e
 	walk = func(n *node, depth int) (*branchView, error) {
 		v := m.view(n, false)
 		if a.Detailed {
+			v.UsageByKind = usageByKind(n.cur.Load())
 			if err := m.addCalls(ctx, v, detailTreeCalls); err != nil {
 				return nil, err
 			}
@@ -267,6 +282,20 @@ func (m *Manager) status(ctx context.Context, sess string, a statusArgs) (any, e
 	}
 	if end < len(closedTops) {
 		ans.NextOffset = end
+	}
+	orphans := m.orphansFor(s)
+	if a.Acknowledge {
+		if err := m.acknowledge(ctx, orphans); err != nil {
+			return nil, err
+		}
+		ans.Acknowledged = len(orphans)
+		return ans, nil
+	}
+	if ans.Orphans, err = m.orphanViews(ctx, orphans); err != nil {
+		return nil, err
+	}
+	if len(orphans) > len(ans.Orphans) {
+		ans.OrphanCount = len(orphans)
 	}
 	return ans, nil
 }

@@ -27,9 +27,14 @@ const (
 // memory tools follow them when memories are on.
 func ToolNames() []string { return []string{ToolCreate, ToolReturn, ToolStatus, ToolRecall} }
 
-// IsTool reports whether name is one of the fold tools or memory tools.
+// IsTool reports whether name is one of the fold, checkpoint or memory
+// tools.
 func IsTool(name string) bool {
-	return slices.Contains(ToolNames(), name) || name == ToolMemoryRecord || name == ToolMemorySearch
+	switch name {
+	case ToolMemoryRecord, ToolMemorySearch, ToolRemediationRecord, ToolCheckpointSave, ToolCheckpointList, ToolCheckpointResume:
+		return true
+	}
+	return slices.Contains(ToolNames(), name)
 }
 
 // maxToolDescription bounds each tool's description, which every agent
@@ -48,7 +53,11 @@ type toolDef struct {
 	Description string          `json:"description"`
 	InputSchema map[string]any  `json:"inputSchema"`
 	Annotations toolAnnotations `json:"annotations,omitzero"`
-	Meta        map[string]any  `json:"_meta"`
+	Meta        map[string]any  `json:"_meta,omitempty"`
+	// deferred tools are not marked to be always loaded: used rarely
+	// (checkpoints, remediations), they cost an agent that defers tool
+	// loading nothing until it looks for them.
+	deferred bool
 }
 
 // toolAnnotations are the hints a tool sets; the fold tools set none, for
@@ -117,11 +126,12 @@ func buildTools(set policy.Fold, memories bool) ([]json.RawMessage, error) {
 		},
 		{
 			Name:        ToolStatus,
-			Description: "Budget and time left, force-return summaries; no branch_id: the session tree (offset pages it); detailed: archived calls.",
+			Description: "Budget and time left, force-return summaries; no branch_id: the session tree (offset pages it), orphans (acknowledge hides them); detailed: archived calls, usage by kind.",
 			InputSchema: schema(nil, map[string]any{
-				"branch_id": prop("string", ""),
-				"detailed":  prop("boolean", ""),
-				"offset":    prop("integer", ""),
+				"branch_id":   prop("string", ""),
+				"detailed":    prop("boolean", ""),
+				"offset":      prop("integer", ""),
+				"acknowledge": prop("boolean", ""),
 			}),
 		},
 		{
@@ -136,6 +146,7 @@ func buildTools(set policy.Fold, memories bool) ([]json.RawMessage, error) {
 			}),
 		},
 	}
+	defs = append(defs, checkpointToolDefs()...)
 	if memories {
 		defs = append(defs, memoryToolDefs()...)
 	}
@@ -144,7 +155,9 @@ func buildTools(set policy.Fold, memories bool) ([]json.RawMessage, error) {
 		if len(d.Description) > maxToolDescription {
 			return nil, fmt.Errorf("fold: the description of %s is %d bytes, over %d", d.Name, len(d.Description), maxToolDescription)
 		}
-		d.Meta = map[string]any{"anthropic/alwaysLoad": true}
+		if !d.deferred {
+			d.Meta = map[string]any{"anthropic/alwaysLoad": true}
+		}
 		raw, err := marshal(d, false)
 		if err != nil {
 			return nil, err
@@ -205,6 +218,39 @@ func (m *Manager) CallTool(ctx context.Context, session, name string, args json.
 		if a, err = parseMemorySearchArgs(args); err == nil {
 			ans, err = m.memorySearch(ctx, session, a)
 		}
+	case ToolRemediationRecord:
+		var a remediationArgs
+		if a, err = parseRemediationArgs(args); err == nil {
+			ans, err = m.remediationRecord(ctx, session, a)
+		}
+	case ToolCheckpointSave, ToolCheckpointList, ToolCheckpointResume:
+		// The branch the call was made in pays for the answer, not the
+		// branches a resumption creates.
+		caller := m.innermostID(session)
+		switch name {
+		case ToolCheckpointSave:
+			var a checkpointSaveArgs
+			if a, err = parseCheckpointSaveArgs(session, args); err == nil {
+				ans, err = m.checkpointSave(ctx, session, a)
+			}
+		case ToolCheckpointList:
+			if err = parseCheckpointListArgs(session, args); err == nil {
+				ans, err = m.checkpointList(ctx, session)
+			}
+		default:
+			var a checkpointResumeArgs
+			if a, err = parseCheckpointResumeArgs(session, args); err == nil {
+				ans, err = m.checkpointResume(ctx, session, a)
+			}
+		}
+		if err == nil {
+			// The session's current branch receives the answer and pays
+			// for it, as for branch_status.
+			var text string
+			if text, err = answerText(ans); err == nil {
+				err = m.chargeOwn(ctx, session, caller, name, string(args), text)
+			}
+		}
 	default:
 		return nil, fmt.Errorf("%w: fold: unknown tool %q; the fold tools are %s", ErrInvalidArgument, name, strings.Join(ToolNames(), ", "))
 	}
@@ -227,7 +273,7 @@ func (m *Manager) CallTool(ctx context.Context, session, name string, args json.
 var refusals = [...]error{
 	ErrMaxDepthExceeded, ErrBudgetExceeded, ErrBranchClosed, ErrBranchNotFound,
 	ErrTooManyBranches, ErrRateLimited, ErrInvalidArgument, ErrDependencyFailed,
-	ErrSessionNotFound, ErrCutNotFound, ErrScanFailed,
+	ErrSessionNotFound, ErrCutNotFound, ErrScanFailed, ErrCheckpointNotFound,
 }
 
 func refusal(err error) error {
@@ -525,8 +571,12 @@ func parseReturnArgs(session string, raw json.RawMessage) (returnArgs, error) {
 	if r.Message, err = a.str("message", true); err != nil {
 		return r, err
 	}
-	if r.ExtractMemory, err = a.boolean("extract_memory"); err != nil {
-		return r, err
+	if _, ok := a.fields["extract_memory"]; ok {
+		v, err := a.boolean("extract_memory")
+		if err != nil {
+			return r, err
+		}
+		r.ExtractMemory = &v
 	}
 	r.ReturnValue, err = a.anyJSON("return_value")
 	return r, err
@@ -548,7 +598,7 @@ func (a *args) anyJSON(name string) (string, error) {
 
 func parseStatusArgs(session string, raw json.RawMessage) (statusArgs, error) {
 	var s statusArgs
-	a, err := readArgs(ToolStatus, raw, "branch_id", "detailed", "offset", "session_id")
+	a, err := readArgs(ToolStatus, raw, "branch_id", "detailed", "offset", "acknowledge", "session_id")
 	if err != nil {
 		return s, err
 	}
@@ -559,6 +609,9 @@ func parseStatusArgs(session string, raw json.RawMessage) (statusArgs, error) {
 		return s, err
 	}
 	if s.Offset, err = a.integer("offset", 0, math.MaxInt32); err != nil {
+		return s, err
+	}
+	if s.Acknowledge, err = a.boolean("acknowledge"); err != nil {
 		return s, err
 	}
 	s.Detailed, err = a.boolean("detailed")

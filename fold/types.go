@@ -43,6 +43,10 @@ var (
 	ErrSessionNotFound  = errors.New("ErrSessionNotFound")
 	ErrCutNotFound      = errors.New("ErrCutNotFound") // unknown or pruned recall handle
 	ErrStoreFull        = errors.New("ErrStoreFull")   // the store's disk is (nearly) full: nothing was written
+	ErrRecordNotFound   = errors.New("ErrRecordNotFound")
+	// ErrCheckpointNotFound: an unknown checkpoint, or one of another
+	// principal, which this principal's sessions cannot see.
+	ErrCheckpointNotFound = errors.New("ErrCheckpointNotFound")
 )
 
 // Branch is the durable record of one branch. The root of a session is a
@@ -96,6 +100,16 @@ type Branch struct {
 	// ModelContext (roots only) is the size of the main thread's context
 	// as the model last saw it on the model wire, before and after folding.
 	ModelContext *ModelContext `json:"modelContext,omitempty"`
+	// Principal (roots only) is who the session acted for: the orphans of
+	// a session are shown to later sessions of the same principal only.
+	Principal string `json:"principal,omitempty"`
+	// Acknowledged is set on an orphaned branch (closed because its
+	// session went away) once a later session acknowledged it.
+	Acknowledged bool `json:"acknowledged,omitempty"`
+	// Reasoning is the model's own output on the model wire while the
+	// branch was the innermost, in tokens (RecordModelOutput): shown in
+	// the usage breakdown, never charged to the budget.
+	Reasoning int `json:"reasoning,omitempty"`
 }
 
 // CallRecord is one call archived inside a branch: what went up and, already
@@ -131,11 +145,26 @@ type Store interface {
 	GetSession(ctx context.Context, id string) (*SessionRecord, error) // ErrSessionNotFound when absent
 	Sessions(ctx context.Context) ([]*SessionRecord, error)
 	DeleteSession(ctx context.Context, id string) error
+	// PutRecord, GetRecord, Records and DeleteRecord keep fold's own small
+	// records beside the branches, by kind and id: checkpoints
+	// (KindCheckpoint). GetRecord returns an error wrapping
+	// ErrRecordNotFound when absent; Records lists a kind's records by
+	// id; deleting an absent record is not an error. Prune leaves them.
+	PutRecord(ctx context.Context, kind, id string, data []byte) error
+	GetRecord(ctx context.Context, kind, id string) ([]byte, error)
+	Records(ctx context.Context, kind string) ([]Record, error)
+	DeleteRecord(ctx context.Context, kind, id string) error
 	// Prune removes archives older than maxAge and then the oldest until the
 	// total archive size is under maxBytes. Branch records of active
 	// branches are never removed.
 	Prune(ctx context.Context, maxAge time.Duration, maxBytes int64) error
 	Close() error
+}
+
+// Record is one of fold's own records (Store.Records).
+type Record struct {
+	ID   string
+	Data []byte
 }
 
 // Event is a branch lifecycle event, handed to the EventSink (audit, metrics).

@@ -48,6 +48,14 @@ func (s *unwritableStore) DeleteSession(context.Context, string) error {
 	return s.refuse("delete session")
 }
 
+func (s *unwritableStore) PutRecord(context.Context, string, string, []byte) error {
+	return s.refuse("put record")
+}
+
+func (s *unwritableStore) DeleteRecord(context.Context, string, string) error {
+	return s.refuse("delete record")
+}
+
 func (s *unwritableStore) Prune(context.Context, time.Duration, int64) error { return nil }
 
 // Batch hides the MemStore's Batcher, so that batches take the refusing

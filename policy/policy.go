@@ -101,6 +101,9 @@ type Settings struct {
 	Model     Model               `json:"model"`
 	Proxy     Proxy               `json:"proxy"`
 	Upstreams map[string]Upstream `json:"upstreams,omitempty"`
+
+	// Aliases are the seeds' keys (default_budget, ...), see Aliases.
+	Aliases
 }
 
 // Fold holds the numbers of the fold contract.
@@ -128,6 +131,9 @@ type Fold struct {
 	ArchiveMaxBytes   int64    `json:"archiveMaxBytes,omitempty"`  // 1 GiB
 	DependsOnWait     Duration `json:"dependsOnWait,omitempty"`    // 120s
 	RecallPageTokens  int      `json:"recallPageTokens,omitempty"` // 4096
+	// OrphanMaxAge is how long branch_status shows a later session the
+	// branches of earlier sessions that ended without a return. Default 72h.
+	OrphanMaxAge Duration `json:"orphanMaxAge,omitempty"`
 	// Fsync flushes the state store to disk on every change, so that it
 	// survives a crash of the machine. Without it (the default) every change
 	// is still written to the operating system before the agent hears of
@@ -151,8 +157,26 @@ type Memory struct {
 	// MinConfidence is the confidence a memory needs to be injected.
 	// Default 0.7.
 	MinConfidence float64 `json:"minConfidence,omitempty"`
-	// InjectionRatio is the fraction of a branch's budget that injected
-	// memories may take. Default 0.2.
+	// MinRelevance is the share of a lesson's words (weighed by how rare
+	// they are among the project's memories) that a new branch's
+	// description and prompt must hold for it to be injected: confidence
+	// alone is not enough. Default 0.3.
+	MinRelevance float64 `json:"minRelevance,omitempty"`
+	// MinResemblance is the same floor for anti-patterns and remediations,
+	// which only branches resembling the one that failed receive.
+	// Default 0.5.
+	MinResemblance float64 `json:"minResemblance,omitempty"`
+	// ShareAcrossPrincipals lets memories of another principal be
+	// injected and found (marked untrusted). Default false: a principal's
+	// branches see only its own memories and imports.
+	ShareAcrossPrincipals bool `json:"shareAcrossPrincipals,omitempty"`
+	// AutoExtract makes a returned branch whose message carries a lesson
+	// (a few sentences, not "done") a memory candidate without
+	// extract_memory. Default true; extract_memory: false opts a return
+	// out.
+	AutoExtract *bool `json:"autoExtract,omitempty"`
+	// InjectionRatio is the most of a branch's budget that injected
+	// memories may take: a ceiling, not a target. Default 0.2.
 	InjectionRatio float64 `json:"injectionRatio,omitempty"`
 	// BlockSuspicious keeps memories that match a prompt-injection pattern
 	// out of injection and search answers. Default true.
@@ -206,6 +230,9 @@ type Embeddings struct {
 
 // BlockSuspiciousEnabled reports memory.blockSuspicious (default true).
 func (m Memory) BlockSuspiciousEnabled() bool { return m.BlockSuspicious == nil || *m.BlockSuspicious }
+
+// AutoExtractEnabled reports memory.autoExtract (default true).
+func (m Memory) AutoExtractEnabled() bool { return m.AutoExtract == nil || *m.AutoExtract }
 
 // Tokens selects the token encoding.
 type Tokens struct {
@@ -302,6 +329,7 @@ func Default() Settings {
 			ArchiveMaxBytes:   1 << 30,
 			DependsOnWait:     Duration(120 * time.Second),
 			RecallPageTokens:  4096,
+			OrphanMaxAge:      Duration(72 * time.Hour),
 			Thresholds:        []float64{0.70, 0.85, 0.95},
 		},
 		Tokens: Tokens{Encoding: "o200k_base", ImageTokens: 1600, AudioTokens: 800},
@@ -317,7 +345,7 @@ func Default() Settings {
 func DefaultMemory() Memory {
 	t := true
 	return Memory{
-		Backend: "badger", MaxItems: 10, MinConfidence: 0.7, InjectionRatio: 0.2,
+		Backend: "badger", MaxItems: 10, MinConfidence: 0.7, InjectionRatio: 0.2, MinRelevance: 0.3, MinResemblance: 0.5,
 		BlockSuspicious: &t, InitialConfidence: 0.8, Reward: 0.05, Penalty: 0.15,
 		MaxUnused: Duration(90 * 24 * time.Hour), MergeSimilarity: 0.6,
 		Qdrant: Qdrant{Collection: "foldproxy_memories"},
@@ -339,6 +367,8 @@ func FillMemory(m Memory) Memory {
 		}
 	}
 	fl(&m.MinConfidence, d.MinConfidence)
+	fl(&m.MinRelevance, d.MinRelevance)
+	fl(&m.MinResemblance, d.MinResemblance)
 	fl(&m.InjectionRatio, d.InjectionRatio)
 	fl(&m.InitialConfidence, d.InitialConfidence)
 	fl(&m.Reward, d.Reward)
@@ -372,6 +402,8 @@ func (m Memory) Validate() error {
 		v    float64
 	}{
 		{"memory.minConfidence", m.MinConfidence},
+		{"memory.minRelevance", m.MinRelevance},
+		{"memory.minResemblance", m.MinResemblance},
 		{"memory.injectionRatio", m.InjectionRatio},
 		{"memory.initialConfidence", m.InitialConfidence},
 		{"memory.reward", m.Reward},
@@ -412,6 +444,9 @@ func Parse(raw []byte) (Settings, error) {
 			}
 			return Settings{}, fmt.Errorf("%w: %s: %v", ErrInvalid, Key, err)
 		}
+	}
+	if errs := s.Aliases.apply(&s); len(errs) > 0 {
+		return Settings{}, errors.Join(errs...)
 	}
 	s.fill()
 	if err := s.Validate(); err != nil {
@@ -465,6 +500,7 @@ func (s *Settings) fill() {
 	num64(&f.ArchiveMaxBytes, df.ArchiveMaxBytes)
 	dur(&f.DependsOnWait, df.DependsOnWait)
 	num(&f.RecallPageTokens, df.RecallPageTokens)
+	dur(&f.OrphanMaxAge, df.OrphanMaxAge)
 	if len(f.Thresholds) == 0 {
 		f.Thresholds = df.Thresholds
 	}
@@ -521,6 +557,7 @@ func (s Settings) Validate() error {
 		{"fold.archiveMaxBytes", f.ArchiveMaxBytes},
 		{"fold.dependsOnWait", int64(f.DependsOnWait)},
 		{"fold.recallPageTokens", int64(f.RecallPageTokens)},
+		{"fold.orphanMaxAge", int64(f.OrphanMaxAge)},
 		{"tokens.imageTokens", int64(s.Tokens.ImageTokens)},
 		{"tokens.audioTokens", int64(s.Tokens.AudioTokens)},
 		{"scrub.timeout", int64(s.Scrub.Timeout)},

@@ -221,3 +221,28 @@ func TestUnknownFieldPath(t *testing.T) {
 		{`{"FOLD":{"DefaultBudget":5000,"typo":1}}`, `unknown field "typo"`, "(at foldproxy.FOLD.typo)"},
 	})
 }
+
+func TestSeedAliases(t *testing.T) {
+	s, err := Parse([]byte(`{"default_budget": 4096, "max_budget": 16384, "max_depth": 2, "default_timeout_seconds": 120,
+		"max_timeout_seconds": 240, "injection_budget_ratio": 0.1, "memory_min_confidence": 0.6, "memory_max_items": 3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, m := s.Fold, s.Memory
+	if f.DefaultBudget != 4096 || f.MaxBudget != 16384 || f.MaxDepth != 2 || f.DefaultTimeout.D() != 120*time.Second ||
+		f.MaxTimeout.D() != 240*time.Second || m.InjectionRatio != 0.1 || m.MinConfidence != 0.6 || m.MaxItems != 3 {
+		t.Fatalf("aliases not applied: %+v %+v", f, m)
+	}
+	// The defaults are the design's, whichever spelling.
+	d, _ := Parse(nil)
+	if d.Fold.DefaultBudget != 8192 || d.Fold.MaxBudget != 32768 || d.Fold.MaxDepth != 3 || d.Fold.DefaultTimeout.D() != 300*time.Second ||
+		d.Fold.MaxTimeout.D() != 600*time.Second || d.Memory.InjectionRatio != 0.2 || d.Memory.MinConfidence != 0.7 || d.Memory.MaxItems != 10 {
+		t.Fatalf("defaults: %+v %+v", d.Fold, d.Memory)
+	}
+	if _, err := Parse([]byte(`{"default_budget": 4096, "fold": {"defaultBudget": 2048}}`)); err == nil || !strings.Contains(err.Error(), "default_budget") || !strings.Contains(err.Error(), "fold.defaultBudget") {
+		t.Fatalf("conflicting alias: %v", err)
+	}
+	if _, err := Parse([]byte(`{"default_budget": 4096, "fold": {"defaultBudget": 4096}}`)); err != nil {
+		t.Fatalf("agreeing alias: %v", err)
+	}
+}

@@ -30,6 +30,7 @@ Usage:
   foldproxy import [--from PATH] [--write] [--project DIR] [--name ENTRY] [--out FILE]
   foldproxy report [--audit FILE] [--state DIR] [--session S] [--json]
   foldproxy memory list|show|forget|export|import [--config FILE] [--state DIR] [--project P]
+  foldproxy checkpoint list|show|delete [--config FILE] [--state DIR] [ID...]
   foldproxy ca     (--config FILE | --state DIR) [--cert]
   foldproxy version
 
@@ -98,6 +99,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		cmd = &reportCommand{stdout: stdout, stderr: stderr}
 	case "memory":
 		cmd = &memoryCommand{stdin: stdin, stdout: stdout, stderr: stderr}
+	case "checkpoint":
+		cmd = &checkpointCommand{stdout: stdout, stderr: stderr}
 	case "ca":
 		cmd = &caCommand{stdout: stdout, stderr: stderr}
 	case "version":

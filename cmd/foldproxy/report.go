@@ -139,6 +139,9 @@ type repStore struct {
 	Recovered bool             `json:"recovered,omitempty"`
 	Session   string           `json:"session_filter,omitempty"`
 	Branches  []repStoreBranch `json:"branches"`
+	// Strategy is the project's strategy score over its closed branches
+	// (fold.StrategyScore).
+	Strategy fold.Score `json:"strategy"`
 }
 
 // repStoreBranch is one branch record as the store holds it.
@@ -192,7 +195,7 @@ func readStore(ctx context.Context, dir, session string) (*repStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--state %s: reading branches: %w", dir, err)
 	}
-	out := &repStore{Dir: bdir, Session: session, Recovered: recovered, Branches: make([]repStoreBranch, 0, len(bs))}
+	out := &repStore{Dir: bdir, Session: session, Recovered: recovered, Branches: make([]repStoreBranch, 0, len(bs)), Strategy: fold.StrategyScore(bs)}
 	for _, b := range bs {
 		n, err := countArchived(ctx, st, b.ID)
 		if err != nil {
@@ -239,6 +242,9 @@ func (s *repStore) writeText(w io.Writer) error {
 	if s.Session != "" {
 		p(" for session %s", repCell(s.Session))
 	}
+	sc := s.Strategy
+	p("\nStrategy score: %.3f (token efficiency %.3f x 0.4, velocity %.3f x 0.3, accuracy %.3f x 0.3) over %d closed branches, %d returned, %d force-returned",
+		sc.Score, sc.TokenEfficiency, sc.Velocity, sc.Accuracy, sc.Branches, sc.Returned, sc.Forced)
 	p("\n\nBranches in the store\n")
 	p("SESSION\tBRANCH\tPARENT\tDEPTH\tSTATUS\tREASON\tUSED\tBUDGET\tCALLS\tARCHIVED\tCUT HANDLES\n")
 	for _, b := range s.Branches {

@@ -377,6 +377,7 @@ func TestReportState(t *testing.T) {
 	got = strings.Replace(got, filepath.Join(dir, "badger"), "STORE", 1)
 	want := `State store: STORE (read-only)
 Branches: 4
+Strategy score: 0.000 (token efficiency 0.000 x 0.4, velocity 0.000 x 0.3, accuracy 0.000 x 0.3) over 1 closed branches, 0 returned, 1 force-returned
 
 Branches in the store
 SESSION  BRANCH   PARENT   DEPTH  STATUS  REASON            USED  BUDGET     CALLS  ARCHIVED  CUT HANDLES

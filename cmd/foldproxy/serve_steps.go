@@ -316,7 +316,8 @@ func openCore(ctx context.Context, cc coreConfig) (_ *serveCore, err error) {
 		return nil, err
 	}
 	c.onClose(func() { c.auditor.Close() })
-	if c.mem, err = openMemory(ctx, memoryDefaults(st.Memory, cc.configDir), memoryDeps{
+	memSet := memoryDefaults(st.Memory, cc.configDir)
+	if c.mem, err = openMemory(ctx, memSet, memoryDeps{
 		store: c.store, scrub: scrubFunc(c.scrubber, st.Scrub.Timeout.D()), count: c.counter.CountText, logger: logger,
 	}); err != nil {
 		return nil, err
@@ -327,7 +328,7 @@ func openCore(ctx context.Context, cc coreConfig) (_ *serveCore, err error) {
 	}
 	if c.mgr, err = newFoldManager(ctx, fold.Options{
 		Settings: st.Fold, Store: c.store, Scanner: c.scrubber, Counter: c.counter,
-		Events: sinks{c.auditor, c.metrics}, Logger: logger, Memory: c.mem,
+		Events: sinks{c.auditor, c.metrics}, Logger: logger, Memory: c.mem, Principal: memSet.Principal,
 	}, cc.resumable); err != nil {
 		return nil, err
 	}

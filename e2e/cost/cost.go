@@ -20,9 +20,10 @@ import (
 	"strings"
 )
 
-// The bounds of issue 10, on deterministic token counts.
+// The bounds of issues 10 and 26, on deterministic token counts.
 const (
-	MaxFoldTools         = 450 // the four fold tool definitions together
+	MaxFoldTools         = 470 // the four fold tool definitions together (issue 26 added branch_status's orphans and usage by kind)
+	MaxCheckpointTools   = 170 // checkpoint_save, checkpoint_list, checkpoint_resume together
 	MaxForwardedOverhead = 10  // each forwarded tool over its upstream definition
 	MaxBranchFixedCost   = 60  // branch_create + branch_return answers, besides message and return value
 )
@@ -113,14 +114,15 @@ func ModelTokens(c Counter, result json.RawMessage) (int, error) {
 // Catalogue is what a tools/list costs through foldproxy against the same
 // upstream directly, for a client that declares no capabilities.
 type Catalogue struct {
-	Upstream    string
-	FoldTools   int            // branch_* definitions
-	MemoryTools int            // memory_* definitions
-	Direct      map[string]int // each upstream tool direct, by name
-	Proxied     map[string]int // the same tool through foldproxy, by upstream name
-	Unexpected  []string       // tools foldproxy lists that are neither fold tools nor the upstream's
-	DirectTotal int
-	Total       int
+	Upstream        string
+	FoldTools       int            // branch_* definitions
+	CheckpointTools int            // checkpoint_* definitions
+	MemoryTools     int            // memory_* and remediation_record definitions
+	Direct          map[string]int // each upstream tool direct, by name
+	Proxied         map[string]int // the same tool through foldproxy, by upstream name
+	Unexpected      []string       // tools foldproxy lists that are neither fold tools nor the upstream's
+	DirectTotal     int
+	Total           int
 }
 
 // MeasureCatalogue counts the tool definitions listed direct and through
@@ -144,7 +146,9 @@ func MeasureCatalogue(c Counter, prefix string, direct, proxied []json.RawMessag
 		switch {
 		case strings.HasPrefix(n, "branch_"):
 			cc.FoldTools += k
-		case strings.HasPrefix(n, "memory_"):
+		case strings.HasPrefix(n, "checkpoint_"):
+			cc.CheckpointTools += k
+		case strings.HasPrefix(n, "memory_") || n == "remediation_record":
 			cc.MemoryTools += k
 		case strings.HasPrefix(n, prefix+"__"):
 			cc.Proxied[strings.TrimPrefix(n, prefix+"__")] = k
@@ -169,7 +173,7 @@ func nameTokens(c Counter, item json.RawMessage) (string, int, error) {
 // Forwarded is what the upstream's tools cost through foldproxy beyond
 // their direct definitions, all together.
 func (cc Catalogue) Forwarded() int {
-	return cc.Total - cc.DirectTotal - cc.FoldTools - cc.MemoryTools
+	return cc.Total - cc.DirectTotal - cc.FoldTools - cc.CheckpointTools - cc.MemoryTools
 }
 
 // Overhead is the catalogue's cost against direct: everything foldproxy
@@ -222,6 +226,9 @@ func (cc Catalogue) Problems() []string {
 	if cc.FoldTools > MaxFoldTools {
 		out = append(out, fmt.Sprintf("the four fold tool definitions cost %d tokens, above the bound of %d", cc.FoldTools, MaxFoldTools))
 	}
+	if cc.CheckpointTools > MaxCheckpointTools {
+		out = append(out, fmt.Sprintf("the three checkpoint tool definitions cost %d tokens, above the bound of %d", cc.CheckpointTools, MaxCheckpointTools))
+	}
 	sort.Strings(out)
 	return out
 }
@@ -229,8 +236,8 @@ func (cc Catalogue) Problems() []string {
 // String is the catalogue's figures in one line.
 func (cc Catalogue) String() string {
 	w, we := cc.Worst()
-	return fmt.Sprintf("%s: %d tools; direct %d tokens, through foldproxy %d (+%d: fold tools %d, memory tools %d, forwarded tools +%d, worst tool %s +%d)",
-		cc.Upstream, len(cc.Direct), cc.DirectTotal, cc.Total, cc.Overhead(), cc.FoldTools, cc.MemoryTools, cc.Forwarded(), w, we)
+	return fmt.Sprintf("%s: %d tools; direct %d tokens, through foldproxy %d (+%d: fold tools %d, checkpoint tools %d, memory tools %d, forwarded tools +%d, worst tool %s +%d)",
+		cc.Upstream, len(cc.Direct), cc.DirectTotal, cc.Total, cc.Overhead(), cc.FoldTools, cc.CheckpointTools, cc.MemoryTools, cc.Forwarded(), w, we)
 }
 
 // Branch is what one branch costs its parent, as the model sees it.

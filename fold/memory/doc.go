@@ -1,8 +1,11 @@
 // Package memory owns what one branch learned for the next: the domain
 // types (Memory, Provenance), the Store interface that every backend
 // implements, the lexical sparse representation used for retrieval, the
-// ranking and injection budget, confidence updates from outcomes, near-
-// duplicate merging, and the flagging of prompt-injection patterns.
+// ranking, the relevance floor and injection budget (a ceiling) of the
+// briefs a branch is given, confidence updates from outcomes, near-
+// duplicate merging, and the screen that flags prompt injections
+// (patterns.go: normalised text, lookalike letters, decoded base64, ten
+// languages).
 //
 // Backends are subpackages, each opening with
 //

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -34,7 +35,13 @@ type Kind string
 const (
 	KindLesson      Kind = "lesson"       // what worked
 	KindAntiPattern Kind = "anti_pattern" // what failed: a force-returned or failed branch
+	KindRemediation Kind = "remediation"  // a failure's problem, root cause and solution (remediation_record)
 )
+
+// Resembling reports whether a kind is injected only into branches that
+// resemble the one it came from (memory.minResemblance): what failed, and
+// how a failure was fixed, are worth their tokens only for like work.
+func (k Kind) Resembling() bool { return k == KindAntiPattern || k == KindRemediation }
 
 // Provenance records where a memory came from (SEC-005).
 type Provenance struct {
@@ -48,11 +55,16 @@ type Provenance struct {
 // Memory is one stored lesson or anti-pattern. Title and Content have been
 // scrubbed for secrets before the memory reaches a Store.
 type Memory struct {
-	ID         string     `json:"id"`
-	Project    string     `json:"project,omitempty"`
-	Kind       Kind       `json:"kind"`
-	Title      string     `json:"title"`
-	Content    string     `json:"content"`
+	ID      string `json:"id"`
+	Project string `json:"project,omitempty"`
+	Kind    Kind   `json:"kind"`
+	Title   string `json:"title"`
+	Content string `json:"content"`
+	// Lesson is the memory as a branch is given it: a few sentences of
+	// at most MaxLesson bytes. The content is on memory_search. Memories
+	// stored before it was kept have none: their content's start stands
+	// in for it.
+	Lesson     string     `json:"lesson,omitempty"`
 	Outcome    string     `json:"outcome,omitempty"`
 	Tags       []string   `json:"tags,omitempty"`
 	Confidence float64    `json:"confidence"`
@@ -73,9 +85,13 @@ type Memory struct {
 	Dense []float32 `json:"-"`
 }
 
-// Text is what retrieval indexes: the title, the tags and the content.
+// Text is what retrieval indexes: the title, the lesson (when it is not
+// part of the content), the content and the tags.
 func (m *Memory) Text() string {
 	s := m.Title + "\n" + m.Content
+	if m.Lesson != "" && !strings.Contains(m.Content, m.Lesson) {
+		s = m.Title + "\n" + m.Lesson + "\n" + m.Content
+	}
 	for _, t := range m.Tags {
 		s += "\n" + t
 	}
@@ -108,6 +124,9 @@ type Query struct {
 	Tags []string
 	// ExcludeSuspicious drops memories flagged by an injection pattern.
 	ExcludeSuspicious bool
+	// Principal, when not empty, keeps only the memories of that
+	// principal (memory.shareAcrossPrincipals off).
+	Principal string
 }
 
 // Hit is one search result: a memory and its relevance.
@@ -147,6 +166,14 @@ type Store interface {
 // each, on the branch_create and branch_return they belong to.
 type BatchStore interface {
 	PutAll(ctx context.Context, ms []*Memory) error
+}
+
+// TermStats is an optional extension of Store: how many memories a
+// project holds, and in how many of them each term occurs. The Service
+// weighs the terms of its relevance floor with it (Relevance); without it
+// every term weighs the same.
+type TermStats interface {
+	DocFreq(project string, terms []uint32) (total int, df []int)
 }
 
 // EmptyStore is a Store that tells at once, without a query, that a

@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -121,7 +122,7 @@ func TestPatterns(t *testing.T) {
 }
 
 func TestSelect(t *testing.T) {
-	items := []memory.Item{{ID: "a", Tokens: 50}, {ID: "b", Tokens: 80}, {ID: "c", Tokens: 30}, {ID: "d", Tokens: 20}, {ID: "e", Tokens: 1}}
+	items := []memory.Brief{{ID: "a", Tokens: 50}, {ID: "b", Tokens: 80}, {ID: "c", Tokens: 30}, {ID: "d", Tokens: 20}, {ID: "e", Tokens: 1}}
 	tests := []struct {
 		max, limit int
 		want       []string
@@ -242,30 +243,31 @@ func TestInjectBudgetAndConfidence(t *testing.T) {
 	ctx := t.Context()
 	var ids []string
 	for _, topic := range []string{"alpha", "beta", "gamma", "delta", "epsilon"} {
-		m := add(t, svc, memory.KindLesson, "pandas groupby "+topic, strings.Repeat(topic+" ", 50)) // 53 tokens
+		m := add(t, svc, memory.KindLesson, "pandas "+topic+" groupby", strings.Repeat(topic+" ", 50)) // a brief of 52 words
 		ids = append(ids, m.ID)
 	}
-	// 20% of 600 is 120 tokens: two memories of 53 tokens fit, a third does not.
-	items, tokens, err := svc.Inject(ctx, "pandas groupby apply is slow", 600)
+	// 20% of 300 is 60 tokens: two briefs of about 26 fit, a third does not.
+	items, tokens, err := svc.Inject(ctx, "pandas groupby: alpha beta gamma delta epsilon", 300)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sum := 0
 	for _, it := range items {
 		sum += it.Tokens
-		if it.Tokens != words(it.Title+"\n"+it.Content) {
-			t.Fatalf("item tokens %d, want %d", it.Tokens, words(it.Title+"\n"+it.Content))
+		raw, _ := json.Marshal(it)
+		if it.Tokens != words(string(raw)) || len(it.Lesson) > memory.MaxLesson {
+			t.Fatalf("item %s: %d tokens, want %d, the words of its JSON; lesson of %d bytes", raw, it.Tokens, words(string(raw)), len(it.Lesson))
 		}
 	}
-	if len(items) != 2 || sum != tokens || tokens > 120 {
-		t.Fatalf("injected %d items, %d tokens (sum %d); want 2 within 120", len(items), tokens, sum)
+	if len(items) != 2 || sum != tokens || tokens > 60 {
+		t.Fatalf("injected %d items, %d tokens (sum %d); want 2 within 60", len(items), tokens, sum)
 	}
 	// maxItems bounds the count.
 	svc2, _ := newService(t, func(m *policy.Memory) { m.MaxItems = 3 })
 	for _, topic := range []string{"strides and views", "dtype promotion", "fancy indexing copies", "einsum paths", "masked arrays"} {
 		add(t, svc2, memory.KindLesson, "numpy "+topic, "numpy broadcasting with "+topic)
 	}
-	if items, _, _ := svc2.Inject(ctx, "numpy broadcasting", 100000); len(items) != 3 {
+	if items, _, _ := svc2.Inject(ctx, "numpy broadcasting: strides and views, dtype promotion, fancy indexing copies, einsum paths, masked arrays", 100000); len(items) != 3 {
 		t.Fatalf("maxItems 3: got %d", len(items))
 	}
 	// Confidence: a failure takes it below minConfidence, out of injection.
@@ -276,7 +278,7 @@ func TestInjectBudgetAndConfidence(t *testing.T) {
 	if m.Confidence != 0.65 || m.Failures != 1 {
 		t.Fatalf("after failure: confidence %v failures %d", m.Confidence, m.Failures)
 	}
-	items, _, _ = svc.Inject(ctx, "pandas groupby apply is slow", 100000)
+	items, _, _ = svc.Inject(ctx, "pandas groupby: alpha beta gamma delta epsilon", 100000)
 	for _, it := range items {
 		if it.ID == ids[0] {
 			t.Fatal("a memory below minConfidence was injected")
@@ -308,8 +310,17 @@ func TestUntrustedAndImport(t *testing.T) {
 		t.Fatalf("import = %+v", imp)
 	}
 	items, err := svc.Search(ctx, "flask", 10, nil)
-	if err != nil || len(items) != 3 {
-		t.Fatalf("search: %v %v", items, err)
+	if err != nil || len(items) != 2 {
+		t.Fatalf("search: %v %v; want mine and the import, not bob's (memory.shareAcrossPrincipals is off)", items, err)
+	}
+	shared, _ := newService(t, func(m *policy.Memory) { m.ShareAcrossPrincipals = true })
+	for _, m := range []*memory.Memory{mine, theirs, imp} {
+		if err := shared.Store().Put(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if items, err = shared.Search(ctx, "flask", 10, nil); err != nil || len(items) != 3 {
+		t.Fatalf("search with memory.shareAcrossPrincipals: %v %v; want all three", items, err)
 	}
 	for _, it := range items {
 		want := it.ID != mine.ID
@@ -317,7 +328,13 @@ func TestUntrustedAndImport(t *testing.T) {
 			t.Errorf("%s (%s): untrusted %v, want %v", it.ID, it.Title, it.Provenance.Untrusted, want)
 		}
 	}
-	_ = theirs
+	briefs, _, _ := shared.Inject(ctx, "flask config: load config from env in create_app", 10000)
+	if len(briefs) != 1 || briefs[0].ID != theirs.ID || !briefs[0].Untrusted {
+		t.Errorf("shared injection: %+v; want bob's memory, untrusted", briefs)
+	}
+	if briefs, _, _ := svc.Inject(ctx, "flask config: load config from env in create_app", 10000); len(briefs) != 0 {
+		t.Errorf("injection with memory.shareAcrossPrincipals off: %+v; want nothing of bob's", briefs)
+	}
 }
 
 func TestAge(t *testing.T) {

@@ -3,6 +3,7 @@ package memory
 import (
 	"cmp"
 	"container/heap"
+	"math"
 	"slices"
 )
 
@@ -14,6 +15,9 @@ func Admit(m *Memory, q Query) bool {
 		return false
 	}
 	if q.ExcludeSuspicious && len(m.Suspicious) > 0 {
+		return false
+	}
+	if q.Principal != "" && m.Provenance.Principal != q.Principal {
 		return false
 	}
 	if len(q.Tags) > 0 && !slices.ContainsFunc(q.Tags, func(t string) bool { return slices.Contains(m.Tags, t) }) {
@@ -103,4 +107,40 @@ func Rank(hits []Hit, q Query) []Hit {
 		hits = hits[:q.Limit]
 	}
 	return hits
+}
+
+// Relevance is how alike a task's text and a memory are, in [0, 1]: the
+// cosine of their sets of terms, each term weighed by its inverse
+// document frequency among the project's memories (idf; nil weighs every
+// term 1). So the words every memory shares (a project's name, "test",
+// "file") count for little, words no memory holds count against a match,
+// and unlike a search score it does not grow with the length of the query
+// or the size of the store: it is the injection floor's measure.
+func Relevance(query, doc Sparse, idf func(term uint32) float64) float64 {
+	w := func(t uint32) float64 {
+		if idf == nil {
+			return 1
+		}
+		return idf(t)
+	}
+	var dot, nq, nd float64
+	for _, t := range query.Indices {
+		x := w(t)
+		nq += x * x
+	}
+	j := 0
+	for _, t := range doc.Indices {
+		x := w(t)
+		nd += x * x
+		for j < len(query.Indices) && query.Indices[j] < t {
+			j++
+		}
+		if j < len(query.Indices) && query.Indices[j] == t {
+			dot += x * x
+		}
+	}
+	if nq == 0 || nd == 0 {
+		return 0
+	}
+	return dot / math.Sqrt(nq*nd)
 }

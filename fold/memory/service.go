@@ -1,10 +1,12 @@
 package memory
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -22,6 +24,11 @@ const (
 	MaxContent = 4000
 	MaxTags    = 16
 	MaxTag     = 64
+	// MaxLesson bounds the lesson a branch is given (about 40 tokens);
+	// the content is on memory_search.
+	MaxLesson = 160
+	// briefTitle bounds the title a branch is given.
+	briefTitle = 80
 )
 
 // Options configure a Service. Store and Count are required.
@@ -92,9 +99,12 @@ func (s *Service) Store() Store { return s.store }
 
 // Candidate is a memory about to be stored.
 type Candidate struct {
-	Kind       Kind
-	Title      string
-	Content    string
+	Kind    Kind
+	Title   string
+	Content string
+	// Lesson is what a branch will be given (see Memory.Lesson); empty:
+	// the start of Content, to a sentence's end within MaxLesson.
+	Lesson     string
 	Outcome    string
 	Tags       []string
 	Provenance Provenance
@@ -128,11 +138,15 @@ func (s *Service) Add(ctx context.Context, c Candidate) (*Memory, bool, error) {
 	if c.Kind == "" {
 		c.Kind = KindLesson
 	}
-	if c.Kind != KindLesson && c.Kind != KindAntiPattern {
-		return nil, false, fmt.Errorf("%w: kind %q is not %s or %s", ErrInvalid, c.Kind, KindLesson, KindAntiPattern)
+	if c.Kind != KindLesson && c.Kind != KindAntiPattern && c.Kind != KindRemediation {
+		return nil, false, fmt.Errorf("%w: kind %q is not %s, %s or %s", ErrInvalid, c.Kind, KindLesson, KindAntiPattern, KindRemediation)
 	}
 	title := strings.TrimSpace(clip(c.Title, MaxTitle))
 	content := strings.TrimSpace(clip(c.Content, MaxContent))
+	lesson := LessonOf(c.Lesson)
+	if lesson == "" {
+		lesson = LessonOf(content)
+	}
 	if title == "" || content == "" {
 		return nil, false, fmt.Errorf("%w: a memory needs a title and content", ErrInvalid)
 	}
@@ -151,6 +165,9 @@ func (s *Service) Add(ctx context.Context, c Candidate) (*Memory, bool, error) {
 		if content, err = s.scrub(ctx, content); err != nil {
 			return nil, false, fmt.Errorf("%w: content: %v", ErrUnscanned, err)
 		}
+		if lesson, err = s.scrub(ctx, lesson); err != nil {
+			return nil, false, fmt.Errorf("%w: lesson: %v", ErrUnscanned, err)
+		}
 		for i := range tags {
 			if tags[i], err = s.scrub(ctx, tags[i]); err != nil {
 				return nil, false, fmt.Errorf("%w: tags: %v", ErrUnscanned, err)
@@ -158,11 +175,14 @@ func (s *Service) Add(ctx context.Context, c Candidate) (*Memory, bool, error) {
 		}
 	}
 	now := s.now()
+	if c.Provenance.Principal == "" {
+		c.Provenance.Principal = s.set.Principal
+	}
 	if c.Provenance.Time.IsZero() {
 		c.Provenance.Time = now
 	}
 	m := &Memory{
-		ID: NewID(), Project: s.set.Project, Kind: c.Kind, Title: title, Content: content,
+		ID: NewID(), Project: s.set.Project, Kind: c.Kind, Title: title, Content: content, Lesson: lesson,
 		Outcome: clip(c.Outcome, MaxTag), Tags: tags, Confidence: cmp.Or(c.Confidence, s.set.InitialConfidence),
 		Provenance: c.Provenance, Created: now, Updated: now,
 	}
@@ -179,7 +199,7 @@ func (s *Service) Add(ctx context.Context, c Candidate) (*Memory, bool, error) {
 	}
 	if old != nil {
 		merged = true
-		old.Title, old.Content, old.Outcome = m.Title, m.Content, cmp.Or(m.Outcome, old.Outcome)
+		old.Title, old.Content, old.Lesson, old.Outcome = m.Title, m.Content, m.Lesson, cmp.Or(m.Outcome, old.Outcome)
 		for _, t := range m.Tags {
 			if !slices.Contains(old.Tags, t) && len(old.Tags) < MaxTags {
 				old.Tags = append(old.Tags, t)
@@ -235,12 +255,13 @@ type ItemProvenance struct {
 	Untrusted bool `json:"untrusted,omitempty"`
 }
 
-// Item is a memory as an agent receives it (injected_context and
-// memory_search answers).
+// Item is a memory as memory_search shows it: every field an agent can
+// use. branch_create injects the shorter Brief.
 type Item struct {
 	Type       Kind           `json:"type"`
 	ID         string         `json:"id"`
 	Title      string         `json:"title"`
+	Lesson     string         `json:"lesson,omitempty"`
 	Content    string         `json:"content"`
 	Tokens     int            `json:"tokens"`
 	Confidence float64        `json:"confidence"`
@@ -258,7 +279,7 @@ func (s *Service) Untrusted(m *Memory) bool {
 // content, which is what a branch is charged for it.
 func (s *Service) item(m *Memory) Item {
 	return Item{
-		Type: m.Kind, ID: m.ID, Title: m.Title, Content: m.Content,
+		Type: m.Kind, ID: m.ID, Title: m.Title, Lesson: m.Lesson, Content: m.Content,
 		Tokens:     s.count(m.Title + "\n" + m.Content),
 		Confidence: float64(int(m.Confidence*1000+0.5)) / 1000,
 		Provenance: ItemProvenance{Provenance: m.Provenance, Untrusted: s.Untrusted(m)},
@@ -279,11 +300,64 @@ func (s *Service) query(ctx context.Context, text string, limit int) Query {
 	return q
 }
 
-// Select picks, from hits ranked best first, at most maxItems items whose
+// Brief is a memory as a branch is given it in branch_create's
+// injected_context: its id, kind (lessons leave it out), title, lesson,
+// and whether it is untrusted. memory_search shows the rest (Item).
+type Brief struct {
+	ID        string `json:"id"`
+	Type      Kind   `json:"type,omitempty"`
+	Title     string `json:"title"`
+	Lesson    string `json:"lesson"`
+	Untrusted bool   `json:"untrusted,omitempty"`
+	// Suspicious lists the injection patterns matched (only ever set
+	// while memory.blockSuspicious is off).
+	Suspicious []string `json:"suspicious,omitempty"`
+	// Tokens is what the brief costs the branch: its JSON as rendered.
+	Tokens int `json:"-"`
+	// Relevance is the brief's Relevance to the branch's task.
+	Relevance float64 `json:"-"`
+}
+
+// brief renders m for injection and counts its tokens.
+func (s *Service) brief(m *Memory, rel float64) Brief {
+	b := Brief{ID: m.ID, Title: LessonOf(clip(m.Title, briefTitle)), Lesson: m.Lesson, Untrusted: s.Untrusted(m), Suspicious: m.Suspicious, Relevance: rel}
+	if b.Lesson == "" {
+		b.Lesson = LessonOf(m.Content)
+	}
+	if m.Kind != KindLesson {
+		b.Type = m.Kind
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(b) // strings only: it cannot fail
+	b.Tokens = s.count(strings.TrimSuffix(buf.String(), "\n"))
+	return b
+}
+
+// LessonOf makes a lesson of a text: on one line, up to the end of the
+// last sentence that fits in MaxLesson bytes (else the last word that
+// does, with an ellipsis).
+func LessonOf(text string) string {
+	t := strings.Join(strings.Fields(text), " ")
+	if len(t) <= MaxLesson {
+		return t
+	}
+	t = clip(t, MaxLesson-len("…"))
+	if i := strings.LastIndexAny(t, ".!?;"); i >= MaxLesson/2 {
+		return t[:i+1]
+	}
+	if i := strings.LastIndexByte(t, ' '); i > 0 {
+		t = t[:i]
+	}
+	return t + "…"
+}
+
+// Select picks, from briefs ranked best first, at most maxItems whose
 // tokens add up to no more than limit, skipping any that would not fit.
-// It is the injection budget rule.
-func Select(items []Item, maxItems, limit int) []Item {
-	out := []Item{}
+// It is the injection budget rule: a ceiling, not a target.
+func Select(items []Brief, maxItems, limit int) []Brief {
+	out := []Brief{}
 	used := 0
 	for _, it := range items {
 		if len(out) == maxItems {
@@ -298,18 +372,34 @@ func Select(items []Item, maxItems, limit int) []Item {
 	return out
 }
 
+// relativeFloor keeps, besides the absolute floor, only briefs at least
+// this share as relevant as the best one: when one memory is about the
+// task, the loosely related ones are not worth their tokens.
+const relativeFloor = 0.75
+
+// redundant is the Relevance between two memories above which the second
+// is left out: it would tell the branch much the same again.
+const redundant = 0.5
+
 // Inject returns the memories to inject into a branch with the given
-// budget (0: unlimited, then only maxItems bounds it) whose task is text:
-// at most memory.maxItems of confidence at least memory.minConfidence,
-// ranked by relevance, whose tokens fit in memory.injectionRatio of the
-// budget; and their total tokens. Suspicious memories are left out while
-// memory.blockSuspicious is on.
-func (s *Service) Inject(ctx context.Context, text string, budget int) ([]Item, int, error) {
+// budget (0: unlimited, then only maxItems bounds it) whose task is text,
+// and their total tokens. A memory is injected only when its Relevance to
+// the task clears memory.minRelevance (memory.minResemblance for
+// anti-patterns and remediations, which only branches resembling the one
+// that failed receive) and is at least relativeFloor of the best one's;
+// confidence must be at least memory.minConfidence; and a memory much
+// like one already chosen (redundant) is left out. Of those, the most relevant
+// are taken, at most memory.maxItems, whose tokens fit in
+// memory.injectionRatio of the budget. When nothing clears the floor,
+// nothing is injected. Suspicious memories are left out while
+// memory.blockSuspicious is on, and memories of another principal while
+// memory.shareAcrossPrincipals is off.
+func (s *Service) Inject(ctx context.Context, text string, budget int) ([]Brief, int, error) {
 	if s.set.MaxItems == 0 || strings.TrimSpace(text) == "" {
-		return []Item{}, 0, nil
+		return []Brief{}, 0, nil
 	}
 	if es, ok := s.store.(EmptyStore); ok && es.Empty(s.set.Project) {
-		return []Item{}, 0, nil
+		return []Brief{}, 0, nil
 	}
 	limit := int(s.set.InjectionRatio * float64(budget))
 	if budget <= 0 {
@@ -318,20 +408,83 @@ func (s *Service) Inject(ctx context.Context, text string, budget int) ([]Item, 
 	q := s.query(ctx, text, s.set.MaxItems*3)
 	q.MinConfidence = s.set.MinConfidence
 	q.ExcludeSuspicious = s.set.BlockSuspiciousEnabled()
+	q.Principal = s.principalFilter()
 	hits, err := s.store.Search(ctx, q)
 	if err != nil {
 		return nil, 0, fmt.Errorf("memory: search: %w", err)
 	}
-	items := make([]Item, 0, len(hits))
-	for _, h := range hits {
-		items = append(items, s.item(h.Memory))
+	idf := s.idfOf(q.Project)
+	type cand struct {
+		m   *Memory
+		doc Sparse
+		rel float64
+		ord int
 	}
-	items = Select(items, s.set.MaxItems, limit)
+	var cands []cand
+	best := 0.0
+	for i, h := range hits {
+		doc := DocVector(h.Memory.Text())
+		rel := Relevance(q.Sparse, doc, idf)
+		floor := s.set.MinRelevance
+		if h.Memory.Kind.Resembling() {
+			floor = s.set.MinResemblance
+		}
+		if rel < floor {
+			continue
+		}
+		best = max(best, rel)
+		cands = append(cands, cand{h.Memory, doc, rel, i})
+	}
+	slices.SortStableFunc(cands, func(a, b cand) int { return cmp.Or(cmp.Compare(b.rel, a.rel), cmp.Compare(a.ord, b.ord)) })
+	var briefs []Brief
+	var chosen []Sparse
+	for _, c := range cands {
+		if c.rel < relativeFloor*best {
+			break
+		}
+		// A memory much like one already chosen (another phase of the
+		// same task, say) would tell the branch the same thing again.
+		if slices.ContainsFunc(chosen, func(o Sparse) bool { return Relevance(o, c.doc, idf) >= redundant }) {
+			continue
+		}
+		chosen = append(chosen, c.doc)
+		briefs = append(briefs, s.brief(c.m, c.rel))
+	}
+	briefs = Select(briefs, s.set.MaxItems, limit)
 	total := 0
-	for _, it := range items {
+	for _, it := range briefs {
 		total += it.Tokens
 	}
-	return items, total, nil
+	return briefs, total, nil
+}
+
+// principalFilter is the principal a query keeps to: the service's own
+// while memory.shareAcrossPrincipals is off, else none.
+func (s *Service) principalFilter() string {
+	if s.set.ShareAcrossPrincipals {
+		return ""
+	}
+	return s.set.Principal
+}
+
+// idfOf returns the inverse document frequency of terms among the
+// project's memories, from the store's term statistics (nil when it keeps
+// none: every term then weighs 1), looked up once per term.
+func (s *Service) idfOf(project string) func(uint32) float64 {
+	ts, ok := s.store.(TermStats)
+	if !ok {
+		return nil
+	}
+	cache := map[uint32]float64{}
+	return func(t uint32) float64 {
+		if v, ok := cache[t]; ok {
+			return v
+		}
+		total, df := ts.DocFreq(project, []uint32{t})
+		v := IDF(total, df[0])
+		cache[t] = v
+		return v
+	}
 }
 
 // MarkUsed records that memories were injected or found, for ageing and
@@ -387,6 +540,7 @@ func (s *Service) Search(ctx context.Context, query string, limit int, tags []st
 	q := s.query(ctx, query, limit)
 	q.Tags = tags
 	q.ExcludeSuspicious = s.set.BlockSuspiciousEnabled()
+	q.Principal = s.principalFilter()
 	hits, err := s.store.Search(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("memory: search: %w", err)

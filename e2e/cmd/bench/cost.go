@@ -107,7 +107,7 @@ func runCost(ctx context.Context, e *env, res *results) error {
 		res.add(row{Section: sec, Metric: s.name + ": catalogue through foldproxy", Value: tok(cc.Total),
 			Baseline: tok(cc.DirectTotal) + " direct", Ratio: ratio(float64(cc.Total), float64(cc.DirectTotal)),
 			Num: float64(cc.Total), Base: float64(cc.DirectTotal), Unit: "tokens",
-			Note: fmt.Sprintf("+%d: fold tools %d, memory tools %d, %d forwarded tools +%d", cc.Overhead(), cc.FoldTools, cc.MemoryTools, len(cc.Proxied), cc.Forwarded())})
+			Note: fmt.Sprintf("+%d: fold tools %d, checkpoint tools %d, memory tools %d, %d forwarded tools +%d", cc.Overhead(), cc.FoldTools, cc.CheckpointTools, cc.MemoryTools, len(cc.Proxied), cc.Forwarded())})
 		res.add(row{Section: sec, Metric: s.name + ": worst forwarded tool overhead", Value: tok(we),
 			Target: fmt.Sprintf("<= %d", cost.MaxForwardedOverhead), Met: met(we <= cost.MaxForwardedOverhead && len(cc.Problems()) == 0),
 			Num: float64(we), Unit: "tokens", Note: fmt.Sprintf("%s; %d problems", w, len(cc.Problems()))})

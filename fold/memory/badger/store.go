@@ -28,6 +28,7 @@ var (
 	_ memory.Store      = (*Store)(nil)
 	_ memory.BatchStore = (*Store)(nil)
 	_ memory.EmptyStore = (*Store)(nil)
+	_ memory.TermStats  = (*Store)(nil)
 )
 
 const prefix = "mem/"
@@ -299,6 +300,21 @@ func (s *Store) Empty(project string) bool {
 	defer s.mu.RUnlock()
 	ix := s.projects[project]
 	return ix == nil || ix.n == 0
+}
+
+// DocFreq implements memory.TermStats from the index's postings.
+func (s *Store) DocFreq(project string, terms []uint32) (int, []int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	df := make([]int, len(terms))
+	ix := s.projects[project]
+	if ix == nil {
+		return 0, df
+	}
+	for i, t := range terms {
+		df[i] = len(ix.postings[t])
+	}
+	return ix.n, df
 }
 
 // Search implements memory.Store: the memories sharing a term with the

@@ -396,6 +396,9 @@ func (s *Store) Search(ctx context.Context, q memory.Query) ([]memory.Hit, error
 	if q.ExcludeSuspicious {
 		must = append(must, qc.NewMatchBool("suspicious", false))
 	}
+	if q.Principal != "" {
+		must = append(must, qc.NewMatchKeyword("principal", q.Principal))
+	}
 	if len(q.Tags) > 0 {
 		must = append(must, qc.NewMatchKeywords("tags", q.Tags...))
 	}
