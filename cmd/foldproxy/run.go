@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/proxy"
 )
 
@@ -327,9 +328,13 @@ type agentWiring struct {
 	notes []string
 }
 
-// foldproxyTools are foldproxy's own MCP tools (the fold tools and the
-// memory tools).
-var foldproxyTools = []string{"branch_create", "branch_return", "branch_status", "branch_recall", "memory_search", "memory_record"}
+// foldproxyTools are foldproxy's own MCP tools: the fold, checkpoint and
+// memory tools.
+var foldproxyTools = []string{
+	fold.ToolCreate, fold.ToolReturn, fold.ToolStatus, fold.ToolRecall,
+	fold.ToolCheckpointSave, fold.ToolCheckpointList, fold.ToolCheckpointResume,
+	fold.ToolMemorySearch, fold.ToolMemoryRecord, fold.ToolRemediationRecord,
+}
 
 // claudeSubcommands are Claude Code's subcommands, which take no
 // --mcp-config.
