@@ -42,27 +42,83 @@ install:
 	case ":$$PATH:" in *":$$dir:"*) ;; *) echo "note: $$dir is not on PATH; run it as $$dir/foldproxy or add the folder to PATH";; esac
 
 # npm ci again whenever package.json or the lock changed since the last one.
+# On Node older than 22, npm warns EBADENGINE for the packages that want
+# Node 22 (the Inspector and its dependencies): they run on the pinned Node
+# 22 in e2e/node_modules/node, so those warnings are dropped and one line
+# says why. npm 11's "install-scripts ... not yet covered by allowScripts"
+# notices announce a policy to come; the scripts run (they install the
+# clients' binaries): dropped too, and said. Every other warning and error
+# is shown.
+$(NODE_STAMP): SHELL := /bin/bash
+$(NODE_STAMP): .SHELLFLAGS := -o pipefail -c
 $(NODE_STAMP): e2e/package.json e2e/package-lock.json
-	$(NPM) ci --prefix e2e --no-audit --no-fund
+	@echo "==> installing the pinned npm packages (MCP servers, Claude Code, Codex, OpenCode, a Node 22) into e2e/node_modules"
+	@major=$$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0); \
+	if [ "$$major" -lt 22 ]; then \
+		echo "    node $$(node --version) is older than 22: npm's EBADENGINE warnings are hidden (those packages run on the pinned Node 22 in e2e/node_modules/node)"; \
+	fi; \
+	echo "    npm's install-scripts notices are hidden: the packages' install scripts run (they install the clients' binaries)"; \
+	$(NPM) ci --prefix e2e --no-audit --no-fund 2>&1 | { if [ "$$major" -lt 22 ]; then { grep -v 'npm warn EBADENGINE' || true; }; else cat; fi; } | { grep -v 'npm warn install-scripts' || true; }
 	@touch $@
 
 e2e/node_modules: $(NODE_STAMP)
 
+# What make run serves: server-filesystem on this folder, the state in
+# bin/state, and the model settings (where requests go; the daemon's
+# address, so that foldproxy run finds the same endpoint whether make run
+# serves or not).
+define RUN_CONFIG
+{
+  "mcpServers": {
+    "fs": {
+      "type": "stdio",
+      "command": "$(E2E_NODE)",
+      "args": ["$(FS_SERVER)", "$(CURDIR)"]
+    }
+  },
+  "foldproxy": {
+    "stateDir": "state",
+    "daemonListen": "$(LISTEN)",
+    "model": {"anthropicURL": "https://api.anthropic.com", "openaiURL": "https://api.openai.com"}
+  }
+}
+endef
+export RUN_CONFIG
+
+# The banner: the whole setup for each agent, the model endpoint included.
+define RUN_BANNER
+
+foldproxy serves on http://$(LISTEN) (Ctrl-C stops it):
+  MCP (streamable HTTP)  http://$(LISTEN)/mcp
+  model APIs             http://$(LISTEN) (Anthropic), http://$(LISTEN)/v1 (OpenAI)
+  live page              http://$(LISTEN)/ui
+  audit log              bin/state/audit.jsonl   (bin/foldproxy report --audit bin/state/audit.jsonl)
+
+Connect an agent, from another terminal in this folder (foldproxy run sets
+its model endpoint and MCP entry, then runs it):
+  Claude Code   bin/foldproxy run --config bin/run.mcp.json -- claude
+  Codex CLI     bin/foldproxy run --config bin/run.mcp.json -- codex
+  OpenCode      bin/foldproxy run --config bin/run.mcp.json -- opencode
+  OpenAI SDKs   OPENAI_BASE_URL=http://$(LISTEN)/v1
+or by hand (README: "Folding on the model wire"):
+  claude mcp add --transport http foldproxy http://$(LISTEN)/mcp
+  ANTHROPIC_BASE_URL=http://$(LISTEN) claude
+List the tools with the MCP Inspector CLI:
+  npx --prefix e2e mcp-inspector --cli http://$(LISTEN)/mcp --transport http --method tools/list
+
+endef
+export RUN_BANNER
+
 # The Inspector is run by its bin name: with --prefix, npm 11's npx does not
 # find "npx --prefix e2e @modelcontextprotocol/inspector" (its default bin).
-run: build e2e/node_modules
+run: e2e/node_modules
+	@echo "==> building bin/foldproxy (the first build compiles every dependency: 2-3 minutes on two cores; go lists each package as it builds it)"
+	$(GO) build -v -tags $(TAGS) -o $(BIN) ./cmd/foldproxy
 	@mkdir -p bin/state
-	@printf '{\n  "mcpServers": {\n    "fs": {\n      "type": "stdio",\n      "command": "%s",\n      "args": ["%s", "%s"]\n    }\n  }\n}\n' \
-		'$(E2E_NODE)' '$(FS_SERVER)' '$(CURDIR)' > bin/run.mcp.json
-	@echo "Wrote bin/run.mcp.json: server-filesystem on $(CURDIR)."
-	@echo "foldproxy will serve MCP at http://$(LISTEN)/mcp (Ctrl-C stops it)."
-	@echo
-	@echo "Connect Claude Code:"
-	@echo "  claude mcp add --transport http foldproxy http://$(LISTEN)/mcp"
-	@echo "List the tools with the MCP Inspector CLI (from another terminal):"
-	@echo "  npx --prefix e2e mcp-inspector --cli http://$(LISTEN)/mcp --transport http --method tools/list"
-	@echo
-	./$(BIN) serve --config bin/run.mcp.json --listen $(LISTEN) --state bin/state
+	@printf '%s\n' "$$RUN_CONFIG" > bin/run.mcp.json
+	@echo "==> wrote bin/run.mcp.json: server-filesystem on $(CURDIR), state in bin/state, the model APIs' addresses"
+	@printf '%s\n' "$$RUN_BANNER"
+	./$(BIN) serve --config bin/run.mcp.json --listen $(LISTEN)
 
 test: e2e/node_modules
 	$(GO) test -race -tags $(TAGS) -timeout $(TESTTIMEOUT) $(TESTFLAGS) ./...

@@ -348,3 +348,30 @@ func TestFoldTinyBranchSaysWhy(t *testing.T) {
 		t.Errorf("branch %s with %d used, want forced with 0", st.Status, st.BudgetUsed)
 	}
 }
+
+// TestPluginSkillCost measures what the Claude Code plugin's skill costs
+// the agent (o200k_base): its name and description sit in every request's
+// list of skills; its body is read once, when the agent uses the skill.
+// Both are kept under fixed bounds.
+func TestPluginSkillCost(t *testing.T) {
+	c := foldCounter(t)
+	data, err := os.ReadFile(filepath.Join(repoDir, "cmd", "foldproxy", "plugin", "skills", "context-folding", "SKILL.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front, body, ok := strings.Cut(strings.TrimPrefix(string(data), "---\n"), "\n---\n")
+	if !ok {
+		t.Fatalf("SKILL.md has no front matter:\n%s", data)
+	}
+	var desc string
+	for _, l := range strings.Split(front, "\n") {
+		if v, ok := strings.CutPrefix(l, "description: "); ok {
+			desc = v
+		}
+	}
+	listed, read := c.CountText("context-folding: "+desc), c.CountText(body)
+	t.Logf("plugin skill: %d tokens listed in every request (name and description), %d tokens when read", listed, read)
+	if desc == "" || listed > 60 || read > 550 {
+		t.Errorf("the skill costs %d tokens listed (bound 60) and %d read (bound 550)", listed, read)
+	}
+}

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"path"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -63,6 +65,14 @@ type Settings struct {
 	// transparent mode (HTTPS_PROXY); --proxy-listen overrides it. Empty:
 	// no forward proxy.
 	ProxyListen string `json:"proxyListen,omitempty"`
+	// DaemonListen is the loopback address on which the project's shared
+	// daemon (the one every stdio session of the project attaches to)
+	// serves HTTP: the model front for all those sessions, MCP at /mcp,
+	// /metrics and the /ui page. Default "127.0.0.1:0": a port of the
+	// system's choosing, kept across restarts of the daemon while it is
+	// free; "off" serves none. A fixed port is what "foldproxy import"
+	// writes, so that a project's settings can name the model endpoint.
+	DaemonListen string `json:"daemonListen,omitempty"`
 	// AuthToken is the bearer token the HTTP front requires. When empty the
 	// FOLDPROXY_TOKEN environment variable is used. Required whenever the
 	// listen address is not loopback.
@@ -303,6 +313,7 @@ func Default() Settings {
 		BranchIDArg:     &t,
 		MaxMessageBytes: 16 << 20,
 		ReadyWait:       Duration(500 * time.Millisecond),
+		DaemonListen:    DefaultDaemonListen,
 		Fold: Fold{
 			DefaultBudget:     8192,
 			MaxBudget:         32768,
@@ -468,6 +479,7 @@ func (s *Settings) fill() {
 		}
 	}
 	str(&s.Separator, d.Separator)
+	str(&s.DaemonListen, d.DaemonListen)
 	if s.BranchIDArg == nil {
 		s.BranchIDArg = d.BranchIDArg
 	}
@@ -518,6 +530,9 @@ func (s Settings) Validate() error {
 	var errs []error
 	if s.Separator == "" || strings.ContainsAny(s.Separator, " /\t\n") {
 		errs = append(errs, invalid("separator", "%q must be non-empty and contain no spaces or slashes", s.Separator))
+	}
+	if err := checkDaemonListen(s.DaemonListen); err != "" {
+		errs = append(errs, invalid("daemonListen", "%q %s", s.DaemonListen, err))
 	}
 	if s.MaxMessageBytes < 1024 {
 		errs = append(errs, invalid("maxMessageBytes", "%d is below the minimum of 1024", s.MaxMessageBytes))
@@ -620,6 +635,34 @@ func (s Settings) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// DaemonListenOff is the DaemonListen value that serves no HTTP from the
+// daemon; DefaultDaemonListen is the default.
+const (
+	DaemonListenOff     = "off"
+	DefaultDaemonListen = "127.0.0.1:0"
+)
+
+// checkDaemonListen says what is wrong with a daemonListen value, "" if
+// nothing: "off", or a loopback host (an IP or "localhost") and a port.
+// The daemon's listener takes foldproxy's token when one is set but never
+// requires one, so it may not listen beyond loopback.
+func checkDaemonListen(s string) string {
+	if s == DaemonListenOff {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "must be \"off\" or a loopback host:port such as 127.0.0.1:8765"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return "has no valid port (0 to 65535; 0 lets the system choose)"
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "must be a loopback address (127.0.0.1, [::1] or localhost): the daemon's listener serves the project's tools and model endpoint"
+	}
+	return ""
 }
 
 func contains(list []string, v string) bool {

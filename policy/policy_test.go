@@ -66,8 +66,29 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{`{"memory":{"maxUnused":"-1h"}}`, "memory.maxUnused", ""},
 		{`{"memory":{"qdrant":{"collection":"a/b"}}}`, "memory.qdrant.collection", ""},
 		{`{"memory":{"embeddings":{"url":"localhost:8080"}}}`, "memory.embeddings.url", ""},
+		{`{"daemonListen":"0.0.0.0:8765"}`, "daemonListen", "loopback"},
+		{`{"daemonListen":"example.com:80"}`, "daemonListen", "loopback"},
+		{`{"daemonListen":"127.0.0.1"}`, "daemonListen", "host:port"},
+		{`{"daemonListen":"127.0.0.1:99999"}`, "daemonListen", "port"},
 	}
 	checkParseErrors(t, tests)
+}
+
+// TestDaemonListen: the daemon's address defaults to a loopback port of
+// the system's choosing; "off" and loopback addresses are accepted.
+func TestDaemonListen(t *testing.T) {
+	for in, want := range map[string]string{
+		`{}`:                                DefaultDaemonListen,
+		`{"daemonListen":"off"}`:            DaemonListenOff,
+		`{"daemonListen":"127.0.0.1:8765"}`: "127.0.0.1:8765",
+		`{"daemonListen":"[::1]:0"}`:        "[::1]:0",
+		`{"daemonListen":"localhost:9000"}`: "localhost:9000",
+	} {
+		s, err := Parse([]byte(in))
+		if err != nil || s.DaemonListen != want {
+			t.Errorf("Parse(%s): daemonListen %q, %v; want %q", in, s.DaemonListen, err, want)
+		}
+	}
 }
 
 // parseErrorCase is a configuration Parse refuses: its error wraps

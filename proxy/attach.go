@@ -49,12 +49,21 @@ type AttachHello struct {
 	// Config identifies the configuration the relay was started with; the
 	// daemon refuses a relay whose configuration differs from its own.
 	Config string `json:"config"`
+	// Hold asks for no session: the connection only keeps the daemon up
+	// while it is open ("foldproxy run" holds one for the agent's life,
+	// so that an agent whose MCP servers start late, or that has none,
+	// keeps its model endpoint). Nothing is written to it after the
+	// welcome, log records included.
+	Hold bool `json:"hold,omitempty"`
 }
 
 // AttachWelcome is the daemon's answer to a hello.
 type AttachWelcome struct {
 	Session string `json:"session,omitempty"`
 	PID     int    `json:"pid,omitempty"`
+	// HTTP is the address on which the daemon serves HTTP (the model
+	// front, /mcp, /ui), "" when it serves none.
+	HTTP string `json:"http,omitempty"`
 	// Error refuses the attachment; Exiting says it is refused because the
 	// daemon is stopping, so that a new one may be started.
 	Error   string `json:"error,omitempty"`
@@ -84,6 +93,13 @@ type AttachOptions struct {
 	// for the first attachment (default 30s).
 	IdleExit  time.Duration
 	FirstWait time.Duration
+	// HTTP, when set, returns the address told to every process that
+	// attaches (AttachWelcome.HTTP); "" while there is none.
+	HTTP func() string
+	// HoldReady, when set, is waited for before a holding connection is
+	// welcomed (the daemon waits, bounded, for its upstreams), so that the
+	// agent "foldproxy run" starts next finds every tool listed at once.
+	HoldReady func(ctx context.Context)
 }
 
 // AttachServer serves attached stdio processes. Its Write method copies a
@@ -109,6 +125,9 @@ type attachConn struct {
 	// torn: a log record's write was cut short by its deadline; its line
 	// is ended before anything else is written (under mu).
 	torn bool
+	// hold: the connection holds the daemon up and serves no session
+	// (AttachHello.Hold); nothing is written to it after the welcome.
+	hold bool
 }
 
 func (a *attachConn) Write(p []byte) (int, error) {
@@ -153,7 +172,7 @@ func (a *AttachServer) Write(p []byte) (int, error) {
 	a.mu.Lock()
 	conns := make([]*attachConn, 0, len(a.conns))
 	for c, welcomed := range a.conns {
-		if welcomed {
+		if welcomed && !c.hold {
 			conns = append(conns, c)
 		}
 	}
@@ -278,11 +297,15 @@ func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
 	a.conns[ac] = false
 	a.mu.Unlock()
 
+	if hello.Hold {
+		a.hold(ctx, ac, br)
+		return
+	}
 	id := hello.Session
 	if id == "" {
 		id = newID("s")
 	}
-	if welcome(AttachWelcome{Session: id, PID: os.Getpid()}) != nil {
+	if welcome(AttachWelcome{Session: id, PID: os.Getpid(), HTTP: a.httpAddr()}) != nil {
 		a.detachConn(ac, false)
 		return
 	}
@@ -300,6 +323,39 @@ func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
 		a.log.Info("attached process", "session", id, "err", err)
 	}
 	a.detachConn(ac, ctx.Err() == nil)
+}
+
+// httpAddr is the HTTP address to tell an attaching process.
+func (a *AttachServer) httpAddr() string {
+	if a.opts.HTTP == nil {
+		return ""
+	}
+	return a.opts.HTTP()
+}
+
+// hold keeps a holding connection (AttachHello.Hold) counted as attached
+// until its peer closes it or the server stops; whatever the peer sends is
+// read and dropped.
+func (a *AttachServer) hold(ctx context.Context, ac *attachConn, br *bufio.Reader) {
+	// Marked before the welcome: once the peer has read it, no log
+	// record is written to the connection.
+	a.mu.Lock()
+	ac.hold = true
+	a.conns[ac] = true
+	a.mu.Unlock()
+	if a.opts.HoldReady != nil {
+		a.opts.HoldReady(ctx)
+	}
+	b, _ := json.Marshal(AttachWelcome{PID: os.Getpid(), HTTP: a.httpAddr()})
+	if _, err := ac.Write(append(b, '\n')); err != nil {
+		a.detachConn(ac, false)
+		return
+	}
+	a.log.Info("process holding the daemon", "attached", a.Attached())
+	stop := context.AfterFunc(ctx, func() { _ = ac.c.SetReadDeadline(time.Now()) })
+	defer stop()
+	_, _ = io.Copy(io.Discard, br)
+	a.detachConn(ac, false)
 }
 
 // detachConn forgets a connection. When it was the last one and the

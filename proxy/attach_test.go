@@ -291,3 +291,53 @@ func TestStdioPoolEndsItsGoroutines(t *testing.T) {
 		<-done
 	})
 }
+
+// A holding connection (AttachHello.Hold) is welcomed with the daemon's
+// HTTP address, gets no log records, keeps a daemon that exits when idle
+// up while it is open, and lets it exit once closed.
+func TestAttachHoldKeepsTheDaemonUp(t *testing.T) {
+	ln, err := net.Listen("unix", filepath.Join(t.TempDir(), "d.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAttachServer(nil, AttachOptions{Config: "cfg", IdleExit: 0, HTTP: func() string { return "127.0.0.1:4321" }})
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(context.Background(), ln) }()
+	c, err := net.Dial("unix", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, `{"foldproxyAttach":1,"config":"cfg","hold":true}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w AttachWelcome
+	if err := json.Unmarshal(line, &w); err != nil || w.HTTP != "127.0.0.1:4321" || w.Error != "" || w.Session != "" {
+		t.Fatalf("welcome %s (%v): want the HTTP address, no session, no error", line, err)
+	}
+	if _, err := a.Write([]byte("level=INFO msg=hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("the server stopped while held: %v", err)
+	default:
+	}
+	// The hold ends with the peer's side: the server detaches it, and
+	// exits as the last attachment is gone.
+	if err := c.(*net.UnixConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve after the hold ended: %v", err)
+	}
+	rest, _ := io.ReadAll(br)
+	if len(rest) != 0 {
+		t.Errorf("the holding connection got %q after its welcome, want nothing", rest)
+	}
+}

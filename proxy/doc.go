@@ -12,14 +12,18 @@
 // model APIs (Anthropic Messages, OpenAI Chat Completions and Responses):
 // each request goes through the context manager (fold/modelwire) and on to
 // the real API, every header untouched (the agent's credentials are never
-// logged or stored), the answer relayed byte for byte as it streams.
+// logged or stored), the answer relayed byte for byte as it streams. The
+// Responses API's WebSocket upgrade is refused (model.go says why).
 //
 // Many stdio sessions of one project share one process (attach.go): the
 // project's daemon serves each attached stdio process as its own session
 // over a unix socket (AttachServer), and each stdio process is a Relay of
 // JSON-RPC lines between the agent and that socket, which resumes its
 // session on the next daemon when the daemon dies (TransportAttach sessions
-// are Resumable). Catalogue requests never wait on upstreams for more than
+// are Resumable). A holding connection (AttachHello.Hold, what "foldproxy
+// run" gives its agent) serves no session and keeps the daemon up; every
+// welcome names the address of the daemon's HTTP listener, whose model
+// front serves the project's stdio sessions. Catalogue requests never wait on upstreams for more than
 // Options.ReadyWait; the instructions and branch_status name the upstreams
 // that are not up.
 //

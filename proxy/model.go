@@ -408,6 +408,17 @@ func (h *ModelHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	ev.Dialect = rt.dialect
 	call := &modelCall{dialect: rt.dialect}
 	r = r.WithContext(context.WithValue(r.Context(), modelCallKey{}, call))
+	if rt.dialect == string(modelwire.OpenAIResponses) && isWebSocketUpgrade(r) {
+		// The Responses API's WebSocket mode (Codex tries it first with
+		// OpenAI's own provider) is refused: a client on it may send each
+		// turn's new items only, against a response the server keeps, so
+		// the conversation to fold would not be in the request. Codex
+		// falls back to POST after its retries; a model_providers entry
+		// (supports_websockets false) never tries it.
+		modelError(w, rt.dialect, http.StatusNotImplemented, "invalid_request_error",
+			"foldproxy serves the Responses API over HTTP POST only, not over a WebSocket: for Codex, use a model_providers entry with wire_api = \"responses\" and supports_websockets = false (foldproxy run -- codex sets one up)")
+		return
+	}
 	if rt.dialect != modelPassthrough {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -480,6 +491,11 @@ func (h *ModelHandler) fold(w http.ResponseWriter, r *http.Request, rt modelRout
 	r.ContentLength = int64(len(out))
 	r.Header.Set("Content-Length", strconv.Itoa(len(out)))
 	return true
+}
+
+// isWebSocketUpgrade reports whether r asks to switch to a WebSocket.
+func isWebSocketUpgrade(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
 
 // checkToken reports whether the request carries foldproxy's token, when

@@ -32,3 +32,5 @@ func dialDaemon(context.Context, string, string, []string) (net.Conn, error) {
 }
 func openDaemonLog(string) (*os.File, error) { return nil, errNoDaemon }
 func readyPipe(int) *os.File                 { return nil }
+
+func execAgent(string, []string, []string, net.Conn) error { return errNoDaemon }

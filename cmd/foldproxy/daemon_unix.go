@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -291,4 +292,24 @@ func readyPipe(fd int) *os.File {
 	// Not inherited by the upstream processes the daemon starts.
 	syscall.CloseOnExec(fd)
 	return os.NewFile(uintptr(fd), "ready")
+}
+
+// execAgent replaces this process with the agent (foldproxy run): path
+// with argv and env, keeping hold (the daemon's holding connection) open
+// across the exec so that the daemon stays up for the agent's life.
+func execAgent(path string, argv, env []string, hold net.Conn) error {
+	uc, ok := hold.(*net.UnixConn)
+	if !ok {
+		return fmt.Errorf("holding the daemon: not a unix socket connection")
+	}
+	f, err := uc.File() // a duplicate, close-on-exec
+	if err != nil {
+		return fmt.Errorf("holding the daemon: %w", err)
+	}
+	if _, _, e := syscall.Syscall(syscall.SYS_FCNTL, f.Fd(), syscall.F_SETFD, 0); e != 0 {
+		return fmt.Errorf("holding the daemon: %w", e)
+	}
+	err = syscall.Exec(path, argv, env)
+	runtime.KeepAlive(f) // its finalizer would close the descriptor
+	return fmt.Errorf("running %s: %w", path, err)
 }

@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,6 +51,9 @@ type importCommand struct {
 	// running "<exe> version".
 	exe        string
 	checkStart func(exe string) error
+	// pickPort chooses the daemon's address for a project; nil means
+	// impPickPort (a free port derived from the project's path).
+	pickPort func(project string) string
 }
 
 // Run parses args and performs the import. It returns flag.ErrHelp for -h.
@@ -99,6 +104,7 @@ type importOptions struct {
 	name          string // the foldproxy entry's name
 	binary        string // the foldproxy binary .mcp.json runs, absolute
 	now           time.Time
+	pickPort      func(project string) string
 }
 
 // resolve turns the flags into absolute paths and checks the entry name.
@@ -156,6 +162,10 @@ func (c *importCommand) resolve(from, project, name, out string) (importOptions,
 		now = c.now
 	}
 	o.now = now()
+	o.pickPort = c.pickPort
+	if o.pickPort == nil {
+		o.pickPort = impPickPort
+	}
 	return o, nil
 }
 
@@ -492,7 +502,7 @@ func buildImportPlan(o importOptions, w *bytes.Buffer) (*importPlan, error) {
 	}
 	if len(servers) == 0 {
 		fmt.Fprintf(w, "%s already runs foldproxy only: %s. Nothing to import.\n", o.from, strings.Join(skipped, ", "))
-		return nil, nil
+		return impModelOnlyPlan(o, source.servers)
 	}
 	for _, s := range servers {
 		if impClaudeName(s.name) == o.name {
@@ -590,6 +600,25 @@ func buildImportPlan(o importOptions, w *bytes.Buffer) (*importPlan, error) {
 			}
 		}
 		settings = append(settings, f)
+	}
+	// The model wire: the daemon's fixed port in foldproxy's config, and
+	// Claude Code's model endpoint in .claude/settings.json.
+	sf, err := impSettingsFile(o, settings)
+	if err != nil {
+		return nil, err
+	}
+	outChanged := outFile.newData != nil
+	warn, err = impWireModel(o, outFile, sf)
+	if err != nil {
+		return nil, err
+	}
+	warnings = append(warnings, warn...)
+	if outFile.newData != nil && !outChanged {
+		outFile.verb, outFile.what = "update", "with the daemon's model front (daemonListen)"
+		plan.files = append([]*impFile{outFile}, plan.files...)
+	}
+	if sf.newData != nil && !slices.Contains(settings, sf) {
+		settings = append(settings, sf)
 	}
 	// Write order: the proxy's config first, so .mcp.json never points at a
 	// config that is not there yet; then .mcp.json; then the rules.
@@ -1445,4 +1474,279 @@ func impShellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// The model wire. Only the model wire folds (a returned branch leaves the
+// conversation the model sees), and a stdio entry has no model front of
+// its own: the project's daemon serves one for every stdio session on
+// foldproxy.daemonListen. So import gives the daemon a fixed loopback
+// port in foldproxy's config and points Claude Code at it in the
+// project's .claude/settings.json "env": a plain "claude" in the project
+// then folds with no other step. MCP_CONNECTION_NONBLOCKING=false makes
+// Claude Code connect its MCP servers (foldproxy's relay, which starts
+// the daemon) before its first model request.
+
+// impModelEnv are the variables import sets in .claude/settings.json.
+const (
+	impBaseURLVar     = "ANTHROPIC_BASE_URL"
+	impNonblockingVar = "MCP_CONNECTION_NONBLOCKING"
+)
+
+// impWireModel edits out (foldproxy's config, its newData or data) to give
+// the daemon a fixed port, and settings (.claude/settings.json, which may
+// not exist) to use it as Claude Code's model endpoint. It returns the
+// warnings to print. A config whose daemonListen is "off" is left alone.
+func impWireModel(o importOptions, out, settings *impFile) ([]string, error) {
+	outData := out.data
+	if out.newData != nil {
+		outData = out.newData
+	}
+	if !out.exists && out.newData == nil {
+		return nil, nil
+	}
+	if _, err := impTopObject(out.path, outData); err != nil {
+		return nil, err
+	}
+	fp, ok := jsonscan.Field(outData, policy.Key)
+	if !ok {
+		fp = []byte("{}")
+	}
+	fpWasEmpty := impEmptyObject(fp)
+	var warnings []string
+	addr := jsonscan.StringField(fp, "daemonListen")
+	switch _, port, err := net.SplitHostPort(addr); {
+	case addr == policy.DaemonListenOff:
+		return []string{fmt.Sprintf("%s sets daemonListen \"off\": the project's daemon serves no model front, so Claude Code's requests are not folded; remove it and run import again to wire the model endpoint", out.path)}, nil
+	case err == nil && port != "0":
+		// A fixed port already: keep it.
+	default:
+		addr = o.pickPort(o.project)
+		var err error
+		if fp, err = impSetMember(fp, "daemonListen", jsonscan.Quote(addr), false); err != nil {
+			return nil, fmt.Errorf("%s: %w", out.path, err)
+		}
+	}
+	url := "http://" + addr
+
+	sd := settings.data
+	if settings.newData != nil {
+		sd = settings.newData
+	}
+	if !settings.exists && settings.newData == nil {
+		sd = []byte("{}\n")
+	}
+	if _, err := impTopObject(settings.path, sd); err != nil {
+		return nil, err
+	}
+	env, ok := jsonscan.Field(sd, "env")
+	if !ok {
+		env = []byte("{}")
+	} else if t := jsonscan.TrimSpace(env); len(t) == 0 || t[0] != '{' {
+		return nil, fmt.Errorf("%s: env: want an object, got %s", settings.path, jsonscan.Kind(env))
+	}
+	old := jsonscan.StringField(env, impBaseURLVar)
+	if old != "" && old != url && !impServedBy(old, jsonscan.StringField(fp, "listen")) {
+		// The project reached Claude's API through another endpoint (a
+		// gateway, a local one too): foldproxy forwards there now.
+		model, _ := jsonscan.Field(fp, "model")
+		if model == nil {
+			model = []byte("{}")
+		}
+		if cur := jsonscan.StringField(model, "anthropicURL"); cur == "" {
+			var err error
+			wasEmpty := impEmptyObject(model)
+			if model, err = impSetMember(model, "anthropicURL", jsonscan.Quote(strings.TrimRight(old, "/")), false); err == nil {
+				fp, err = impSetMember(fp, "model", model, wasEmpty)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", out.path, err)
+			}
+			warnings = append(warnings, fmt.Sprintf("%s had %s %s: foldproxy forwards Claude Code's requests there now (model.anthropicURL in %s)", settings.path, impBaseURLVar, old, out.path))
+		} else if cur != strings.TrimRight(old, "/") {
+			warnings = append(warnings, fmt.Sprintf("%s had %s %s, but %s forwards to model.anthropicURL %s: check which one you want", settings.path, impBaseURLVar, old, out.path, cur))
+		}
+	}
+	if token := jsonscan.StringField(fp, "authToken"); token != "" {
+		warnings = append(warnings, fmt.Sprintf("%s sets authToken: Claude Code must send it on model requests; put \"ANTHROPIC_CUSTOM_HEADERS\": \"X-Foldproxy-Token: <token>\" in the env of .claude/settings.local.json (not in the shared settings.json)", out.path))
+	}
+	newEnv, err := impSetMember(env, impBaseURLVar, jsonscan.Quote(url), false)
+	if err == nil && jsonscan.StringField(env, impNonblockingVar) == "" {
+		newEnv, err = impSetMember(newEnv, impNonblockingVar, jsonscan.Quote("false"), false)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: env: %w", settings.path, err)
+	}
+	newOut, err := impSetMember(outData, policy.Key, fp, fpWasEmpty)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", out.path, err)
+	}
+	if !bytes.Equal(newOut, out.data) {
+		out.newData = newOut
+	}
+	if !bytes.Equal(newEnv, env) {
+		newSettings, err := impSetMember(sd, "env", newEnv, impEmptyObject(env))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", settings.path, err)
+		}
+		settings.newData = newSettings
+		settings.details = append(settings.details, fmt.Sprintf("env.%s: %s (the model front of the project's foldproxy daemon, %s in %s)", impBaseURLVar, impQuote(url), "daemonListen", out.path))
+	}
+	return warnings, nil
+}
+
+// impSettingsFile returns the project's .claude/settings.json: the one
+// among rewritten (the permission rules' rewrite) when it is there, else
+// read (it may not exist; it is then created, 0644).
+func impSettingsFile(o importOptions, rewritten []*impFile) (*impFile, error) {
+	path := filepath.Join(o.project, ".claude", "settings.json")
+	for _, f := range rewritten {
+		if f.path == path {
+			return f, nil
+		}
+	}
+	f, err := impReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	f.verb, f.what = "update", "to fold on the model wire:"
+	if !f.exists {
+		f.verb = "create"
+	}
+	return f, nil
+}
+
+// impModelOnlyPlan is the plan for a project whose .mcp.json runs
+// foldproxy already (imported before): only the model wire, when it is
+// not wired yet; nil when there is nothing to do.
+func impModelOnlyPlan(o importOptions, entries []impServer) (*importPlan, error) {
+	for _, e := range entries {
+		cfg, ok := impRunsFoldproxy(e.raw)
+		if !ok || cfg == "" {
+			continue
+		}
+		if !filepath.IsAbs(cfg) {
+			cfg = filepath.Join(o.project, cfg)
+		}
+		out, err := impReadFile(cfg)
+		if err != nil || !out.exists {
+			return nil, err
+		}
+		sf, err := impSettingsFile(o, nil)
+		if err != nil {
+			return nil, err
+		}
+		warnings, err := impWireModel(o, out, sf)
+		if err != nil {
+			return nil, err
+		}
+		plan := &importPlan{from: o.from, out: cfg, warnings: warnings}
+		if out.newData != nil {
+			out.verb, out.what = "update", "with the daemon's model front (daemonListen)"
+			plan.files = append(plan.files, out)
+		}
+		if sf.newData != nil {
+			plan.files = append(plan.files, sf)
+		}
+		stamp := o.now.UTC().Format("20060102T150405Z")
+		for _, f := range plan.files {
+			if f.exists {
+				f.backup = impBackupName(f.target, stamp)
+			}
+		}
+		return plan, nil
+	}
+	return nil, nil
+}
+
+// impServedBy reports whether u is an http URL of the listen address
+// (foldproxy's own --listen front, which it must not forward to).
+func impServedBy(u, listen string) bool {
+	rest, ok := strings.CutPrefix(u, "http://")
+	if !ok || listen == "" {
+		return false
+	}
+	return strings.TrimRight(rest, "/") == listen
+}
+
+// impPickPort chooses the daemon's port for a project: one derived from
+// its path (so that another import of it chooses the same), the first of
+// the next 64 that is free now.
+func impPickPort(project string) string {
+	sum := sha256.Sum256([]byte(project))
+	first := 20000 + (int(sum[0])<<8|int(sum[1]))%20000
+	for i := range 64 {
+		addr := "127.0.0.1:" + strconv.Itoa(first+i)
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			ln.Close()
+			return addr
+		}
+	}
+	return "127.0.0.1:" + strconv.Itoa(first)
+}
+
+// impSetMember sets key to val (raw JSON) in the object obj holds: in place
+// when the key is there, else appended after the last member, on a line of
+// its own with the first member's indentation when the object spans lines.
+// Every other byte is kept. relative says val spans lines indented from
+// column 0 (an object impSetMember filled from empty): its lines are
+// indented as the member's.
+func impSetMember(obj []byte, key string, val []byte, relative bool) ([]byte, error) {
+	ms, err := jsonscan.Object(obj)
+	if err != nil {
+		return nil, err
+	}
+	indentAt := func(i int) string {
+		nl := bytes.LastIndexByte(obj[:i], '\n')
+		if nl < 0 {
+			return ""
+		}
+		ind := obj[nl+1 : i]
+		if len(bytes.TrimLeft(ind, " \t")) != 0 {
+			return ""
+		}
+		return string(ind)
+	}
+	reindent := func(ind string) []byte {
+		if !relative {
+			return val
+		}
+		return bytes.ReplaceAll(val, []byte("\n"), []byte("\n"+ind))
+	}
+	for _, m := range ms {
+		if m.Key == key {
+			return jsonscan.SetField(obj, key, reindent(indentAt(m.KeyAt.Start)))
+		}
+	}
+	var b bytes.Buffer
+	if len(ms) == 0 {
+		open := bytes.IndexByte(obj, '{')
+		closing := bytes.LastIndexByte(obj, '}')
+		b.Write(obj[:open+1])
+		b.WriteString("\n  ")
+		b.Write(jsonscan.Quote(key))
+		b.WriteString(": ")
+		b.Write(reindent("  "))
+		b.WriteString("\n")
+		b.Write(obj[closing:])
+		return b.Bytes(), nil
+	}
+	sep, ind := ", ", ""
+	if bytes.IndexByte(obj[:ms[0].KeyAt.Start], '\n') >= 0 {
+		ind = indentAt(ms[0].KeyAt.Start)
+		sep = ",\n" + ind
+	}
+	last := ms[len(ms)-1].Value.End
+	b.Write(obj[:last])
+	b.WriteString(sep)
+	b.Write(jsonscan.Quote(key))
+	b.WriteString(": ")
+	b.Write(reindent(ind))
+	b.Write(obj[last:])
+	return b.Bytes(), nil
+}
+
+// impEmptyObject reports whether raw is an object without members.
+func impEmptyObject(raw []byte) bool {
+	ms, err := jsonscan.Object(raw)
+	return err == nil && len(ms) == 0
 }

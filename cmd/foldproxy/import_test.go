@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -72,7 +73,7 @@ func (e importEnv) run(t testing.TB, args ...string) (string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	c := &importCommand{stdout: &stdout, stderr: &stderr, home: e.home, cwd: e.project, now: func() time.Time { return importClock },
-		exe: importExe, checkStart: func(string) error { return nil }}
+		exe: importExe, checkStart: func(string) error { return nil }, pickPort: func(string) string { return importAddr }}
 	err := c.Run(context.Background(), args)
 	return stdout.String() + stderr.String(), err
 }
@@ -145,9 +146,16 @@ const importSettingsWant = `{
     "defaultMode": "default"
   },
   "hooks": {"PreToolUse": []},
-  "zzz": true
+  "zzz": true,
+  "env": {
+    "ANTHROPIC_BASE_URL": "http://` + importAddr + `",
+    "MCP_CONNECTION_NONBLOCKING": "false"
+  }
 }
 `
+
+// importAddr is the daemon's address import chooses in these tests.
+const importAddr = "127.0.0.1:23456"
 
 func TestImportMCPJSON(t *testing.T) {
 	tests := []struct {
@@ -247,8 +255,8 @@ func TestImportMCPJSON(t *testing.T) {
 					t.Errorf("foldproxy.json server %s = %s, not byte for byte from .mcp.json", name, raw)
 				}
 			}
-			if len(cfg.MCPServers) != 2 || string(cfg.Foldproxy) != "{}" {
-				t.Errorf("foldproxy.json = %s, want 2 servers and an empty foldproxy object", after["foldproxy.json"])
+			if len(cfg.MCPServers) != 2 || string(cfg.Foldproxy) != "{\n    \"daemonListen\": \""+importAddr+"\"\n  }" {
+				t.Errorf("foldproxy.json = %s, want 2 servers and foldproxy settings of the daemon's address alone", after["foldproxy.json"])
 			}
 
 			// .mcp.json runs foldproxy only.
@@ -507,7 +515,9 @@ func TestImportAddsNewServer(t *testing.T) {
 		t.Fatalf("first import: %v\n%s", err, out)
 	}
 	cfg := e.read(t, "foldproxy.json")
-	cfg = strings.Replace(cfg, `"foldproxy": {}`, `"foldproxy": {"separator": "--", "fold": {"maxDepth": 2}}`, 1)
+	cfg = strings.Replace(cfg, `"foldproxy": {
+    "daemonListen": "`+importAddr+`"
+  }`, `"foldproxy": {"daemonListen": "`+importAddr+`", "separator": "--", "fold": {"maxDepth": 2}}`, 1)
 	e.write(t, "foldproxy.json", cfg)
 	mcp := e.read(t, ".mcp.json")
 	mcp = strings.Replace(mcp, `"mcpServers": {`, `"mcpServers": {
@@ -523,7 +533,7 @@ func TestImportAddsNewServer(t *testing.T) {
 		t.Errorf("output does not mention the skipped foldproxy entry:\n%s", out)
 	}
 	got := e.read(t, "foldproxy.json")
-	for _, w := range []string{`"github": {`, `"fs": {`, `"new": {"command": "new-mcp"}`, `"foldproxy": {"separator": "--", "fold": {"maxDepth": 2}}`} {
+	for _, w := range []string{`"github": {`, `"fs": {`, `"new": {"command": "new-mcp"}`, `"foldproxy": {"daemonListen": "` + importAddr + `", "separator": "--", "fold": {"maxDepth": 2}}`} {
 		if !strings.Contains(got, w) {
 			t.Errorf("foldproxy.json lacks %s:\n%s", w, got)
 		}
@@ -532,7 +542,10 @@ func TestImportAddsNewServer(t *testing.T) {
 		t.Errorf(".mcp.json = %s, want one entry", e.read(t, ".mcp.json"))
 	}
 	// The separator from the kept settings shapes the rule.
-	if want := `{"permissions": {"allow": ["mcp__foldproxy__new--t", "mcp__foldproxy__github__x"]}}`; e.read(t, ".claude/settings.json") != want {
+	if want := `{"permissions": {"allow": ["mcp__foldproxy__new--t", "mcp__foldproxy__github__x"]}, "env": {
+  "ANTHROPIC_BASE_URL": "http://` + importAddr + `",
+  "MCP_CONNECTION_NONBLOCKING": "false"
+}}`; e.read(t, ".claude/settings.json") != want {
 		t.Errorf("settings = %s, want %s", e.read(t, ".claude/settings.json"), want)
 	}
 	if _, err := os.Stat(filepath.Join(e.project, "foldproxy.json.bak-"+importStamp)); err != nil {
@@ -982,5 +995,134 @@ func TestImportBinaryAndGitignore(t *testing.T) {
 	}
 	if !strings.Contains(e.read(t, ".mcp.json"), `"command": "`+importExe+`"`) {
 		t.Errorf(".mcp.json does not run %s:\n%s", importExe, e.read(t, ".mcp.json"))
+	}
+}
+
+// TestImportWiresTheModel: import points Claude Code's model endpoint at
+// the project daemon's fixed port; a gateway the project used before
+// becomes foldproxy's upstream; a project imported before the model wire
+// gets it on the next import; "off" is respected; a fixed port is kept.
+func TestImportWiresTheModel(t *testing.T) {
+	t.Run("gateway", func(t *testing.T) {
+		t.Setenv("GITHUB_TOKEN", "t")
+		e := newImportEnv(t)
+		e.write(t, ".mcp.json", importMCPJSON)
+		e.write(t, ".claude/settings.json", `{"env": {"ANTHROPIC_BASE_URL": "https://gw.example/anthropic/", "FOO": "1"}}`)
+		out, err := e.run(t, "--write")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var st struct{ Env map[string]string }
+		if err := json.Unmarshal([]byte(e.read(t, ".claude/settings.json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Env["ANTHROPIC_BASE_URL"] != "http://"+importAddr || st.Env["FOO"] != "1" || st.Env["MCP_CONNECTION_NONBLOCKING"] != "false" {
+			t.Errorf("settings env = %v", st.Env)
+		}
+		cfg, err := loadConfig(filepath.Join(e.project, "foldproxy.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Settings.Model.AnthropicURL != "https://gw.example/anthropic" || cfg.Settings.DaemonListen != importAddr {
+			t.Errorf("foldproxy settings: anthropicURL %q daemonListen %q", cfg.Settings.Model.AnthropicURL, cfg.Settings.DaemonListen)
+		}
+		if !strings.Contains(out, "foldproxy forwards Claude Code's requests there now") {
+			t.Errorf("output does not say where requests go now:\n%s", out)
+		}
+	})
+	t.Run("imported before", func(t *testing.T) {
+		e := newImportEnv(t)
+		e.write(t, "foldproxy.json", `{"mcpServers": {"fs": {"command": "x"}}, "foldproxy": {"readyWait": "1s"}}`)
+		e.write(t, ".mcp.json", `{"mcpServers": {"foldproxy": {"command": "/opt/foldproxy/bin/foldproxy", "args": ["serve", "--config", "foldproxy.json"]}}}`)
+		out, err := e.run(t, "--write")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if got := e.read(t, "foldproxy.json"); got != `{"mcpServers": {"fs": {"command": "x"}}, "foldproxy": {"readyWait": "1s", "daemonListen": "`+importAddr+`"}}` {
+			t.Errorf("foldproxy.json = %s", got)
+		}
+		if got := e.read(t, ".claude/settings.json"); !strings.Contains(got, `"ANTHROPIC_BASE_URL": "http://`+importAddr+`"`) {
+			t.Errorf(".claude/settings.json = %s", got)
+		}
+		// Again: nothing left to do.
+		out, err = e.run(t, "--write")
+		if err != nil || !strings.Contains(out, "Nothing to change") {
+			t.Errorf("a third import: %v\n%s", err, out)
+		}
+	})
+	t.Run("off and fixed", func(t *testing.T) {
+		for listen, wantURL := range map[string]string{"off": "", "127.0.0.1:9999": "http://127.0.0.1:9999"} {
+			e := newImportEnv(t)
+			e.write(t, "foldproxy.json", `{"mcpServers": {}, "foldproxy": {"daemonListen": "`+listen+`"}}`)
+			e.write(t, ".mcp.json", importMCPJSON)
+			out, err := e.run(t, "--write")
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			settings, _ := os.ReadFile(filepath.Join(e.project, ".claude", "settings.json"))
+			if wantURL == "" {
+				if strings.Contains(string(settings), "ANTHROPIC_BASE_URL") || !strings.Contains(out, `daemonListen "off"`) {
+					t.Errorf("daemonListen off: settings %s\n%s", settings, out)
+				}
+				continue
+			}
+			if !strings.Contains(string(settings), `"ANTHROPIC_BASE_URL": "`+wantURL+`"`) || !strings.Contains(e.read(t, "foldproxy.json"), `"daemonListen": "`+listen+`"`) {
+				t.Errorf("daemonListen %s: settings %s, config %s", listen, settings, e.read(t, "foldproxy.json"))
+			}
+		}
+	})
+}
+
+// FuzzSetMember checks that setting a member of any JSON object, from
+// empty or not, never panics (on any input), and on valid JSON yields valid JSON holding the value, and
+// keeps every other member.
+func FuzzSetMember(f *testing.F) {
+	for _, s := range []string{`{}`, "{\n  \"a\": 1\n}\n", `{"env": {"X": "1"}, "b": [1]}`, `{"ANTHROPIC_BASE_URL": 1}`, `[1]`, `{`, `  {  }  `} {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, nested bool) {
+		val := []byte(`"http://127.0.0.1:1"`)
+		if nested {
+			val = []byte("{\n  \"k\": \"v\"\n}")
+		}
+		got, err := impSetMember(data, "ANTHROPIC_BASE_URL", val, nested)
+		if err != nil || !json.Valid(data) {
+			return // impWireModel checks the file is valid JSON first
+		}
+		var in, out map[string]any
+		if err := json.Unmarshal(got, &out); err != nil {
+			t.Fatalf("setting a member of %q gave invalid JSON %q: %v", data, got, err)
+		}
+		var want any
+		_ = json.Unmarshal(val, &want)
+		if !reflect.DeepEqual(out["ANTHROPIC_BASE_URL"], want) {
+			t.Fatalf("%q: the member is %v, want %v", got, out["ANTHROPIC_BASE_URL"], want)
+		}
+		if json.Unmarshal(data, &in) != nil {
+			return
+		}
+		delete(in, "ANTHROPIC_BASE_URL")
+		delete(out, "ANTHROPIC_BASE_URL")
+		if !reflect.DeepEqual(in, out) {
+			t.Fatalf("other members changed: %q → %q", data, got)
+		}
+	})
+}
+
+// TestImpPickPort: the daemon's port is a free loopback port, the same for
+// the same project while it stays free.
+func TestImpPickPort(t *testing.T) {
+	a, b := impPickPort("/src/proj"), impPickPort("/src/proj")
+	if a != b || !strings.HasPrefix(a, "127.0.0.1:") {
+		t.Fatalf("impPickPort: %q then %q", a, b)
+	}
+	ln, err := net.Listen("tcp", a)
+	if err != nil {
+		t.Fatalf("the chosen port is not free: %v", err)
+	}
+	defer ln.Close()
+	if c := impPickPort("/src/proj"); c == a {
+		t.Errorf("impPickPort chose %s, which is taken", c)
 	}
 }

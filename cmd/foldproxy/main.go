@@ -26,6 +26,7 @@ const usage = `foldproxy: one MCP entry that wraps all your MCP servers and adds
 
 Usage:
   foldproxy serve  --config FILE [--listen ADDR] [--state DIR] [--metrics ADDR]
+  foldproxy run    [--config FILE] [--state DIR] [--agent KIND] [--print] -- <agent> [args...]
   foldproxy import [--from PATH] [--write] [--project DIR] [--name ENTRY] [--out FILE]
   foldproxy report [--audit FILE] [--state DIR] [--session S] [--json]
   foldproxy memory list|show|forget|export|import [--config FILE] [--state DIR] [--project P]
@@ -90,6 +91,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "serve":
 		cmd = &serveCommand{stdin: stdin, stdout: stdout, stderr: stderr}
+	case "run":
+		cmd = &runCommand{stdout: stdout, stderr: stderr}
 	case "import":
 		cmd = &importCommand{stdout: stdout, stderr: stderr}
 	case "report":

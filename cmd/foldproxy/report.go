@@ -448,7 +448,11 @@ func (s *repModelSums) add(r intercept.Record) {
 		s.Output += u.Output
 		s.Billed += u.Billed
 		est := u.Billed
-		if m.ModelledBilled > 0 {
+		switch {
+		case u.CacheRead == 0 && u.CacheWrite == 0 && r.DeliveredTokens > 0:
+			// No prompt cache at work: the bill follows the tokens sent.
+			est = u.Billed * float64(r.ResultTokens) / float64(r.DeliveredTokens)
+		case m.ModelledBilled > 0:
 			est = u.Billed * m.ModelledWithout / m.ModelledBilled
 		}
 		s.EstimatedWithout += est
@@ -465,7 +469,8 @@ type repFold struct {
 // modelEstimateMethod is repModel.EstimateMethod.
 const modelEstimateMethod = "Each request's billed input as the model API reported it, scaled by the ratio of two modelled bills of its input in o200k tokens at the cache prices: " +
 	"without foldproxy (the conversation as the client sent it, the session's previous request read from the cache and the growth written) " +
-	"over as forwarded (read up to the first message that differs from the session's previous forwarded request, the rest written)."
+	"over as forwarded (read up to the first message that differs from the session's previous forwarded request, the rest written); " +
+	"for an answer that reports no cache read or write, by the ratio of the tokens the client sent to those forwarded."
 
 type repBranchKey struct{ session, branch string }
 type repToolKey struct{ upstream, method, tool string }

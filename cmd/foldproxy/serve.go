@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/foldproxy/foldproxy/fold"
@@ -275,11 +277,35 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		}
 		defer stop()
 	}
+	// The daemon serves HTTP on daemonListen, so that the project's stdio
+	// sessions have a model front; it listens before it says it is ready.
+	var daemonLn net.Listener
+	if mode == modeDaemon {
+		if daemonLn, err = listenDaemonHTTP(dir, st.DaemonListen, f.config); err != nil {
+			return err
+		}
+		defer daemonLn.Close() // serveHTTP closes it too; this is for an earlier return
+	}
+	// The HTTP address told to the processes that attach (foldproxy run
+	// points its agent's model endpoint there), once there is one.
+	var httpAddr atomic.Pointer[string]
+	if daemonLn != nil {
+		a := daemonLn.Addr().String()
+		httpAddr.Store(&a)
+	}
 	// Stdio processes of the same project attach to the daemon, or to a
 	// foreground --listen server, over the state folder's socket.
 	var attach *attachFront
 	if mode != modeStdio && daemonSupported {
-		if attach, err = listenAttach(dir, core.srv, attachOptions(mode, f.idleExit, ident, st, logger)); err != nil {
+		ao := attachOptions(mode, f.idleExit, ident, st, logger)
+		ao.HTTP = func() string {
+			if p := httpAddr.Load(); p != nil {
+				return *p
+			}
+			return ""
+		}
+		ao.HoldReady = core.waitUpstreams
+		if attach, err = listenAttach(dir, core.srv, ao); err != nil {
 			return err
 		}
 		fan.set(attach.srv)
@@ -288,6 +314,13 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	switch mode {
 	case modeDaemon:
 		logger.Info("foldproxy daemon serving the project's stdio sessions", "upstreams", len(cfg.Servers), "state", dir, "config", f.config)
+		if daemonLn != nil {
+			stop, err := core.serveDaemonHTTP(ctx, daemonLn, token)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
 		c.sayReady()
 		return attach.serve(ctx)
 	case modeStdio:
@@ -305,6 +338,8 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	a := ln.Addr().String()
+	httpAddr.Store(&a)
 	logger.Info("foldproxy serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp", "upstreams", len(cfg.Servers), "state", dir)
 	logger.Info("foldproxy serving the model APIs", "ANTHROPIC_BASE_URL", "http://"+ln.Addr().String(),
 		"anthropic", st.Model.AnthropicURL, "openai", st.Model.OpenAIURL)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -262,6 +263,7 @@ type coreConfig struct {
 type serveCore struct {
 	st             policy.Settings
 	logger         *slog.Logger
+	auditPath      string // the audit log ("-": none), which the page reads
 	metrics        *intercept.Metrics
 	store          fold.Store
 	set            *upstreams.Set
@@ -280,7 +282,7 @@ type serveCore struct {
 // the parts already open are closed before it returns the error.
 func openCore(ctx context.Context, cc coreConfig) (_ *serveCore, err error) {
 	st, logger := cc.settings, cc.logger
-	c := &serveCore{st: st, logger: logger, metrics: intercept.NewMetrics()}
+	c := &serveCore{st: st, logger: logger, metrics: intercept.NewMetrics(), auditPath: cc.auditPath}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -613,6 +615,20 @@ func (c *serveCore) warnLongNames(ctx context.Context, entry string) {
 	c.srv.WarnLongNames(entry)
 }
 
+// waitUpstreams waits until every upstream has been up once, at most
+// readyWait (what a session's first tools/list waits too): "foldproxy
+// run" starts its agent after it, so that an agent that lists the tools
+// once and never again (codex exec) has them all.
+func (c *serveCore) waitUpstreams(ctx context.Context) {
+	wctx, cancel := context.WithTimeout(ctx, c.st.ReadyWait.D())
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, u := range c.set.All() {
+		wg.Go(func() { _ = u.WaitReady(wctx) })
+	}
+	wg.Wait()
+}
+
 // newModelFront makes a model front with the shared fold core: the
 // manager's model state, the scrubber, the token counter, the audit log and
 // the metrics. The HTTP front has one; the forward proxy one per
@@ -627,9 +643,10 @@ func (c *serveCore) newModelFront(o proxy.ModelOptions) (*proxy.ModelHandler, er
 			clean, _, err := c.scrubber.ScrubText(sctx, text)
 			return clean, err
 		},
-		Count:    c.counter.CountText,
-		Guidance: wireGuidance(c.st.Model.Guidance),
-		AutoFold: wireAutoFold(c.st.Model),
+		Count:        c.counter.CountText,
+		ChargedOnMCP: chargedOnMCP,
+		Guidance:     wireGuidance(c.st.Model.Guidance),
+		AutoFold:     wireAutoFold(c.st.Model),
 	}
 	o.CacheRead, o.CacheWrite = c.st.Model.Prices.CacheRead, c.st.Model.Prices.CacheWrite
 	o.Observer = c.observer()
@@ -652,6 +669,15 @@ func wireAutoFold(m policy.Model) modelwire.AutoFold {
 		NoSuperseded: !a.OnSuperseded(), NoRepeats: !a.OnRepeats(), Exclude: a.Exclude,
 		ReadPrice: m.Prices.CacheRead, WritePrice: m.Prices.CacheWrite, MinRequests: a.MinRequests,
 	}
+}
+
+// chargedOnMCP reports whether a model-wire tool name is one of an MCP
+// server's, whose results foldproxy charged on the MCP wire already:
+// Claude Code's and Codex's names (mcp__<server>__<tool>, the latter
+// joined from its namespace) and OpenCode's for foldproxy's entry
+// (foldproxy_<tool>, the entry name "foldproxy run" and the README use).
+func chargedOnMCP(name string) bool {
+	return strings.HasPrefix(name, "mcp__") || strings.HasPrefix(name, "foldproxy_")
 }
 
 // newRemoteFront makes the front of the remote MCP servers intercepted in
@@ -781,6 +807,9 @@ func (c *serveCore) httpHandler(listen, token string) (handler http.Handler, clo
 	guard := h.(*proxy.HTTPHandler).Guard
 	mux.Handle("/metrics", guard(c.metrics.Handler()))
 	mux.Handle("/healthz", guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })))
+	ui := newUIHandler(c.auditPath, c.store, guard, c.logger)
+	mux.Handle("/ui", ui)
+	mux.Handle("/ui/", ui)
 	mux.Handle("/", model)
 	closeStreams = func() {}
 	if cl, ok := h.(interface{ Close() error }); ok {
@@ -819,4 +848,80 @@ func serveHTTP(ctx context.Context, ln net.Listener, handler http.Handler, onShu
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return nil
+}
+
+// daemonAddrName is the file in the state folder that keeps the address
+// the daemon's HTTP listener last had, so that a daemon started again
+// (after the last one exited or died) serves the model front where the
+// agents of the project already send their requests.
+const daemonAddrName = "daemon.addr"
+
+// listenDaemonHTTP listens on the daemon's HTTP address (foldproxy.
+// daemonListen, a loopback address; nil for "off"). With port 0 it tries
+// the address the previous daemon had first, then any free port; the
+// address it got is written to the state folder. A fixed port that is
+// taken is an error that says what to change.
+func listenDaemonHTTP(dir, addr, configPath string) (net.Listener, error) {
+	if addr == policy.DaemonListenOff {
+		return nil, nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("foldproxy.daemonListen %q: %w", addr, err)
+	}
+	path := filepath.Join(dir, daemonAddrName)
+	var ln net.Listener
+	if port == "0" {
+		if b, rerr := os.ReadFile(path); rerr == nil {
+			if prev := strings.TrimSpace(string(b)); prevHostMatches(prev, host) {
+				ln, _ = net.Listen("tcp", prev)
+			}
+		}
+	}
+	if ln == nil {
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("the daemon cannot serve HTTP on foldproxy.daemonListen %s: %w (another program may hold the port: set another in %s, and in the agent's model endpoint if a setting names it, e.g. ANTHROPIC_BASE_URL in .claude/settings.json)", addr, err, configPath)
+		}
+	}
+	if err := os.WriteFile(path, []byte(ln.Addr().String()+"\n"), 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("state folder %s: %w", dir, err)
+	}
+	return ln, nil
+}
+
+// prevHostMatches reports whether prev, an address a daemon listened on,
+// is on host (the configured one; localhost means the loopback IPs).
+func prevHostMatches(prev, host string) bool {
+	h, _, err := net.SplitHostPort(prev)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		ip := net.ParseIP(h)
+		return ip != nil && ip.IsLoopback()
+	}
+	return h == host || net.ParseIP(h).Equal(net.ParseIP(host))
+}
+
+// serveDaemonHTTP serves the daemon's HTTP front on ln (the same handler
+// as --listen: /mcp, the model APIs, /metrics, /healthz, /ui) until stop,
+// which shuts it down.
+func (c *serveCore) serveDaemonHTTP(ctx context.Context, ln net.Listener, token string) (stop func(), err error) {
+	handler, closeStreams, err := c.httpHandler(ln.Addr().String(), token)
+	if err != nil {
+		return nil, err
+	}
+	base := "http://" + ln.Addr().String()
+	c.logger.Info("foldproxy daemon serving the model front for the project's sessions", "ANTHROPIC_BASE_URL", base,
+		"OPENAI_BASE_URL", base+"/v1", "mcp", base+"/mcp", "anthropic", c.st.Model.AnthropicURL, "openai", c.st.Model.OpenAIURL)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- serveHTTP(ctx, ln, handler, closeStreams) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			c.logger.Warn("the daemon's HTTP front", "err", err)
+		}
+	}, nil
 }

@@ -298,7 +298,13 @@ func (a *applier) chargedOnMCP(name string) bool {
 
 var (
 	reBranchID = regexp.MustCompile(`"branch_id"\s*:\s*"([^"\\]+)"`)
-	reSuccess  = regexp.MustCompile(`"success"\s*:\s*true|^\s*\{"tokens_used"\s*:`)
+	// reSuccess recognises a successful branch_return answer however the
+	// client wraps the MCP result for its model: as it is; after a
+	// header on lines of its own (Codex 0.169: a first text part "Wall
+	// time: 0.002 seconds\nOutput:", or one text "...Output:\n{...}");
+	// or inside the JSON of the MCP content array (Codex before, whose
+	// output was the serialized [{"type":"text","text":"{...}"}]).
+	reSuccess = regexp.MustCompile(`"success"\s*:\s*true|(?m:^)\s*\{"tokens_used"\s*:|"text"\s*:\s*"\{"tokens_used"\s*:`)
 )
 
 // createdID finds the new branch's id in branch_create's answer: the first
@@ -757,7 +763,15 @@ func (a *applier) foldEdits() {
 		if c.d == Anthropic {
 			a.mergeTail(sp)
 		}
-		a.edits = append(a.edits, edit{c.msgs[sp.start-1].sp.e, c.msgs[sp.end].sp.e, nil})
+		// Items of the span that are not the conversation's (roleItem)
+		// stay, in order.
+		var kept []byte
+		for i := sp.start; i <= sp.end; i++ {
+			if m := &c.msgs[i]; m.role == roleItem {
+				kept = append(append(kept, ','), c.body[m.sp.s:m.sp.e]...)
+			}
+		}
+		a.edits = append(a.edits, edit{c.msgs[sp.start-1].sp.e, c.msgs[sp.end].sp.e, kept})
 	}
 }
 

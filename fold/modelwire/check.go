@@ -141,6 +141,8 @@ func checkOpenAI(c *conv) error {
 	for i := range c.msgs {
 		m := &c.msgs[i]
 		switch {
+		case m.role == roleItem:
+			// An unknown item: no part of the call/result structure.
 		case m.role == "tool":
 			for _, r := range m.results {
 				if !pending[r.callID] {

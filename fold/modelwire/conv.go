@@ -281,6 +281,12 @@ func parseResponsesItem(b []byte, el span) (msg, error) {
 	case "function_call", "custom_tool_call":
 		m.role = "assistant"
 		cl := call{id: o.str("call_id"), name: o.str("name")}
+		// Codex puts each MCP server's tools in a "namespace" tool and
+		// calls them {"namespace":"mcp__foldproxy","name":"branch_create"}:
+		// the full name is the one the client knows.
+		if ns := o.str("namespace"); ns != "" {
+			cl.name = ns + "__" + cl.name
+		}
 		if typ == "function_call" {
 			cl.input = o.str("arguments")
 		} else {
@@ -296,11 +302,35 @@ func parseResponsesItem(b []byte, el span) (msg, error) {
 		}
 		m.results = append(m.results, r)
 	default:
-		// reasoning, web_search_call, local_shell_call, item_reference...:
-		// the model's side of the conversation.
-		m.role = "assistant"
+		if responsesModelItems[typ] {
+			// reasoning, web_search_call, local_shell_call,
+			// item_reference...: the model's side of the conversation.
+			m.role = "assistant"
+			break
+		}
+		// An item this parser does not know (Codex's additional_tools
+		// and configuration_update, say): not the model's words, not a
+		// tool result. It is left as it is, and a fold keeps it.
+		m.role = roleItem
 	}
 	return m, nil
+}
+
+// roleItem is the role of a Responses input item the parser does not
+// know: it takes no part in the conversation's structure, and a fold keeps
+// its bytes where they are.
+const roleItem = "item"
+
+// responsesModelItems are the Responses API's item types that hold the
+// model's side of the conversation (its outputs, and the client's answers
+// to the built-in tools they call), besides messages and function calls.
+var responsesModelItems = map[string]bool{
+	"reasoning": true, "item_reference": true, "compaction": true, "compaction_summary": true,
+	"web_search_call": true, "file_search_call": true, "image_generation_call": true, "code_interpreter_call": true,
+	"computer_call": true, "computer_call_output": true, "local_shell_call": true, "local_shell_call_output": true,
+	"shell_call": true, "shell_call_output": true, "apply_patch_call": true, "apply_patch_call_output": true,
+	"mcp_call": true, "mcp_list_tools": true, "mcp_approval_request": true, "mcp_approval_response": true,
+	"tool_search_call": true, "tool_search_output": true,
 }
 
 // turn returns the run of consecutive assistant messages around i.

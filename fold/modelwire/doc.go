@@ -3,12 +3,15 @@
 // OpenAI Responses) before they are forwarded.
 //
 // Spans. A branch's span starts after the results of the turn that called
-// a tool whose name ends in branch_create (the branch id is read from that
+// a tool whose name (joined to its Responses namespace, as Codex calls MCP
+// tools) ends in branch_create (the branch id is read from that
 // result) and ends with the results of the turn whose branch_return closed
 // it, whose result carried its forced-return notice, or whose result the
 // model wire cut (State's Branch.EndCall). Closing a span closes the spans
-// nested in it. A closed span is folded: its messages go, and the
-// branch_create result becomes the branch's summary; what the span's last
+// nested in it. A closed span is folded: its messages go (Responses input
+// items this package does not know, such as Codex's additional_tools,
+// stay where they were), and the branch_create result becomes the
+// branch's summary; what the span's last
 // user message held besides tool results (text the user typed, reminders)
 // moves to the message of the branch_create result, and a cache breakpoint
 // the removed messages carried moves to its last block. When the turn that

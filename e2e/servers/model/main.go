@@ -1,6 +1,8 @@
 // Command model is a scripted model server: it speaks the Anthropic
 // Messages API (POST /v1/messages, streamed and not, and
-// /v1/messages/count_tokens) the way the real API does, plays a script of
+// /v1/messages/count_tokens), OpenAI's Chat Completions and Responses APIs
+// (POST /v1/chat/completions, /v1/responses, streamed and not; GET
+// /v1/models) the way the real APIs do, plays a script of
 // assistant turns, and records every request it receives. It is the one
 // stand-in the end-to-end tests and benchmarks allow on the model wire: no
 // model is reachable from the test machine.

@@ -136,12 +136,23 @@ type request struct {
 // (a title, a quota probe) that repeats the prompt without the tools gets
 // the fallback rather than a tool call.
 func (sc *Script) pick(req *request, body []byte) (string, []Block) {
+	text := ""
 	if last := lastTurnMessage(req.Messages); last != nil {
-		text := strings.Join(stringsOf(last), "\n")
-		offered := map[string]bool{}
-		for _, t := range req.Tools {
-			offered[t.Name] = true
-		}
+		text = strings.Join(stringsOf(last), "\n")
+	}
+	offered := map[string]bool{}
+	for _, t := range req.Tools {
+		offered[t.Name] = true
+	}
+	return sc.pickFor(text, offered, body)
+}
+
+// pickFor returns the turn to play for a request (body) whose last message
+// holds text and which offers the tools named in offered: the last turn
+// whose Match strings all occur in text, whose calls name offered tools and
+// whose Capture, if any, matches the body, else the fallback.
+func (sc *Script) pickFor(text string, offered map[string]bool, body []byte) (string, []Block) {
+	if text != "" {
 		for i := len(sc.Turns) - 1; i >= 0; i-- {
 			t := sc.Turns[i]
 			if !matches(text, t.Match) || !callsOffered(t.Content, offered) {

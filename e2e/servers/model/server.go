@@ -70,6 +70,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
 		s.messages(w, r, seq, body)
+	case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/v1/responses"):
+		s.openai(w, r, seq, body, r.URL.Path == "/v1/responses")
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
+		s.record(seq, r, body, "models", "")
+		name := s.sc.Model
+		if name == "" {
+			name = "scripted-model"
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{"id": name, "object": "model", "created": 0, "owned_by": "foldproxy-e2e"}}})
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/count_tokens":
 		if err := validate(body, false); err != nil {
 			s.record(seq, r, body, "", err.Error())
