@@ -296,3 +296,44 @@ func (m *Manager) recallFold(ctx context.Context, handle string, offset, limit i
 }
 
 var _ modelwire.Folder = modelState{}
+
+// recordRecallCall is the kind of the records of the added recall tool's
+// calls (modelwire.RecallCaller), by tool-use id.
+const recordRecallCall = "rc"
+
+var _ modelwire.RecallCaller = modelState{}
+
+// RecordRecallCalls implements modelwire.RecallCaller.
+func (s modelState) RecordRecallCalls(ctx context.Context, calls []modelwire.RecallCall) error {
+	var b Batch
+	for _, c := range calls {
+		if c.ID == "" {
+			continue
+		}
+		b.Records = append(b.Records, BatchRecord{Kind: recordRecallCall, ID: c.ID, Value: []byte(c.Input)})
+	}
+	if len(b.Records) == 0 {
+		return nil
+	}
+	if err := s.m.commit(context.WithoutCancel(ctx), &b); err != nil {
+		return fmt.Errorf("fold: record %d recall calls: %w", len(b.Records), err)
+	}
+	return nil
+}
+
+// RecallCalls implements modelwire.RecallCaller.
+func (s modelState) RecallCalls(ctx context.Context, ids []string) (map[string]modelwire.RecallCall, error) {
+	rr, ok := s.m.store.(RecordReader)
+	if !ok {
+		return nil, nil
+	}
+	got, err := rr.GetRecords(ctx, recordRecallCall, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]modelwire.RecallCall, len(got))
+	for id, v := range got {
+		out[id] = modelwire.RecallCall{ID: id, Input: string(v)}
+	}
+	return out, nil
+}

@@ -287,7 +287,7 @@ func (h *ModelHandler) newTarget(name, field, raw string, tr http.RoundTripper) 
 			if c := modelCallOf(resp.Request.Context()); c != nil {
 				c.upstreamStatus = resp.StatusCode
 				if c.dialect != modelPassthrough && resp.StatusCode < 300 && resp.Body != nil {
-					resp.Body = newUsageTap(resp.Body, resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding"), &c.usage)
+					resp.Body = newUsageTap(resp.Body, resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding"), &c.usage, c.recall)
 				}
 			}
 			return nil
@@ -327,7 +327,8 @@ type modelCall struct {
 	dialect        string
 	upstreamStatus int
 	unreachable    bool
-	usage          ModelUsage // filled as the answer is relayed
+	usage          ModelUsage   // filled as the answer is relayed
+	recall         *recallCalls // watches the answer for calls of the added recall tool
 }
 
 type modelCallKey struct{}
@@ -481,6 +482,16 @@ func (h *ModelHandler) fold(w http.ResponseWriter, r *http.Request, rt modelRout
 	ev.Changed, ev.Folded, ev.Guidance = res.Changed, len(res.Folded), res.Guidance
 	ev.TokensBefore, ev.TokensAfter = res.TokensBefore, res.TokensAfter
 	ev.AutoFold = res.AutoFold
+	if rc, ok := h.state.(modelwire.RecallCaller); ok && res.AutoFold.RecallTool {
+		if c := modelCallOf(r.Context()); c != nil {
+			ctx := r.Context()
+			c.recall = newRecallCalls(func(calls []modelwire.RecallCall) {
+				if err := rc.RecordRecallCalls(ctx, calls); err != nil {
+					h.log.Warn("model front: recording calls of the recall tool", "err", err)
+				}
+			})
+		}
+	}
 	out := res.Body
 	if out == nil {
 		out = body

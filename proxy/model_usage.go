@@ -40,6 +40,7 @@ type usageTap struct {
 	rc     io.ReadCloser
 	stream bool
 	usage  *ModelUsage
+	recall *recallCalls // nil: no recall tool to watch for
 
 	// dec, when the answer is compressed, decodes what was read so far
 	// from pr's other end.
@@ -55,9 +56,9 @@ type usageTap struct {
 // maxUsageBody bounds the JSON answer kept to read its usage.
 const maxUsageBody = 8 << 20
 
-func newUsageTap(rc io.ReadCloser, contentType, encoding string, usage *ModelUsage) io.ReadCloser {
+func newUsageTap(rc io.ReadCloser, contentType, encoding string, usage *ModelUsage, recall *recallCalls) io.ReadCloser {
 	mt := strings.ToLower(strings.TrimSpace(strings.SplitN(contentType, ";", 2)[0]))
-	t := &usageTap{rc: rc, stream: mt == "text/event-stream", usage: usage}
+	t := &usageTap{rc: rc, stream: mt == "text/event-stream", usage: usage, recall: recall}
 	if !t.stream && mt != "application/json" {
 		return rc
 	}
@@ -159,10 +160,16 @@ func (t *usageTap) feed(b []byte) {
 func (t *usageTap) event(line []byte) {
 	line = bytes.TrimRight(line, "\r")
 	data, ok := bytes.CutPrefix(line, []byte("data:"))
-	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
+	if !ok {
 		return
 	}
-	readUsage(bytes.TrimSpace(data), t.usage)
+	data = bytes.TrimSpace(data)
+	if t.recall != nil {
+		t.recall.event(data)
+	}
+	if bytes.Contains(data, []byte(`"usage"`)) {
+		readUsage(data, t.usage)
+	}
 }
 
 // finish reads a JSON answer at its end.
@@ -173,6 +180,12 @@ func (t *usageTap) finish() {
 	t.fin = true
 	if !t.stream && !t.over && len(t.body) > 0 {
 		readUsage(t.body, t.usage)
+		if t.recall != nil {
+			t.recall.answer(t.body)
+		}
+	}
+	if t.stream && t.recall != nil {
+		t.recall.end()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"io"
 	"net/http/httptest"
+	"reflect"
 	"testing"
 	"testing/iotest"
 
@@ -41,7 +42,7 @@ func TestUsageTap(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var u ModelUsage
-			rc := newUsageTap(io.NopCloser(iotest.OneByteReader(bytes.NewReader([]byte(tc.body)))), tc.ctype, tc.enc, &u)
+			rc := newUsageTap(io.NopCloser(iotest.OneByteReader(bytes.NewReader([]byte(tc.body)))), tc.ctype, tc.enc, &u, nil)
 			got, err := io.ReadAll(rc)
 			if err != nil || string(got) != tc.body {
 				t.Fatalf("the answer was not relayed as it came: %v", err)
@@ -57,7 +58,7 @@ func TestUsageTap(t *testing.T) {
 func TestUsageTapClosedEarly(t *testing.T) {
 	var u ModelUsage
 	body := gzipOf(t, `{"usage":{"input_tokens":5}}`)
-	rc := newUsageTap(io.NopCloser(bytes.NewReader(body)), "application/json", "gzip", &u)
+	rc := newUsageTap(io.NopCloser(bytes.NewReader(body)), "application/json", "gzip", &u, nil)
 	buf := make([]byte, 3)
 	_, _ = rc.Read(buf)
 	if err := rc.Close(); err != nil {
@@ -126,5 +127,50 @@ func TestModelSessionNames(t *testing.T) {
 	grown := []byte(`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}`)
 	if modelSession(httptest.NewRequest("POST", "/v1/messages", nil), modelwire.Anthropic, grown) != a {
 		t.Fatal("a conversation without a header changed sessions as it grew")
+	}
+}
+
+// TestRecallCallsFromAnswers: the calls of the added recall tool are read
+// from the three dialects' streams and JSON answers, each as soon as it is
+// whole, other tools' calls left alone.
+func TestRecallCallsFromAnswers(t *testing.T) {
+	tests := []struct {
+		name, ctype, body string
+		want              []modelwire.RecallCall
+	}{
+		{"anthropic stream", "text/event-stream",
+			"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"branch_recall\",\"input\":{}}}\n\n" +
+				"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_2\",\"name\":\"Bash\",\"input\":{}}}\n\n" +
+				"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"handle\\\":\\\"af~1\"}}\n\n" +
+				"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"command\\\":\\\"ls\\\"}\"}}\n\n" +
+				"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"23\\\"}\"}}\n\n" +
+				"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+			[]modelwire.RecallCall{{ID: "toolu_1", Input: `{"handle":"af~123"}`}}},
+		{"responses stream", "text/event-stream",
+			"event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"function_call\",\"call_id\":\"call_9\",\"name\":\"branch_recall\",\"arguments\":\"{\\\"handle\\\":\\\"af~9\\\"}\"}}\n\n",
+			[]modelwire.RecallCall{{ID: "call_9", Input: `{"handle":"af~9"}`}}},
+		{"chat stream", "text/event-stream",
+			"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_c\",\"function\":{\"name\":\"branch_recall\",\"arguments\":\"\"}}]}}]}\n\n" +
+				"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"handle\\\":\"}}]}}]}\n\n" +
+				"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\\\"af~7\\\"}\"}}]}}]}\n\n" +
+				"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n",
+			[]modelwire.RecallCall{{ID: "call_c", Input: `{"handle":"af~7"}`}}},
+		{"anthropic json", "application/json", `{"content":[{"type":"tool_use","id":"toolu_j","name":"branch_recall","input":{"handle":"af~5"}}]}`,
+			[]modelwire.RecallCall{{ID: "toolu_j", Input: `{"handle":"af~5"}`}}},
+		{"other tools only", "text/event-stream", "data: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"shell\",\"arguments\":\"{}\"}}\n\n", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []modelwire.RecallCall
+			var u ModelUsage
+			rc := newUsageTap(io.NopCloser(iotest.OneByteReader(bytes.NewReader([]byte(tc.body)))), tc.ctype, "", &u,
+				newRecallCalls(func(c []modelwire.RecallCall) { got = append(got, c...) }))
+			if b, err := io.ReadAll(rc); err != nil || string(b) != tc.body {
+				t.Fatalf("relayed %q, %v", b, err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("recall calls %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }

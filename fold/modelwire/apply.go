@@ -575,6 +575,9 @@ func (d *delivery) setValue(v string) { d.value, d.parts, d.notice, d.text = &v,
 // automatically when that is on, then makes the edits.
 func (a *applier) results(removed []bool) error {
 	c := a.c
+	if _, err := a.rewrittenRecalls(); err != nil {
+		return err
+	}
 	for i := range c.msgs {
 		if removed[i] {
 			continue

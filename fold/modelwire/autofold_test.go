@@ -531,3 +531,68 @@ func TestAutoFoldGenerated(t *testing.T) {
 	}
 	t.Logf("folds by kind: %v", kinds)
 }
+
+// recallFolder is a folderState that remembers recall calls.
+type recallFolder struct {
+	*folderState
+	calls map[string]RecallCall
+}
+
+func (s *recallFolder) RecordRecallCalls(_ context.Context, calls []RecallCall) error {
+	for _, c := range calls {
+		s.calls[c.ID] = c
+	}
+	return nil
+}
+
+func (s *recallFolder) RecallCalls(_ context.Context, ids []string) (map[string]RecallCall, error) {
+	out := map[string]RecallCall{}
+	for _, id := range ids {
+		if c, ok := s.calls[id]; ok {
+			out[id] = c
+		}
+	}
+	return out, nil
+}
+
+// TestAutoFoldRecallRewritten: a client that rewrites a call of the added
+// recall tool (OpenCode names it "invalid" and drops its input) gets the
+// call put back as the model made it, and answered.
+func TestAutoFoldRecallRewritten(t *testing.T) {
+	st := &recallFolder{folderState: newFolder(), calls: map[string]RecallCall{}}
+	s := script{}
+	for i := 1; i <= 25; i++ {
+		s.turns = append(s.turns, sturn{calls: []scall{{id: fmt.Sprintf("c%d", i), name: "Bash", input: fmt.Sprintf(`{"command":"cat f%d"}`, i), result: output(fmt.Sprintf("f%d", i), 400)}}})
+	}
+	res := mustApply(t, OpenAIResponses, renderNoFoldTools(s, OpenAIResponses), st, onOpts())
+	rec := res.AutoFold.New[0]
+	input := fmt.Sprintf(`{"handle":%q}`, rec.Handle)
+	// What the model said, as the front records it from the answer.
+	_ = st.RecordRecallCalls(context.Background(), []RecallCall{{ID: "rc", Input: input}})
+	s.turns = append(s.turns, sturn{calls: []scall{{id: "rc", name: "invalid",
+		input:  `{"tool":"branch_recall","error":"Model tried to call unavailable tool 'branch_recall'."}`,
+		result: "The arguments provided to the tool are invalid: Model tried to call unavailable tool 'branch_recall'."}}})
+	res = mustApply(t, OpenAIResponses, renderNoFoldTools(s, OpenAIResponses), st, onOpts())
+	if res.AutoFold.Recalls != 1 {
+		t.Fatalf("%d recalls answered", res.AutoFold.Recalls)
+	}
+	c, err := parseConv(OpenAIResponses, res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.callName("rc") != "branch_recall" || c.callInput("rc") != input {
+		t.Fatalf("the call is %q %q, want it as the model made it", c.callName("rc"), c.callInput("rc"))
+	}
+	var page struct{ Text string }
+	if err := json.Unmarshal([]byte(resultText(t, OpenAIResponses, res.Body, "rc")), &page); err != nil || page.Text != st.archive[rec.Handle] {
+		t.Fatalf("the answer is not the folded text: %v", err)
+	}
+}
+
+func (c *conv) callInput(id string) string {
+	r, ok := c.calls[id]
+	if !ok {
+		return ""
+	}
+	return c.msgs[r.msg].calls[r.idx].input
+}

@@ -44,6 +44,9 @@ type block struct {
 type call struct {
 	id, name string
 	input    string // arguments as sent (raw JSON object or JSON-encoded string's content)
+	// nameSp and inputSp are the spans of the name and input values (the
+	// input is an object for Anthropic, a string for OpenAI).
+	nameSp, inputSp span
 }
 
 // result is one tool result.
@@ -199,8 +202,9 @@ func parseAnthropicMsg(b []byte, el span) (msg, error) {
 		switch blk.typ {
 		case "tool_use", "server_tool_use", "mcp_tool_use":
 			cl := call{id: bo.str("id"), name: bo.str("name")}
+			cl.nameSp, _ = bo.get("name")
 			if in, ok := bo.get("input"); ok {
-				cl.input = string(b[in.s:in.e])
+				cl.input, cl.inputSp = string(b[in.s:in.e]), in
 			}
 			if blk.typ == "tool_use" {
 				m.calls = append(m.calls, cl)
@@ -248,6 +252,8 @@ func parseChatMsg(b []byte, el span) (msg, error) {
 					return msg{}, err
 				}
 				cl.name, cl.input = fo.str("name"), fo.str("arguments")
+				cl.nameSp, _ = fo.get("name")
+				cl.inputSp, _ = fo.get("arguments")
 			} else if cv, ok := to.get("custom"); ok && b[cv.s] == '{' {
 				co, err := parseObj(b, cv)
 				if err != nil {
@@ -281,6 +287,7 @@ func parseResponsesItem(b []byte, el span) (msg, error) {
 	case "function_call", "custom_tool_call":
 		m.role = "assistant"
 		cl := call{id: o.str("call_id"), name: o.str("name")}
+		cl.nameSp, _ = o.get("name")
 		// Codex puts each MCP server's tools in a "namespace" tool and
 		// calls them {"namespace":"mcp__foldproxy","name":"branch_create"}:
 		// the full name is the one the client knows.
@@ -289,8 +296,10 @@ func parseResponsesItem(b []byte, el span) (msg, error) {
 		}
 		if typ == "function_call" {
 			cl.input = o.str("arguments")
+			cl.inputSp, _ = o.get("arguments")
 		} else {
 			cl.input = o.str("input")
+			cl.inputSp, _ = o.get("input")
 		}
 		m.calls = append(m.calls, cl)
 	case "function_call_output", "custom_tool_call_output":

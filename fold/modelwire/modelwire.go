@@ -270,3 +270,21 @@ type Folder interface {
 	// the model wire adds to an agent that lacks foldproxy's own.
 	RecallFold(ctx context.Context, handle string, offset, maxTokens int) (string, error)
 }
+
+// RecallCall is a call the model made of the recall tool Apply adds to an
+// agent that lacks foldproxy's own (see recalltool.go), as the model made
+// it: its tool-use id and input.
+type RecallCall struct {
+	ID    string `json:"id"`
+	Input string `json:"input"`
+}
+
+// RecallCaller is implemented by a Folder that remembers the calls of the
+// added recall tool, which the front reads from the model's answers before
+// the agent sees them: some clients rewrite a call of a tool they do not
+// know (OpenCode renames it "invalid" and drops its input), and Apply puts
+// such a call back as the model made it, and answers it.
+type RecallCaller interface {
+	RecordRecallCalls(ctx context.Context, calls []RecallCall) error
+	RecallCalls(ctx context.Context, ids []string) (map[string]RecallCall, error)
+}

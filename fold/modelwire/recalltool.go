@@ -3,6 +3,7 @@ package modelwire
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 
 	"strings"
 
@@ -87,6 +88,69 @@ func toolNameOf(b []byte, el span, d Dialect) string {
 		}
 	}
 	return ""
+}
+
+// rewrittenRecalls finds the calls of the added recall tool that the
+// client rewrote: calls of tools the request does not offer, which the
+// State remembers as recall calls. It restores each as the model made it
+// (name and input) and returns them by id.
+func (a *applier) rewrittenRecalls() (map[string]bool, error) {
+	rc, ok := a.st.(RecallCaller)
+	if !ok || !a.recallTool {
+		return nil, nil
+	}
+	offered := a.offeredTools()
+	var ids []string
+	for i := range a.c.msgs {
+		for _, cl := range a.c.msgs[i].calls {
+			if cl.id != "" && cl.name != toolRecall && !offered[cl.name] {
+				ids = append(ids, cl.id)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	got, err := rc.RecallCalls(a.ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("modelwire: read the recall calls: %w", err)
+	}
+	out := map[string]bool{}
+	for id, call := range got {
+		ref := a.c.calls[id]
+		cl := &a.c.msgs[ref.msg].calls[ref.idx]
+		if !cl.nameSp.ok() || !cl.inputSp.ok() || !jsonscan.Valid([]byte(call.Input)) {
+			continue
+		}
+		a.edits = append(a.edits, edit{cl.nameSp.s, cl.nameSp.e, jsonscan.Quote(toolRecall)})
+		if a.c.body[cl.inputSp.s] == '"' {
+			a.edits = append(a.edits, edit{cl.inputSp.s, cl.inputSp.e, jsonscan.Quote(call.Input)})
+		} else {
+			a.edits = append(a.edits, edit{cl.inputSp.s, cl.inputSp.e, []byte(call.Input)})
+		}
+		cl.name, cl.input = toolRecall, call.Input
+		out[id] = true
+	}
+	return out, nil
+}
+
+// offeredTools are the names of the request's tools.
+func (a *applier) offeredTools() map[string]bool {
+	out := map[string]bool{}
+	tools, ok := a.c.top.get("tools")
+	if !ok || a.c.body[tools.s] != '[' {
+		return out
+	}
+	els, err := elements(a.c.body, tools)
+	if err != nil {
+		return out
+	}
+	for _, el := range els {
+		if n := toolNameOf(a.c.body, el, a.c.d); n != "" {
+			out[n] = true
+		}
+	}
+	return out
 }
 
 // recallCall answers a call of the added recall tool: the page it asks for
