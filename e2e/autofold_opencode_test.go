@@ -118,7 +118,7 @@ func TestOpenCodeAutoFold(t *testing.T) {
 		last := recs[len(recs)-1]
 		var tl struct {
 			Tools []struct{ Name, Type string } `json:"tools"`
-			Input []json.RawMessage            `json:"input"`
+			Input []json.RawMessage             `json:"input"`
 		}
 		_ = json.Unmarshal(last.Body, &tl)
 		t.Logf("last items: %.600s", tl.Input[len(tl.Input)-2:])
