@@ -81,6 +81,55 @@ type Stats struct {
 	Errors []string
 }
 
+// Meter bills a sequence of requests (one conversation's, in order)
+// under prompt caching: each request reads from the cache what it shares
+// with the request before it, piece by piece (the head: system prompt and
+// tools; then each message, cache_control markers left out), up to the
+// first piece that differs, and writes the rest.
+type Meter struct {
+	Count                 Counter
+	ReadPrice, WritePrice float64 // default 0.1 and 1.25
+
+	prev []piece
+	// Requests, Billed, Reads and Writes add up the requests measured;
+	// ContextSum and Peak their size; PrefixHeld counts the requests that
+	// started with the whole request before them, of Successive.
+	Requests, PrefixHeld, Successive, Peak int
+	Billed                                 float64
+	Reads, Writes, ContextSum              int64
+	Last                                   int // the size of the last request
+}
+
+// Add measures one request.
+func (m *Meter) Add(body []byte) error {
+	if m.ReadPrice == 0 {
+		m.ReadPrice, m.WritePrice = 0.1, 1.25
+	}
+	ps, err := layout(body, m.Count)
+	if err != nil {
+		return err
+	}
+	total := sumTokens(ps)
+	held, whole := heldTokens(m.prev, ps)
+	m.Requests++
+	m.ContextSum += int64(total)
+	m.Peak = max(m.Peak, total)
+	m.Reads += int64(held)
+	m.Writes += int64(total - held)
+	m.Billed += m.ReadPrice*float64(held) + m.WritePrice*float64(total-held)
+	if m.prev != nil {
+		m.Successive++
+		if whole {
+			m.PrefixHeld++
+		}
+	}
+	m.prev, m.Last = ps, total
+	return nil
+}
+
+// Restart starts a new conversation: its first request reads nothing.
+func (m *Meter) Restart() { m.prev = nil }
+
 // Play plays trajs through the model front at front (for example
 // "http://127.0.0.1:8765"), whose model API is up.
 func Play(ctx context.Context, hc *http.Client, front string, up *Upstream, trajs []trajectory.Trajectory, opt Options) (Stats, error) {
@@ -166,7 +215,7 @@ func (c *Conversation) body() []byte {
 func playOne(ctx context.Context, hc *http.Client, front string, up *Upstream, conv string, tasks []trajectory.Trajectory, opt Options, st *Stats) error {
 	st.Conversations++
 	var c Conversation
-	var prev []piece
+	meter := Meter{Count: opt.Count, ReadPrice: opt.ReadPrice, WritePrice: opt.WritePrice}
 	shown := map[string]string{} // tool-use id -> its text as the model first saw it
 	var last []byte
 	send := func() error {
@@ -180,28 +229,9 @@ func playOne(ctx context.Context, hc *http.Client, front string, up *Upstream, c
 			st.Invalid++
 			st.fail("%s request %d: invalid: %v", conv, len(c.msgs), err)
 		}
-		ps, err := layout(fwd, opt.Count)
-		if err != nil {
+		if err := meter.Add(fwd); err != nil {
 			return err
 		}
-		total := 0
-		for _, p := range ps {
-			total += p.tokens
-		}
-		held, whole := heldTokens(prev, ps)
-		st.Requests++
-		st.ContextSum += int64(total)
-		st.Peak = max(st.Peak, total)
-		st.Reads += int64(held)
-		st.Writes += int64(total - held)
-		st.Billed += opt.ReadPrice*float64(held) + opt.WritePrice*float64(total-held)
-		if prev != nil {
-			st.Successive++
-			if whole {
-				st.PrefixHeld++
-			}
-		}
-		prev = ps
 		// What the model is shown of each result, the first time.
 		for _, r := range results(fwd) {
 			if _, ok := shown[r.id]; !ok && !stubOf(r.text) {
@@ -219,7 +249,15 @@ func playOne(ctx context.Context, hc *http.Client, front string, up *Upstream, c
 			}
 		}
 	}
-	st.EndSum += int64(sumTokens(prev))
+	st.Requests += meter.Requests
+	st.ContextSum += meter.ContextSum
+	st.Peak = max(st.Peak, meter.Peak)
+	st.Reads += meter.Reads
+	st.Writes += meter.Writes
+	st.Billed += meter.Billed
+	st.Successive += meter.Successive
+	st.PrefixHeld += meter.PrefixHeld
+	st.EndSum += int64(meter.Last)
 	// The folds the last request carries.
 	var folds []result
 	for _, r := range results(last) {

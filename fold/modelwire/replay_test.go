@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldproxy/foldproxy/e2e/replay"
 	"github.com/foldproxy/foldproxy/e2e/trajectory"
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/fold/modelwire"
@@ -135,11 +136,31 @@ func TestTrajectoryReplay(t *testing.T) {
 	opt := modelwire.Options{Count: counter.CountText}
 
 	var folding, plain replayStats
+	// The same two agents' requests billed under prompt caching, and the
+	// same again with automatic folding on (its defaults).
+	var billFolding, billPlain, billFoldingAuto, billPlainAuto replay.Meter
+	for _, mt := range []*replay.Meter{&billFolding, &billPlain, &billFoldingAuto, &billPlainAuto} {
+		mt.Count = counter
+	}
+	auto := opt
+	auto.AutoFold = modelwire.AutoFold{Mode: modelwire.ModeOn}
 	for _, tr := range trs {
 		// A clock that moves two minutes per branch, so the creation rate
 		// limit (per minute) never refuses the scripted agent.
 		m, tool, now := replayManager(t, counter, tr.ID)
 		st := m.ModelState()
+		for _, mt := range []*replay.Meter{&billFolding, &billPlain, &billFoldingAuto, &billPlainAuto} {
+			mt.Restart()
+		}
+		bill := func(mt *replay.Meter, c *convo, o modelwire.Options) {
+			res, err := modelwire.Apply(ctx, modelwire.Anthropic, c.request(), st, o)
+			if err != nil {
+				t.Fatalf("%s: Apply: %v", tr.ID, err)
+			}
+			if err := mt.Add(res.Body); err != nil {
+				t.Fatal(err)
+			}
+		}
 		apply := func(s *replayStats, c *convo) modelwire.Result {
 			res, err := modelwire.Apply(ctx, modelwire.Anthropic, c.request(), st, opt)
 			if err != nil {
@@ -154,6 +175,17 @@ func TestTrajectoryReplay(t *testing.T) {
 				s.reminders++
 			}
 			s.cuts += res.Cut
+			if s == &plain {
+				if err := billPlain.Add(res.Body); err != nil {
+					t.Fatal(err)
+				}
+				bill(&billPlainAuto, c, auto)
+			} else {
+				if err := billFolding.Add(res.Body); err != nil {
+					t.Fatal(err)
+				}
+				bill(&billFoldingAuto, c, auto)
+			}
 			return res
 		}
 
@@ -220,6 +252,18 @@ func TestTrajectoryReplay(t *testing.T) {
 	t.Logf("last request of each trajectory: unfolded %d, folded %d tokens in total (%.1f%%)", folding.finalBefore, folding.finalAfter, 100*float64(folding.finalAfter)/float64(folding.finalBefore))
 	t.Logf("guidance fired: folding agent %d of %d requests; agent that never branches %d of %d requests (mean context %d tokens)",
 		folding.reminders, folding.requests, plain.reminders, plain.requests, plain.before/int64(plain.requests))
+	for _, b := range []struct {
+		name string
+		mt   *replay.Meter
+	}{{"agent that never branches", &billPlain}, {"the same, automatic folding on", &billPlainAuto},
+		{"folding agent", &billFolding}, {"the same, automatic folding on", &billFoldingAuto}} {
+		t.Logf("billed input (cache reads 0.1, writes 1.25) %-32s %.0f (%.1f%% of the agent that never branches without automatic folding); mean context %d, peak %d; prefix held on %d of %d successive requests",
+			b.name+":", b.mt.Billed, 100*b.mt.Billed/billPlain.Billed, b.mt.ContextSum/int64(b.mt.Requests), b.mt.Peak, b.mt.PrefixHeld, b.mt.Successive)
+	}
+	if billPlainAuto.Billed >= billPlain.Billed || billFoldingAuto.Billed >= billFolding.Billed {
+		t.Errorf("automatic folding does not lower the bill: never branching %.0f -> %.0f, folding %.0f -> %.0f",
+			billPlain.Billed, billPlainAuto.Billed, billFolding.Billed, billFoldingAuto.Billed)
+	}
 
 	// Fixed bounds on the deterministic figures (o200k_base).
 	ratio := float64(folding.after) / float64(folding.before)
