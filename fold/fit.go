@@ -78,7 +78,10 @@ type Measured[R any] struct {
 	// Result is the whole result.
 	Result R
 	// Tokens is the result's tokens: all of them, or, with Over, as many
-	// as were counted before counting stopped (a lower bound).
+	// as were counted before counting stopped at the branch's limit (a
+	// lower bound). A result delivered whole is charged Tokens, so a
+	// count may stop early only when the budget is limited (Remaining is
+	// not -1): Over results are never delivered whole.
 	Tokens int
 	Over   bool
 	// Bytes is the result's size. Fit estimates the whole of a result it

@@ -46,7 +46,8 @@ var ErrOverBudget = errors.New("ErrOverBudget")
 // On the way in it attributes the call (refusing it, without calling the
 // upstream, when the branch is closed or unknown) and sets Branch, Parent,
 // Depth and Remaining. On the way out it charges the result under the
-// branch's charge lock: a result that fits is delivered whole; one that
+// branch's charge lock, as fold.Fit decides: a result that fits is
+// delivered whole; one that
 // does not is cut to fit exactly, at a clean boundary, and its remainder is
 // kept under a recall handle named in a cut notice, after which fold
 // force-returns the branch. The result that makes the branch's warning level
