@@ -8,29 +8,32 @@ import (
 	"github.com/foldproxy/foldproxy/policy"
 )
 
-// A wire hands Fit its result and its ways to shape one. Here a result is a
-// text whose tokens are its words, cut at a word; notices go after it, each
-// on its own line.
-func ExampleFit() {
-	count := func(s string) int { return len(strings.Fields(s)) }
-	text := strings.Repeat("line ", 120) // 120 tokens
+// words is a wire for Fit: a result is a text whose tokens are its words,
+// cut after a word; notices go after it, each on its own line.
+type words struct{ text string }
 
-	// A branch of 100 tokens, 20 used, that keeps 10 for its last notice.
+func count(s string) int { return len(strings.Fields(s)) }
+
+func (w words) NoticeTokens(notice string) int { return count(notice) }
+
+func (w words) Attach(r string, tokens int, notices []string) (string, int, error) {
+	return r + "\n" + strings.Join(notices, "\n"), tokens, nil
+}
+
+func (w words) Cut(limit int) (string, fold.Piece, error) {
+	f := strings.Fields(w.text)
+	kept := strings.Join(f[:min(limit, len(f))], " ")
+	return kept, fold.Piece{Kept: count(kept), Bytes: len(kept), RestBytes: len(w.text) - len(kept)}, nil
+}
+
+// A result of 120 tokens comes to a branch of 100 tokens, 20 used, that
+// keeps 10 for the notice of its last result: it is cut to fit, with the
+// notice, and ends the branch.
+func ExampleFit() {
+	text := strings.Repeat("line ", 120)
 	bud := fold.Budget{Branch: "b-7", Total: 100, Used: 20, Remaining: 80, Reserve: 10, Handle: "b-7~1f"}
-	m := fold.Measured[string]{
-		Result: text, Tokens: count(text), Notices: true,
-		NoticeTokens: count,
-		Attach: func(r string, tokens int, notices []string) (string, int, error) {
-			return r + "\n" + strings.Join(notices, "\n"), tokens, nil
-		},
-		Cut: func(limit int) (string, fold.Piece, error) {
-			words := strings.Fields(text)
-			kept := strings.Join(words[:min(limit, len(words))], " ")
-			rest := len(text) - len(kept)
-			return kept, fold.Piece{Kept: count(kept), Bytes: len(kept), RestBytes: rest}, nil
-		},
-	}
-	d := fold.Fit(bud, m, fold.FitOptions[string]{Thresholds: policy.Default().Fold.Thresholds})
+	d := fold.Fit(bud, fold.Measured[string]{Result: text, Tokens: count(text), Notices: true}, words{text},
+		fold.FitOptions[string]{Thresholds: policy.Default().Fold.Thresholds})
 
 	fmt.Println(d.Verdict, d.Tokens, d.Level, d.Forced)
 	fmt.Println(d.Notices[0])

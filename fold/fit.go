@@ -13,7 +13,7 @@ import (
 // structured content), the model wire for tool results in a conversation.
 // What a wire knows, and Fit does not, is how its results are shaped: how
 // one is cut to a number of tokens, where a notice goes and what it costs.
-// A wire hands that over as the functions of a Measured.
+// A wire hands that over as a Wire.
 //
 // The promise Fit keeps: a result never arrives empty without a word. A
 // result is delivered whole only when it leaves the branch its notice
@@ -61,7 +61,7 @@ func (v Verdict) String() string {
 	return verdictNames[v]
 }
 
-// Piece is what a Measured's Cut made of a result: the figures Fit words
+// Piece is what a Wire's Cut made of a result: the figures Fit words
 // its notices with.
 type Piece struct {
 	Kept      int // tokens of the result's own content kept
@@ -69,11 +69,8 @@ type Piece struct {
 	RestBytes int // size of what was cut away (kept under the handle)
 }
 
-// Measured is one result as its wire measured it, and the wire's ways to
-// shape it. R is the wire's form of a result (a JSON result, a kept prefix
-// of a text, ...); Fit passes values of R between the functions and returns
-// the one delivered. The functions must be pure: Fit calls them as often as
-// it needs, and keeps only its verdict.
+// Measured is one result as its wire measured it. R is the wire's form of
+// a result (a JSON result, a kept prefix of a text, ...).
 type Measured[R any] struct {
 	// Result is the whole result.
 	Result R
@@ -94,18 +91,26 @@ type Measured[R any] struct {
 	// cannot is delivered whole or refused: never cut, capped or warned
 	// about, and it needs no reserve.
 	Notices bool
+}
+
+// Wire is how one wire shapes its results of type R, for Fit. Fit passes
+// values of R between its methods and returns the one delivered; the
+// methods must be pure, since Fit calls them as often as it needs and keeps
+// only its verdict. A wire is best a small value type: Fit takes it by
+// value, and a result that fits costs no allocation.
+type Wire[R any] interface {
 	// NoticeTokens is what one notice adds to a result: its tokens, with
 	// whatever the wire puts before it.
-	NoticeTokens func(notice string) int
+	NoticeTokens(notice string) int
 	// Attach returns r with the notices appended, and the exact tokens of
 	// what it built. tokens is r's tokens plus the notices' NoticeTokens,
 	// which is the answer unless attaching changes the count (a wire that
 	// must create the notices' container, say).
-	Attach func(r R, tokens int, notices []string) (R, int, error)
+	Attach(r R, tokens int, notices []string) (R, int, error)
 	// Cut returns the result cut to at most limit tokens of its own
 	// content (limit 0: none of it, only its frame), with the figures of
 	// the cut. Budget cuts keep the head of a result.
-	Cut func(limit int) (R, Piece, error)
+	Cut(limit int) (R, Piece, error)
 }
 
 // Cap is a limit below the budget that a caller sets on one result: keep at
@@ -118,8 +123,8 @@ type Cap[R any] struct {
 	// Notice words the notice of a capped result: kept of total tokens
 	// kept (total estimated when the result was not counted to its end).
 	Notice func(kept, total int, estimated bool) string
-	// Cut cuts the result for the cap, as Measured.Cut does (a head and a
-	// tail, say); nil uses Measured.Cut.
+	// Cut cuts the result for the cap, as Wire.Cut does (a head and a
+	// tail, say); nil uses the wire's Cut.
 	Cut func(limit int) (R, Piece, error)
 }
 
@@ -171,9 +176,9 @@ const estimateBytesPerToken = 4
 // figures, and so its tokens, change with what is kept).
 const cutTries = 4
 
-// Fit decides what of a result, measured as m, reaches the agent from a
-// branch with budget bud, and what it costs. It is pure: it reads its
-// arguments and calls m's functions, nothing else.
+// Fit decides what of a result, measured as m and shaped by w, reaches the
+// agent from a branch with budget bud, and what it costs. It is pure: it
+// reads its arguments and calls w's methods, nothing else.
 //
 // A result is delivered whole when the budget is unlimited, or when it
 // fits what the branch has left beyond its reserve, with the children's
@@ -185,8 +190,8 @@ const cutTries = 4
 // comes when no content fits, and when not even the short notice fits it
 // is refused with the spent notice (FitSpent); one that cannot is refused
 // (FitRefused).
-func Fit[R any](bud Budget, m Measured[R], opt FitOptions[R]) Decision[R] {
-	f := fitter[R]{bud: bud, m: m, opt: opt}
+func Fit[R any, W Wire[R]](bud Budget, m Measured[R], w W, opt FitOptions[R]) Decision[R] {
+	f := fitter[R, W]{bud: bud, m: m, w: w, opt: opt}
 	f.old, _ = policy.ParseLevel(bud.Level)
 	lim := bud.Remaining
 
@@ -202,7 +207,7 @@ func Fit[R any](bud Budget, m Measured[R], opt FitOptions[R]) Decision[R] {
 				s = "[foldproxy] " + s
 			}
 			sums = append(sums, s)
-			sumTokens += m.NoticeTokens(s)
+			sumTokens += w.NoticeTokens(s)
 		}
 	}
 	// A result is delivered whole only when it leaves the branch its
@@ -231,9 +236,10 @@ func Fit[R any](bud Budget, m Measured[R], opt FitOptions[R]) Decision[R] {
 }
 
 // fitter is one call of Fit.
-type fitter[R any] struct {
+type fitter[R any, W Wire[R]] struct {
 	bud Budget
 	m   Measured[R]
+	w   W
 	opt FitOptions[R]
 	old policy.Level // the level before this result
 }
@@ -248,7 +254,7 @@ type part[R any] struct {
 }
 
 // whole delivers p with the summaries and the warning that fit room.
-func (f *fitter[R]) whole(p part[R], v Verdict, sums []string, sumTokens, room int) Decision[R] {
+func (f *fitter[R, W]) whole(p part[R], v Verdict, sums []string, sumTokens, room int) Decision[R] {
 	lim := f.bud.Remaining
 	notices := sums
 	total := p.tokens + sumTokens
@@ -264,7 +270,7 @@ func (f *fitter[R]) whole(p part[R], v Verdict, sums []string, sumTokens, room i
 	}
 	out := p.r
 	if len(notices) > 0 {
-		r, n, err := f.m.Attach(p.r, total, notices)
+		r, n, err := f.w.Attach(p.r, total, notices)
 		if err != nil || (lim >= 0 && n > room) {
 			// The notices cannot go with it, or make it too long: the
 			// result goes alone.
@@ -280,14 +286,14 @@ func (f *fitter[R]) whole(p part[R], v Verdict, sums []string, sumTokens, room i
 // tokens tokens (notices before it included), and the notice's own tokens.
 // The figures it prints include the notice itself: a fixed point, found in
 // a few rounds (the notice's tokens change with its figures).
-func (f *fitter[R]) warning(tokens int) (string, int) {
+func (f *fitter[R, W]) warning(tokens int) (string, int) {
 	var text string
 	t := 0
 	for range cutTries {
 		used := f.bud.Used + tokens + t
 		lvl := policy.LevelOf(used, f.bud.Total, f.opt.Thresholds)
 		text = WarningText(f.bud.Branch, f.opt.Root, used, f.bud.Total, lvl)
-		n := f.m.NoticeTokens(text)
+		n := f.w.NoticeTokens(text)
 		if n == t {
 			break
 		}
@@ -299,7 +305,7 @@ func (f *fitter[R]) warning(tokens int) (string, int) {
 // total is the whole result's tokens as a notice states them after cut p:
 // counted, or, when counting stopped early, estimated from what the cut
 // kept (its bytes per token) or from bytes.
-func (f *fitter[R]) total(p Piece) int {
+func (f *fitter[R, W]) total(p Piece) int {
 	rt := f.m.Tokens
 	if !f.m.Over {
 		return rt
@@ -313,15 +319,15 @@ func (f *fitter[R]) total(p Piece) int {
 // provisional returns the tokens of a first notice worded by notice with
 // kept as given and the largest total the result can show: its figures
 // have at least the digits of the final notice's.
-func (f *fitter[R]) provisional(notice func(kept, total int, estimated bool) string, kept int) int {
+func (f *fitter[R, W]) provisional(notice func(kept, total int, estimated bool) string, kept int) int {
 	est := max(f.m.Tokens, f.m.Bytes/estimateBytesPerToken)
-	return f.m.NoticeTokens(notice(kept, est, f.m.Over))
+	return f.w.NoticeTokens(notice(kept, est, f.m.Over))
 }
 
 // fitCut cuts with cut to fit limit tokens with the notices of each cut,
 // starting from room tokens of content and correcting it by what each try
 // overran. ok is false when no try fits; err when cutting fails.
-func (f *fitter[R]) fitCut(cut func(int) (R, Piece, error), room, limit int, notices func(Piece) []string) (R, []string, int, bool, error) {
+func (f *fitter[R, W]) fitCut(cut func(int) (R, Piece, error), room, limit int, notices func(Piece) []string) (R, []string, int, bool, error) {
 	var zero R
 	for i := 0; i < cutTries && room > 0; i++ {
 		r, p, err := cut(room)
@@ -329,7 +335,7 @@ func (f *fitter[R]) fitCut(cut func(int) (R, Piece, error), room, limit int, not
 			return zero, nil, 0, false, err
 		}
 		ns := notices(p)
-		out, n, err := f.m.Attach(r, p.Kept+f.noticeTokens(ns), ns)
+		out, n, err := f.w.Attach(r, p.Kept+f.noticeTokens(ns), ns)
 		if err != nil {
 			return zero, nil, 0, false, err
 		}
@@ -341,10 +347,10 @@ func (f *fitter[R]) fitCut(cut func(int) (R, Piece, error), room, limit int, not
 	return zero, nil, 0, false, nil
 }
 
-func (f *fitter[R]) noticeTokens(ns []string) int {
+func (f *fitter[R, W]) noticeTokens(ns []string) int {
 	n := 0
 	for _, s := range ns {
-		n += f.m.NoticeTokens(s)
+		n += f.w.NoticeTokens(s)
 	}
 	return n
 }
@@ -352,10 +358,10 @@ func (f *fitter[R]) noticeTokens(ns []string) int {
 // capTo cuts the result to its cap, the cap's notice included; ok is false
 // when the cap cannot be met (its notice alone is over it) or the cut
 // fails.
-func (f *fitter[R]) capTo(c Cap[R]) (part[R], bool) {
+func (f *fitter[R, W]) capTo(c Cap[R]) (part[R], bool) {
 	cut := c.Cut
 	if cut == nil {
-		cut = f.m.Cut
+		cut = f.w.Cut
 	}
 	stub := func(p Piece) []string { return []string{c.Notice(p.Kept, f.total(p), f.m.Over)} }
 	room := c.Limit - f.provisional(c.Notice, c.Limit)
@@ -371,7 +377,7 @@ func (f *fitter[R]) capTo(c Cap[R]) (part[R], bool) {
 		}
 		p.Kept = 0
 		ns = stub(p)
-		if out, n, err = f.m.Attach(r, f.noticeTokens(ns), ns); err != nil || n > c.Limit {
+		if out, n, err = f.w.Attach(r, f.noticeTokens(ns), ns); err != nil || n > c.Limit {
 			return part[R]{}, false
 		}
 	}
@@ -386,7 +392,7 @@ func (f *fitter[R]) capTo(c Cap[R]) (part[R], bool) {
 // reserve, or one that paid answers down to its last tokens), nothing is
 // delivered: FitSpent. A result held to its cap (capped) keeps no more
 // content than the cap.
-func (f *fitter[R]) cut(sums []string, sumTokens int, capped bool) Decision[R] {
+func (f *fitter[R, W]) cut(sums []string, sumTokens int, capped bool) Decision[R] {
 	bud, lim, root := f.bud, f.bud.Remaining, f.opt.Root
 	notice := func(kept, total int, estimated bool) string {
 		return CutNotice(bud.Branch, bud.Handle, root, kept, total, estimated)
@@ -398,7 +404,7 @@ func (f *fitter[R]) cut(sums []string, sumTokens int, capped bool) Decision[R] {
 	if capped {
 		room = min(room, f.opt.Cap.Limit)
 	}
-	out, ns, n, ok, err := f.fitCut(f.m.Cut, room, lim, full)
+	out, ns, n, ok, err := f.fitCut(f.w.Cut, room, lim, full)
 	if err != nil {
 		return f.refused()
 	}
@@ -407,7 +413,7 @@ func (f *fitter[R]) cut(sums []string, sumTokens int, capped bool) Decision[R] {
 	}
 
 	// No content fits beside the notices.
-	r, p, err := f.m.Cut(0)
+	r, p, err := f.w.Cut(0)
 	if err != nil {
 		return f.refused()
 	}
@@ -422,11 +428,11 @@ func (f *fitter[R]) cut(sums []string, sumTokens int, capped bool) Decision[R] {
 		fallbacks = append(fallbacks, []string{ShortCutNotice(bud.Handle)})
 	}
 	for _, ns := range fallbacks {
-		if out, n, err := f.m.Attach(r, f.noticeTokens(ns), ns); err == nil && n <= lim {
+		if out, n, err := f.w.Attach(r, f.noticeTokens(ns), ns); err == nil && n <= lim {
 			return f.decide(FitCut, out, ns, n, true)
 		}
 	}
-	out, n, err = f.m.Attach(r, 0, nil)
+	out, n, err = f.w.Attach(r, 0, nil)
 	if err != nil || n > lim {
 		return f.refused()
 	}
@@ -437,13 +443,13 @@ func (f *fitter[R]) cut(sums []string, sumTokens int, capped bool) Decision[R] {
 }
 
 // refused is the verdict on a result over the budget that cannot be cut.
-func (f *fitter[R]) refused() Decision[R] {
+func (f *fitter[R, W]) refused() Decision[R] {
 	return Decision[R]{Verdict: FitRefused, Level: f.old, Forced: f.spent(0)}
 }
 
 // decide completes a verdict that charges tokens; ends is set for a budget
 // cut (or a spent budget), which ends a branch.
-func (f *fitter[R]) decide(v Verdict, r R, notices []string, tokens int, ends bool) Decision[R] {
+func (f *fitter[R, W]) decide(v Verdict, r R, notices []string, tokens int, ends bool) Decision[R] {
 	lvl := max(policy.LevelOf(f.bud.Used+tokens, f.bud.Total, f.opt.Thresholds), f.old)
 	return Decision[R]{
 		Verdict: v, Result: r, Notices: notices, Tokens: tokens, Level: lvl,
@@ -453,6 +459,6 @@ func (f *fitter[R]) decide(v Verdict, r R, notices []string, tokens int, ends bo
 
 // spent reports whether a branch that pays tokens more has used its whole
 // budget (Manager.Charge then force-returns it).
-func (f *fitter[R]) spent(tokens int) bool {
+func (f *fitter[R, W]) spent(tokens int) bool {
 	return !f.opt.Root && f.bud.Total > 0 && f.bud.Used+tokens >= f.bud.Total
 }

@@ -52,7 +52,7 @@ func wordEnd(s string, n int) int {
 	return end
 }
 
-func (w *wordWire) head(limit int) (wres, Piece, error) {
+func (w *wordWire) Cut(limit int) (wres, Piece, error) {
 	w.cuts++
 	if w.cutErr != nil {
 		return wres{}, Piece{}, w.cutErr
@@ -79,7 +79,9 @@ func (w *wordWire) headTail(limit int) (wres, Piece, error) {
 	return wres{kept: kept, rest: rest, cut: true}, Piece{Kept: h + t, Bytes: len(kept), RestBytes: len(rest)}, nil
 }
 
-func (w *wordWire) attach(r wres, tokens int, notices []string) (wres, int, error) {
+func (w *wordWire) NoticeTokens(n string) int { return countWords(n) }
+
+func (w *wordWire) Attach(r wres, tokens int, notices []string) (wres, int, error) {
 	if w.attachErr != nil {
 		return wres{}, 0, w.attachErr
 	}
@@ -103,10 +105,7 @@ func (w *wordWire) tokens(r wres) int {
 }
 
 func (w *wordWire) measured(notices bool) Measured[wres] {
-	return Measured[wres]{
-		Result: wres{kept: w.text}, Tokens: countWords(w.text), Bytes: len(w.text), Notices: notices,
-		NoticeTokens: countWords, Attach: w.attach, Cut: w.head,
-	}
+	return Measured[wres]{Result: wres{kept: w.text}, Tokens: countWords(w.text), Bytes: len(w.text), Notices: notices}
 }
 
 // stub is the notice of a capped result in these tests.
@@ -325,7 +324,7 @@ func TestFit(t *testing.T) {
 			if opt.Cap.Limit > 0 {
 				opt.Cap.Cut = w.headTail
 			}
-			d := Fit(tt.bud, m, opt)
+			d := Fit(tt.bud, m, &w, opt)
 			g := got{Verdict: d.Verdict, Kept: countWords(d.Result.kept), Notices: d.Notices, Tokens: d.Tokens,
 				Level: d.Level, Forced: d.Forced, Message: d.Message, Cuts: w.cuts}
 			if !reflect.DeepEqual(g, tt.want) {
@@ -385,7 +384,7 @@ func FuzzFit(f *testing.F) {
 		if capLimit > 0 {
 			opt.Cap = Cap[wres]{Limit: capLimit, Notice: stub, Cut: w.headTail}
 		}
-		d := Fit(bud, m, opt)
+		d := Fit(bud, m, w, opt)
 
 		if bud.Remaining >= 0 && d.Tokens > bud.Remaining {
 			t.Fatalf("charged %d tokens with %d left: %+v", d.Tokens, bud.Remaining, d)

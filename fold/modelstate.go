@@ -317,21 +317,8 @@ func (s modelState) ChargeResult(ctx context.Context, branchID, toolUseID, toolN
 // fold shows them in place of the children's spans.
 func (m *Manager) fitModel(bud Budget, root bool, toolUseID, toolName, text string) (modelwire.Decision, Charge) {
 	bud.Summaries = nil
-	count := m.count.CountText
-	d := Fit(bud, Measured[int]{
-		Result: len(text), Tokens: count(text), Notices: true, // Bytes 0: the count is exact
-		NoticeTokens: func(n string) int { return count("\n\n" + n) },
-		// The notices are appended by the model wire (modelwire.Decision);
-		// a result is its kept bytes, and what they cost is what Fit adds.
-		Attach: func(keep, tokens int, _ []string) (int, int, error) { return keep, tokens, nil },
-		Cut: func(limit int) (int, Piece, error) {
-			keep := 0
-			if limit > 0 {
-				keep = m.cutText(text, limit)
-			}
-			return keep, Piece{Kept: count(text[:keep]), Bytes: keep, RestBytes: len(text) - keep}, nil
-		},
-	}, FitOptions[int]{Root: root, Thresholds: m.set.Thresholds})
+	d := Fit(bud, Measured[int]{Result: len(text), Tokens: m.count.CountText(text), Notices: true}, // Bytes 0: the count is exact
+		modelText{m: m, text: text}, FitOptions[int]{Root: root, Thresholds: m.set.Thresholds})
 
 	ch := Charge{Upstream: "model", Method: MethodModelResult, Name: toolName, Args: toolUseID,
 		Tokens: d.Tokens, Level: d.Level.String()}
@@ -350,6 +337,26 @@ func (m *Manager) fitModel(bud Budget, root bool, toolUseID, toolName, text stri
 	}
 	ch.Result, _ = json.Marshal(rec)
 	return modelwire.Decision{Keep: rec.Keep, Notice: rec.Notice}, ch
+}
+
+// modelText is the model wire for Fit: a result is the bytes of its text
+// kept (a prefix), and notices go after it, each after a blank line (the
+// model wire appends them: modelwire.Decision), costing what Fit adds.
+type modelText struct {
+	m    *Manager
+	text string
+}
+
+func (w modelText) NoticeTokens(n string) int { return w.m.count.CountText("\n\n" + n) }
+
+func (w modelText) Attach(keep, tokens int, _ []string) (int, int, error) { return keep, tokens, nil }
+
+func (w modelText) Cut(limit int) (int, Piece, error) {
+	keep := 0
+	if limit > 0 {
+		keep = w.m.cutText(w.text, limit)
+	}
+	return keep, Piece{Kept: w.m.count.CountText(w.text[:keep]), Bytes: keep, RestBytes: len(w.text) - keep}, nil
 }
 
 // cutText returns the length of the longest prefix of s with at most limit

@@ -221,11 +221,10 @@ func (bi *budgeter) fit(ex *Exchange, bud fold.Budget) (delivery, fold.Charge) {
 		over = true
 	}
 	notify := canNotify(ex.Method, ex.Result)
-	w := &mcpWire{c: c, method: ex.Method, orig: ex.Result}
-	d := fold.Fit(bud, fold.Measured[mcpResult]{
-		Result: mcpResult{raw: ex.Result}, Tokens: rt, Over: over, Bytes: len(ex.Result), Notices: notify,
-		NoticeTokens: c.CountText, Attach: w.attach, Cut: w.cut,
-	}, fold.FitOptions[mcpResult]{Root: ex.Depth == 0 || ex.Parent == "", Thresholds: bi.thresholds})
+	d := fold.Fit(bud,
+		fold.Measured[mcpResult]{Result: mcpResult{raw: ex.Result}, Tokens: rt, Over: over, Bytes: len(ex.Result), Notices: notify},
+		mcpWire{c: c, method: ex.Method, orig: ex.Result},
+		fold.FitOptions[mcpResult]{Root: ex.Depth == 0 || ex.Parent == "", Thresholds: bi.thresholds})
 	ch.Tokens = d.Tokens
 	ch.Level = d.Level.String()
 	switch d.Verdict {
@@ -271,8 +270,13 @@ type mcpWire struct {
 	orig   json.RawMessage // the whole result
 }
 
-// cut cuts the whole result to limit tokens of content.
-func (w *mcpWire) cut(limit int) (mcpResult, fold.Piece, error) {
+var _ fold.Wire[mcpResult] = mcpWire{}
+
+// NoticeTokens is the tokens of a notice: its text, counted as an item.
+func (w mcpWire) NoticeTokens(notice string) int { return w.c.CountText(notice) }
+
+// Cut cuts the whole result to limit tokens of content.
+func (w mcpWire) Cut(limit int) (mcpResult, fold.Piece, error) {
 	cut, rest, kept, err := w.c.CutResult(w.method, w.orig, limit)
 	if err != nil {
 		return mcpResult{}, fold.Piece{}, err
@@ -285,11 +289,11 @@ func (w *mcpWire) cut(limit int) (mcpResult, fold.Piece, error) {
 	return mcpResult{raw: cut, rest: rest, cut: true}, fold.Piece{Kept: kept, Bytes: len(cut), RestBytes: len(rest)}, nil
 }
 
-// attach appends the notices to r's notice array. A cut result that lost
+// Attach appends the notices to r's notice array. A cut result that lost
 // its structuredContent is marked an error (markCutError), and is counted
 // again, as is a result whose notice array had to be created (it was
 // counted as raw JSON; with the array it is counted by its items).
-func (w *mcpWire) attach(r mcpResult, tokens int, notices []string) (mcpResult, int, error) {
+func (w mcpWire) Attach(r mcpResult, tokens int, notices []string) (mcpResult, int, error) {
 	out, created, err := appendNotices(w.method, r.raw, notices)
 	if err != nil {
 		return mcpResult{}, 0, err
