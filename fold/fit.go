@@ -191,7 +191,8 @@ const cutTries = 4
 // is refused with the spent notice (FitSpent); one that cannot is refused
 // (FitRefused).
 func Fit[R any, W Wire[R]](bud Budget, m Measured[R], w W, opt FitOptions[R]) Decision[R] {
-	f := fitter[R, W]{bud: bud, m: m, w: w, opt: opt}
+	f := fitter[R, W]{bud: bud, w: w, tokens: m.Tokens, over: m.Over, bytes: m.Bytes, notices: m.Notices,
+		root: opt.Root, thresholds: opt.Thresholds, capLimit: opt.Cap.Limit}
 	f.old, _ = policy.ParseLevel(bud.Level)
 	lim := bud.Remaining
 
@@ -227,7 +228,9 @@ func Fit[R any, W Wire[R]](bud Budget, m Measured[R], w W, opt FitOptions[R]) De
 		}
 	}
 	if lim < 0 || (!whole.over && whole.tokens+sumTokens <= room) {
-		return f.whole(whole, verdict, sums, sumTokens, room)
+		var d Decision[R]
+		f.whole(&d, &whole, verdict, sums, sumTokens, room)
+		return d
 	}
 	if !m.Notices {
 		return f.refused()
@@ -235,13 +238,20 @@ func Fit[R any, W Wire[R]](bud Budget, m Measured[R], w W, opt FitOptions[R]) De
 	return f.cut(sums, sumTokens, capped)
 }
 
-// fitter is one call of Fit.
+// fitter is one call of Fit. It holds what its steps read of Measured and
+// FitOptions, not their copies: Fit runs once per result, and a result that
+// fits the budget should cost it little more than a comparison.
 type fitter[R any, W Wire[R]] struct {
-	bud Budget
-	m   Measured[R]
-	w   W
-	opt FitOptions[R]
-	old policy.Level // the level before this result
+	bud        Budget
+	w          W
+	tokens     int
+	over       bool
+	bytes      int
+	notices    bool
+	root       bool
+	thresholds []float64
+	capLimit   int
+	old        policy.Level // the level before this result
 }
 
 // part is a result as it stands in the decision: the whole, or its capped
@@ -254,11 +264,11 @@ type part[R any] struct {
 }
 
 // whole delivers p with the summaries and the warning that fit room.
-func (f *fitter[R, W]) whole(p part[R], v Verdict, sums []string, sumTokens, room int) Decision[R] {
+func (f *fitter[R, W]) whole(d *Decision[R], p *part[R], v Verdict, sums []string, sumTokens, room int) {
 	lim := f.bud.Remaining
 	notices := sums
 	total := p.tokens + sumTokens
-	if f.m.Notices && policy.LevelOf(f.bud.Used+total, f.bud.Total, f.opt.Thresholds) > f.old {
+	if f.notices && policy.LevelOf(f.bud.Used+total, f.bud.Total, f.thresholds) > f.old {
 		w, wt := f.warning(total)
 		// A warning that would push the result over the budget is left out
 		// rather than cutting a result that fits; the next result is cut
@@ -268,7 +278,7 @@ func (f *fitter[R, W]) whole(p part[R], v Verdict, sums []string, sumTokens, roo
 			total += wt
 		}
 	}
-	out := p.r
+	d.Result = p.r
 	if len(notices) > 0 {
 		r, n, err := f.w.Attach(p.r, total, notices)
 		if err != nil || (lim >= 0 && n > room) {
@@ -276,10 +286,11 @@ func (f *fitter[R, W]) whole(p part[R], v Verdict, sums []string, sumTokens, roo
 			// result goes alone.
 			notices, total = nil, p.tokens
 		} else {
-			out, total = r, n
+			d.Result, total = r, n
 		}
 	}
-	return f.decide(v, out, append(p.notices, notices...), total, false)
+	d.Verdict, d.Notices, d.Tokens = v, append(p.notices, notices...), total
+	f.level(d, false)
 }
 
 // warning returns the notice of a rising warning level for a result of
@@ -291,8 +302,8 @@ func (f *fitter[R, W]) warning(tokens int) (string, int) {
 	t := 0
 	for range cutTries {
 		used := f.bud.Used + tokens + t
-		lvl := policy.LevelOf(used, f.bud.Total, f.opt.Thresholds)
-		text = WarningText(f.bud.Branch, f.opt.Root, used, f.bud.Total, lvl)
+		lvl := policy.LevelOf(used, f.bud.Total, f.thresholds)
+		text = WarningText(f.bud.Branch, f.root, used, f.bud.Total, lvl)
 		n := f.w.NoticeTokens(text)
 		if n == t {
 			break
@@ -306,8 +317,8 @@ func (f *fitter[R, W]) warning(tokens int) (string, int) {
 // counted, or, when counting stopped early, estimated from what the cut
 // kept (its bytes per token) or from bytes.
 func (f *fitter[R, W]) total(p Piece) int {
-	rt := f.m.Tokens
-	if !f.m.Over {
+	rt := f.tokens
+	if !f.over {
 		return rt
 	}
 	if p.Kept > 0 && p.Bytes > 0 {
@@ -320,8 +331,8 @@ func (f *fitter[R, W]) total(p Piece) int {
 // kept as given and the largest total the result can show: its figures
 // have at least the digits of the final notice's.
 func (f *fitter[R, W]) provisional(notice func(kept, total int, estimated bool) string, kept int) int {
-	est := max(f.m.Tokens, f.m.Bytes/estimateBytesPerToken)
-	return f.w.NoticeTokens(notice(kept, est, f.m.Over))
+	est := max(f.tokens, f.bytes/estimateBytesPerToken)
+	return f.w.NoticeTokens(notice(kept, est, f.over))
 }
 
 // fitCut cuts with cut to fit limit tokens with the notices of each cut,
@@ -363,7 +374,7 @@ func (f *fitter[R, W]) capTo(c Cap[R]) (part[R], bool) {
 	if cut == nil {
 		cut = f.w.Cut
 	}
-	stub := func(p Piece) []string { return []string{c.Notice(p.Kept, f.total(p), f.m.Over)} }
+	stub := func(p Piece) []string { return []string{c.Notice(p.Kept, f.total(p), f.over)} }
 	room := c.Limit - f.provisional(c.Notice, c.Limit)
 	out, ns, n, ok, err := f.fitCut(cut, room, c.Limit, stub)
 	if err != nil {
@@ -393,16 +404,16 @@ func (f *fitter[R, W]) capTo(c Cap[R]) (part[R], bool) {
 // delivered: FitSpent. A result held to its cap (capped) keeps no more
 // content than the cap.
 func (f *fitter[R, W]) cut(sums []string, sumTokens int, capped bool) Decision[R] {
-	bud, lim, root := f.bud, f.bud.Remaining, f.opt.Root
+	bud, lim, root := f.bud, f.bud.Remaining, f.root
 	notice := func(kept, total int, estimated bool) string {
 		return CutNotice(bud.Branch, bud.Handle, root, kept, total, estimated)
 	}
 	full := func(p Piece) []string {
-		return append(append([]string(nil), sums...), notice(p.Kept, f.total(p), f.m.Over))
+		return append(append([]string(nil), sums...), notice(p.Kept, f.total(p), f.over))
 	}
 	room := lim - sumTokens - f.provisional(notice, lim)
 	if capped {
-		room = min(room, f.opt.Cap.Limit)
+		room = min(room, f.capLimit)
 	}
 	out, ns, n, ok, err := f.fitCut(f.w.Cut, room, lim, full)
 	if err != nil {
@@ -450,15 +461,19 @@ func (f *fitter[R, W]) refused() Decision[R] {
 // decide completes a verdict that charges tokens; ends is set for a budget
 // cut (or a spent budget), which ends a branch.
 func (f *fitter[R, W]) decide(v Verdict, r R, notices []string, tokens int, ends bool) Decision[R] {
-	lvl := max(policy.LevelOf(f.bud.Used+tokens, f.bud.Total, f.opt.Thresholds), f.old)
-	return Decision[R]{
-		Verdict: v, Result: r, Notices: notices, Tokens: tokens, Level: lvl,
-		Forced: !f.opt.Root && (ends || f.spent(tokens)),
-	}
+	d := Decision[R]{Verdict: v, Result: r, Notices: notices, Tokens: tokens}
+	f.level(&d, ends)
+	return d
+}
+
+// level sets the level after d's charge, and whether it ends the branch.
+func (f *fitter[R, W]) level(d *Decision[R], ends bool) {
+	d.Level = max(policy.LevelOf(f.bud.Used+d.Tokens, f.bud.Total, f.thresholds), f.old)
+	d.Forced = !f.root && (ends || f.spent(d.Tokens))
 }
 
 // spent reports whether a branch that pays tokens more has used its whole
 // budget (Manager.Charge then force-returns it).
 func (f *fitter[R, W]) spent(tokens int) bool {
-	return !f.opt.Root && f.bud.Total > 0 && f.bud.Used+tokens >= f.bud.Total
+	return !f.root && f.bud.Total > 0 && f.bud.Used+tokens >= f.bud.Total
 }
