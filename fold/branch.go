@@ -674,10 +674,8 @@ func addUsage(b *Branch, upstream, name string, tokens int) {
 
 // levelRank orders warning level names; -1 for an unknown name.
 func levelRank(name string) int {
-	for l := policy.Normal; l <= policy.Critical; l++ {
-		if l.String() == name {
-			return int(l)
-		}
+	if l, ok := policy.ParseLevel(name); ok {
+		return int(l)
 	}
 	return -1
 }

@@ -40,6 +40,15 @@ package fold
 // by fold; branch_return's message is, by Return itself, so the proxy must
 // not charge it again.
 //
+// The budget decision is fold's too, written once (fit.go): Fit decides
+// what of one result reaches the agent (whole, capped below the budget, cut
+// to fit with its notice, or refused with the spent notice), what it costs
+// and the warning level after it, and the notices that say so (notices.go;
+// the warning levels are policy's). It is pure: each wire calls it from its
+// fit function with its own ways to cut a result and attach notices, the
+// budget interceptor for MCP results and ModelState for the model wire's.
+// No caller may decide a budget, a cut or a warning by itself.
+//
 // Other exported helpers: OpenBadger and OpenBadgerReadOnly (the durable
 // store), NewMemStore (tests), the optional Batcher extension of Store,
 // ToolNames, IsTool and ChargedTool, and (*Manager).Prune.

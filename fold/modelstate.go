@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/foldproxy/foldproxy/fold/modelwire"
-	"github.com/foldproxy/foldproxy/policy"
 )
 
 // The model wire's view of the Manager (modelwire.State).
@@ -310,71 +309,54 @@ func (s modelState) ChargeResult(ctx context.Context, branchID, toolUseID, toolN
 	return dec, nil
 }
 
-// fitModel decides what of a model-wire result fits the branch's budget.
-// Forced summaries of children (bud.Summaries) are left pending: they are
-// delivered with the branch's next MCP result, and the fold shows them in
-// place of the children's spans anyway.
+// fitModel decides what of a model-wire result fits the branch's budget:
+// Fit decides, and the text is cut at its head (cutText), with notices
+// appended to what is kept, each after a blank line. A result refused with
+// the spent notice keeps nothing and shows the notice instead, uncharged.
+// Forced summaries of children (bud.Summaries) are not shown with it: the
+// fold shows them in place of the children's spans.
 func (m *Manager) fitModel(bud Budget, root bool, toolUseID, toolName, text string) (modelwire.Decision, Charge) {
 	bud.Summaries = nil
-	tokens := m.count.CountText(text)
-	ch := Charge{Upstream: "model", Method: MethodModelResult, Name: toolName, Args: toolUseID}
-	rec := modelRecord{ToolUseID: toolUseID, Keep: len(text), Text: text}
-	finish := func(notice string, toks int) (modelwire.Decision, Charge) {
-		rec.Notice = notice
-		ch.Result, _ = json.Marshal(rec)
-		ch.Tokens = toks
-		ch.Level = policy.LevelOf(bud.Used+toks, bud.Total, m.set.Thresholds).String()
-		return modelwire.Decision{Keep: rec.Keep, Notice: notice}, ch
+	d := Fit(bud, Measured[int]{Result: len(text), Tokens: m.count.CountText(text), Notices: true}, // Bytes 0: the count is exact
+		modelText{m: m, text: text}, FitOptions[int]{Root: root, Thresholds: m.set.Thresholds})
+
+	ch := Charge{Upstream: "model", Method: MethodModelResult, Name: toolName, Args: toolUseID,
+		Tokens: d.Tokens, Level: d.Level.String()}
+	rec := modelRecord{ToolUseID: toolUseID, Keep: d.Result, Notice: strings.Join(d.Notices, "\n\n"), Forced: d.Forced, Text: text}
+	switch d.Verdict {
+	case FitCut:
+		ch.Cut = true
+		ch.Rest = []byte(text[rec.Keep:])
+	case FitSpent, FitRefused:
+		// Nothing of the result is shown; the spent notice says why. (Fit
+		// refuses no text: every text can be cut and carry a notice.)
+		ch.Cut = true
+		ch.Rest = []byte(text)
+		rec.Keep, rec.Forced = 0, !root
+		rec.Notice = SpentNotice(bud.Branch, bud.Handle, root, max(bud.Remaining, 0), bud.Total)
 	}
-	// Room for a whole result: what is left beyond the reserve for the
-	// notice of the result that ends the branch (Budget.Reserve).
-	room := bud.Remaining - bud.Reserve
-	if bud.Remaining < 0 || tokens <= room {
-		// Whole, with a warning when the level rises.
-		lvl := policy.LevelOf(bud.Used+tokens, bud.Total, m.set.Thresholds)
-		if lvl > levelOfName(bud.Level) && lvl > policy.Normal {
-			for t, i := 0, 0; i < 4; i++ {
-				w := policy.LevelOf(bud.Used+tokens+t, bud.Total, m.set.Thresholds)
-				notice := WarningText(bud.Branch, root, bud.Used+tokens+t, bud.Total, w)
-				nt := m.count.CountText("\n\n" + notice)
-				if nt == t || i == 3 {
-					if bud.Remaining < 0 || tokens+nt <= room {
-						return finish(notice, tokens+nt)
-					}
-					break
-				}
-				t = nt
-			}
-		}
-		return finish("", tokens)
+	ch.Result, _ = json.Marshal(rec)
+	return modelwire.Decision{Keep: rec.Keep, Notice: rec.Notice}, ch
+}
+
+// modelText is the model wire for Fit: a result is the bytes of its text
+// kept (a prefix), and notices go after it, each after a blank line (the
+// model wire appends them: modelwire.Decision), costing what Fit adds.
+type modelText struct {
+	m    *Manager
+	text string
+}
+
+func (w modelText) NoticeTokens(n string) int { return w.m.count.CountText("\n\n" + n) }
+
+func (w modelText) Attach(keep, tokens int, _ []string) (int, int, error) { return keep, tokens, nil }
+
+func (w modelText) Cut(limit int) (int, Piece, error) {
+	keep := 0
+	if limit > 0 {
+		keep = w.m.cutText(w.text, limit)
 	}
-	// Cut to fit, notice included.
-	ch.Cut = true
-	notice := CutNotice(bud.Branch, bud.Handle, root, bud.Remaining, tokens, false)
-	room = bud.Remaining - m.count.CountText("\n\n"+notice)
-	for i := 0; i < 4; i++ {
-		keep := 0
-		if room > 0 {
-			keep = m.cutText(text, room)
-		}
-		kt := m.count.CountText(text[:keep])
-		notice = CutNotice(bud.Branch, bud.Handle, root, kt, tokens, false)
-		nt := m.count.CountText("\n\n" + notice)
-		if kt+nt <= bud.Remaining || room <= 0 {
-			rec.Keep = keep
-			ch.Rest = []byte(text[keep:])
-			if kt+nt > bud.Remaining {
-				notice = ShortCutNotice(bud.Handle)
-				nt = min(m.count.CountText("\n\n"+notice), bud.Remaining)
-			}
-			return finish(notice, min(kt+nt, max(bud.Remaining, 0)))
-		}
-		room -= kt + nt - bud.Remaining
-	}
-	rec.Keep = 0
-	ch.Rest = []byte(text)
-	notice = ShortCutNotice(bud.Handle)
-	return finish(notice, min(m.count.CountText("\n\n"+notice), max(bud.Remaining, 0)))
+	return keep, Piece{Kept: w.m.count.CountText(w.text[:keep]), Bytes: keep, RestBytes: len(w.text) - keep}, nil
 }
 
 // cutText returns the length of the longest prefix of s with at most limit
@@ -400,14 +382,4 @@ func (m *Manager) cutText(s string, limit int) int {
 		}
 	}
 	return align(lo)
-}
-
-// levelOfName parses a level name; unknown names are Normal.
-func levelOfName(name string) policy.Level {
-	for l := policy.Normal; l <= policy.Critical; l++ {
-		if l.String() == name {
-			return l
-		}
-	}
-	return policy.Normal
 }

@@ -299,3 +299,46 @@ func TestChargeReserve(t *testing.T) {
 		t.Fatal("no branch")
 	}
 }
+
+// TestModelStateSpent: on the model wire as on the MCP wire, a branch with
+// less left than the shortest cut notice shows the spent notice instead of
+// the result, uncharged, and is force-returned; the whole result is kept
+// under the handle the notice names.
+func TestModelStateSpent(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.create(t, map[string]any{"budget": 3})
+	text := words(40, "a")
+	d, err := e.m.ModelState().ChargeResult(t.Context(), id, "tu1", "Read", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.branch(t, id)
+	if d.Keep != 0 || !strings.HasPrefix(d.Notice, "foldproxy did not deliver this result: branch "+id+" has 3 tokens left") || b.Used != 0 || b.Status != StatusForced || len(b.Cuts) != 1 {
+		t.Fatalf("decision %+v; branch used %d, %s, cuts %v", d, b.Used, b.Status, b.Cuts)
+	}
+	if !strings.Contains(d.Notice, fmt.Sprintf("branch_recall with handle %q", b.Cuts[0])) {
+		t.Fatalf("the notice %q does not name the handle %s", d.Notice, b.Cuts[0])
+	}
+	ans := e.mustCall(t, "s1", ToolRecall, map[string]any{"handle": b.Cuts[0], "max_tokens": 1000})
+	if got := fmt.Sprint(ans["text"]); got != text {
+		t.Fatalf("recalled %q, want the whole result", got)
+	}
+}
+
+// TestFitModelMainThread: a main thread is never given the short cut
+// notice: when the full one does not fit, it is told why, uncharged.
+func TestFitModelMainThread(t *testing.T) {
+	e := newEnv(t, nil)
+	bud := Budget{Branch: RootID("s1"), Total: 1000, Used: 990, Remaining: 10, Level: "critical", Handle: "root~h"}
+	d, ch := e.m.fitModel(bud, true, "tu1", "Read", words(40, "a"))
+	want := SpentNotice(RootID("s1"), "root~h", true, 10, 1000)
+	if d.Keep != 0 || d.Notice != want || ch.Tokens != 0 || !ch.Cut || string(ch.Rest) != words(40, "a") {
+		t.Fatalf("decision %+v, charge %d tokens, cut %v, rest %q; want the spent notice %q", d, ch.Tokens, ch.Cut, ch.Rest, want)
+	}
+	// With room for the full notice, the main thread gets it.
+	bud.Used, bud.Remaining = 900, 100
+	d, ch = e.m.fitModel(bud, true, "tu2", "Read", words(400, "a"))
+	if d.Keep == 0 || !strings.Contains(d.Notice, "main thread has reached its token budget") || ch.Tokens != 100 {
+		t.Fatalf("decision %+v, charge %d", d, ch.Tokens)
+	}
+}

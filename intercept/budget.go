@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"unsafe"
 
 	"github.com/foldproxy/foldproxy/fold"
@@ -47,7 +46,8 @@ var ErrOverBudget = errors.New("ErrOverBudget")
 // On the way in it attributes the call (refusing it, without calling the
 // upstream, when the branch is closed or unknown) and sets Branch, Parent,
 // Depth and Remaining. On the way out it charges the result under the
-// branch's charge lock: a result that fits is delivered whole; one that
+// branch's charge lock, as fold.Fit decides: a result that fits is
+// delivered whole; one that
 // does not is cut to fit exactly, at a clean boundary, and its remainder is
 // kept under a recall handle named in a cut notice, after which fold
 // force-returns the branch. The result that makes the branch's warning level
@@ -188,8 +188,10 @@ func refusal(explicit string, err error) error {
 }
 
 // fit decides, under the charge lock, what the agent receives and what it
-// costs. Charge.Tokens is the exact count of what is delivered, notices
-// included, and never exceeds bud.Remaining when that is not -1.
+// costs: it measures the result and hands the decision to fold.Fit, with
+// the MCP wire's ways to cut a result and append notices (mcpWire).
+// Charge.Tokens is the exact count of what is delivered, notices included,
+// and never exceeds bud.Remaining when that is not -1.
 func (bi *budgeter) fit(ex *Exchange, bud fold.Budget) (delivery, fold.Charge) {
 	c := bi.c
 	ch := fold.Charge{
@@ -199,7 +201,6 @@ func (bi *budgeter) fit(ex *Exchange, bud fold.Budget) (delivery, fold.Charge) {
 		Args:      string(ex.Args),
 		Result:    ex.Result,
 		ArgTokens: ex.ArgTokens,
-		Level:     levelOf(bud.Level).String(),
 	}
 	if ch.ArgTokens == 0 && len(ex.Args) > 0 {
 		ch.ArgTokens = c.CountArgs(ex.Args)
@@ -215,232 +216,104 @@ func (bi *budgeter) fit(ex *Exchange, bud fold.Budget) (delivery, fold.Charge) {
 		}
 	}
 	if lim >= 0 && !over && rt > lim {
+		// Over the limit: its count is stated as an estimate, as one that
+		// stopped at the limit is.
 		over = true
 	}
 	notify := canNotify(ex.Method, ex.Result)
-	var summaries []string
-	sumTokens := 0
-	if notify {
-		for _, s := range bud.Summaries {
-			s = strings.TrimSpace(s)
-			if s == "" {
-				continue
-			}
-			if !strings.HasPrefix(s, "[foldproxy]") {
-				s = "[foldproxy] " + s
-			}
-			summaries = append(summaries, s)
-			sumTokens += c.CountText(s)
+	d := fold.Fit(bud,
+		fold.Measured[mcpResult]{Result: mcpResult{raw: ex.Result}, Tokens: rt, Over: over, Bytes: len(ex.Result), Notices: notify},
+		mcpWire{c: c, method: ex.Method, orig: ex.Result},
+		fold.FitOptions[mcpResult]{Root: ex.Depth == 0 || ex.Parent == "", Thresholds: bi.thresholds})
+	ch.Tokens = d.Tokens
+	ch.Level = d.Level.String()
+	switch d.Verdict {
+	case fold.FitRefused:
+		if !notify {
+			return delivery{refuse: fmt.Errorf("foldproxy refused the result: %w: the %s result has more than %s tokens and branch %s has %s left; %s results cannot be cut. Narrow the request, or make it in a branch with a larger budget",
+				ErrOverBudget, ex.Method, commas(rt), bud.Branch, commas(lim), ex.Method)}, ch
 		}
-	}
-
-	// A result is delivered whole only when it leaves the branch its
-	// reserve, so that the result that ends the branch can still carry its
-	// cut notice; results that carry no notices need no reserve.
-	room := lim
-	if notify && lim >= 0 {
-		room = lim - bud.Reserve
-	}
-	if lim < 0 || (!over && rt+sumTokens <= room) {
-		// Deliver the whole result, with the notices that fit.
-		notices := summaries
-		total := rt + sumTokens
-		old := levelOf(bud.Level)
-		if notify && policy.LevelOf(bud.Used+total, bud.Total, bi.thresholds) > old {
-			w, wt := bi.warning(ex, bud, total)
-			// A warning that would push the result over the budget is left
-			// out rather than cutting a result that fits; the next result
-			// is cut anyway.
-			if lim < 0 || total+wt <= room {
-				notices = append(notices, w)
-				total += wt
-			}
-		}
-		out, created, err := appendNotices(ex.Method, ex.Result, notices)
-		switch {
-		case err != nil:
-			out, total = ex.Result, rt
-		case created:
-			// The result had no notice array, so it was counted as raw
-			// JSON; with one it is counted by its items: recount.
-			n, _, err := c.CountResult(ex.Method, out, -1)
-			if err != nil || (lim >= 0 && n > room) {
-				out, total = ex.Result, rt
-			} else {
-				total = n
-			}
-		}
-		ch.Tokens = total
-		ch.Level = bi.level(bud, total).String()
-		return delivery{result: out, tokens: total}, ch
-	}
-
-	if !notify {
-		ch.Tokens = 0
-		return delivery{refuse: fmt.Errorf("foldproxy refused the result: %w: the %s result has more than %s tokens and branch %s has %s left; %s results cannot be cut. Narrow the request, or make it in a branch with a larger budget",
-			ErrOverBudget, ex.Method, commas(rt), bud.Branch, commas(lim), ex.Method)}, ch
-	}
-	d, rest, ok := bi.cut(ex, bud, rt, over, summaries)
-	if !ok {
-		ch.Tokens = 0
 		return delivery{refuse: fmt.Errorf("foldproxy refused the result: %w: it has more than %s tokens, branch %s has %s left, and it could not be cut. Narrow the request",
 			ErrOverBudget, commas(rt), bud.Branch, commas(lim))}, ch
+	case fold.FitCut, fold.FitSpent:
+		ch.Cut = true // a refusal too: the branch ends, and its result is kept
+		ch.Rest = d.Result.rest
+		// The archive keeps what was delivered (the empty cut, when the
+		// agent gets the error instead); the remainder is stored once,
+		// under the handle, instead of twice.
+		ch.Result = d.Result.raw
+		dl := delivery{result: d.Result.raw, tokens: d.Tokens, cut: true}
+		if d.Verdict == fold.FitSpent {
+			dl.refuse = errors.New(d.Message)
+		}
+		return dl, ch
 	}
-	ch.Tokens = d.tokens
-	ch.Cut = true // a refusal too: the branch ends, and its result is kept
-	ch.Rest = rest
-	// The archive keeps what was delivered; the remainder is stored once,
-	// under the handle, instead of twice.
-	ch.Result = d.result
-	ch.Level = bi.level(bud, d.tokens).String()
-	return d, ch
+	// FitWhole (no cap is set, so never FitCapped).
+	return delivery{result: d.Result.raw, tokens: d.Tokens}, ch
 }
 
-// cut cuts the result to fit bud.Remaining with its notices: the summaries
-// and the cut notice. When no content fits beside the notices, the notices
-// are delivered alone (the cut notice alone when the summaries do not fit,
-// or the shortest form of it). When not even that fits (Budget.Reserve
-// makes it rare: a branch created with less than its reserve, or one that
-// paid answers down to its last tokens), nothing is delivered: the result
-// is refused with an error that says why and names the handle that keeps
-// the whole of it, costs nothing, and still counts as a cut, so that a
-// branch is force-returned. A result never arrives empty without a word.
-// ok is false when the result cannot be cut.
-func (bi *budgeter) cut(ex *Exchange, bud fold.Budget, rt int, over bool, summaries []string) (delivery, []byte, bool) {
-	c := bi.c
-	lim := bud.Remaining
-	root := ex.Depth == 0 || ex.Parent == ""
-	sumTokens := 0
-	for _, s := range summaries {
-		sumTokens += c.CountText(s)
-	}
-	// Provisional notice: its numbers have at most the digits of the final ones.
-	estTotal := max(rt, len(ex.Result)/firstBytesPerToken)
-	provisional := cutNotice(bud.Branch, bud.Handle, root, lim, estTotal, over)
-	room := lim - sumTokens - c.CountText(provisional)
-
-	var rest []byte
-	try := func(room int, notices func(kept, restLen, cutLen int) []string) (delivery, bool) {
-		cutRes, r, kept, err := c.CutResult(ex.Method, ex.Result, room)
-		if err != nil {
-			return delivery{}, false
-		}
-		if r == nil {
-			// Within room after all (counted against a larger limit
-			// before); still a cut by contract, with nothing left over.
-			r = []byte{}
-		}
-		out, _, err := appendNotices(ex.Method, cutRes, notices(kept, len(r), len(cutRes)))
-		if err != nil {
-			return delivery{}, false
-		}
-		if out, err = markCutError(ex.Method, ex.Result, out); err != nil {
-			return delivery{}, false
-		}
-		n, _, err := c.CountResult(ex.Method, out, -1)
-		if err != nil || n > lim {
-			return delivery{tokens: n}, false
-		}
-		rest = r
-		return delivery{result: out, tokens: n, cut: true}, true
-	}
-	full := func(kept, restLen, cutLen int) []string {
-		// The whole is known when the result was counted to its end;
-		// otherwise it is estimated from the bytes per token of what is
-		// kept.
-		total := rt
-		if over {
-			total = max(rt, kept+restLen/firstBytesPerToken)
-			if kept > 0 && cutLen > 0 {
-				total = max(rt, kept+int(float64(restLen)*float64(kept)/float64(cutLen)))
-			}
-		}
-		return append(append([]string(nil), summaries...), cutNotice(bud.Branch, bud.Handle, root, kept, total, over))
-	}
-	for i := 0; i < 4 && room > 0; i++ {
-		d, ok := try(room, full)
-		if ok {
-			return d, rest, true
-		}
-		if d.tokens == 0 {
-			return delivery{}, nil, false
-		}
-		room -= d.tokens - lim
-	}
-	// No content fits beside the notices.
-	fallbacks := []func(int, int, int) []string{
-		func(k, r, l int) []string { return full(0, r, l) },
-		func(k, r, l int) []string { return full(0, r, l)[len(summaries):] },
-		func(int, int, int) []string { return []string{shortCutNotice(bud.Handle)} },
-	}
-	if root {
-		// A main thread at its limit is told why and what to do, in the
-		// full notice or in the refusal, never in the short form.
-		fallbacks = fallbacks[:2]
-	}
-	for _, f := range fallbacks {
-		if d, ok := try(0, f); ok {
-			return d, rest, true
-		}
-	}
-	d, ok := try(0, func(int, int, int) []string { return nil })
-	if !ok {
-		return delivery{}, nil, false
-	}
-	// The archive keeps the empty cut; the agent gets the error instead.
-	return delivery{result: d.result, cut: true,
-		refuse: errors.New(fold.SpentNotice(bud.Branch, bud.Handle, root, max(lim, 0), bud.Total))}, rest, true
+// mcpResult is an MCP result as fold.Fit passes it around: its JSON, and,
+// once cut, what the cut left out.
+type mcpResult struct {
+	raw  json.RawMessage
+	rest []byte // the remainder of a cut; nil for a result not cut
+	cut  bool
 }
 
-// cutNotice tells the agent that a result was cut and where the rest is.
-func cutNotice(branch, handle string, root bool, kept, total int, estimated bool) string {
-	return fold.CutNotice(branch, handle, root, kept, total, estimated)
+// mcpWire is how MCP results are cut and carry notices, for fold.Fit: a
+// result is cut by Counter.CutResult (whole items, then text at a clean
+// boundary), and notices are extra items of its notice array (content
+// blocks, resource contents, prompt messages).
+type mcpWire struct {
+	c      *Counter
+	method string
+	orig   json.RawMessage // the whole result
+}
+
+var _ fold.Wire[mcpResult] = mcpWire{}
+
+// NoticeTokens is the tokens of a notice: its text, counted as an item.
+func (w mcpWire) NoticeTokens(notice string) int { return w.c.CountText(notice) }
+
+// Cut cuts the whole result to limit tokens of content.
+func (w mcpWire) Cut(limit int) (mcpResult, fold.Piece, error) {
+	cut, rest, kept, err := w.c.CutResult(w.method, w.orig, limit)
+	if err != nil {
+		return mcpResult{}, fold.Piece{}, err
+	}
+	if rest == nil {
+		// Within the limit after all (counted against a larger limit
+		// before); still a cut by contract, with nothing left over.
+		rest = []byte{}
+	}
+	return mcpResult{raw: cut, rest: rest, cut: true}, fold.Piece{Kept: kept, Bytes: len(cut), RestBytes: len(rest)}, nil
+}
+
+// Attach appends the notices to r's notice array. A cut result that lost
+// its structuredContent is marked an error (markCutError), and is counted
+// again, as is a result whose notice array had to be created (it was
+// counted as raw JSON; with the array it is counted by its items).
+func (w mcpWire) Attach(r mcpResult, tokens int, notices []string) (mcpResult, int, error) {
+	out, created, err := appendNotices(w.method, r.raw, notices)
+	if err != nil {
+		return mcpResult{}, 0, err
+	}
+	if r.cut {
+		if out, err = markCutError(w.method, w.orig, out); err != nil {
+			return mcpResult{}, 0, err
+		}
+	}
+	if r.cut || created {
+		if tokens, _, err = w.c.CountResult(w.method, out, -1); err != nil {
+			return mcpResult{}, 0, err
+		}
+	}
+	return mcpResult{raw: out, rest: r.rest, cut: r.cut}, tokens, nil
 }
 
 // shortCutNotice is the shortest cut notice, for a branch with almost no
 // budget left.
 func shortCutNotice(handle string) string { return fold.ShortCutNotice(handle) }
-
-// warning returns the notice of a rising warning level for a result of
-// tokens tokens (notices before it included), and the notice's own tokens.
-// The figures it prints include the notice itself.
-func (bi *budgeter) warning(ex *Exchange, bud fold.Budget, tokens int) (string, int) {
-	root := ex.Depth == 0 || ex.Parent == ""
-	var text string
-	t := 0
-	for range 4 {
-		used := bud.Used + tokens + t
-		lvl := policy.LevelOf(used, bud.Total, bi.thresholds)
-		text = warningText(bud.Branch, root, used, bud.Total, lvl)
-		n := bi.c.CountText(text)
-		if n == t {
-			break
-		}
-		t = n
-	}
-	return text, t
-}
-
-// warningText is the one-line notice of a warning level.
-func warningText(branch string, root bool, used, total int, lvl policy.Level) string {
-	return fold.WarningText(branch, root, used, total, lvl)
-}
-
-// level returns the branch's warning level after tokens more tokens; it
-// never goes below the level already reached.
-func (bi *budgeter) level(bud fold.Budget, tokens int) policy.Level {
-	return max(policy.LevelOf(bud.Used+tokens, bud.Total, bi.thresholds), levelOf(bud.Level))
-}
-
-// levelOf parses a level name; unknown or empty names are Normal.
-func levelOf(name string) policy.Level {
-	for l := policy.Normal; l <= policy.Critical; l++ {
-		if l.String() == name {
-			return l
-		}
-	}
-	return policy.Normal
-}
 
 // commas formats n with thousands separators.
 func commas(n int) string { return fold.Commas(n) }

@@ -7,4 +7,10 @@
 // Scrubbing comes first so that nothing after it (the archive, the audit log,
 // the store) ever holds a raw secret. The package must never forward content
 // it failed to scan, and never log or record a secret.
+//
+// The budget interceptor measures a result and shapes it (cuts it with the
+// Counter, appends notices as content blocks, resource contents or prompt
+// messages); what fits, what is cut and which notices go is decided by
+// fold.Fit, the one budget decision, which the model wire calls too. The
+// package must never decide a budget, a cut or a warning level by itself.
 package intercept

@@ -42,3 +42,15 @@ func LevelOf(used, total int, thresholds []float64) Level {
 	}
 	return l
 }
+
+// ParseLevel returns the level named name (as String writes it) and true,
+// or Normal and false for a name that is no level (an empty one included).
+// It is the one parser of level names: a branch's stored level is a name.
+func ParseLevel(name string) (Level, bool) {
+	for l := Normal; l <= Critical; l++ {
+		if levelNames[l] == name {
+			return l, true
+		}
+	}
+	return Normal, false
+}

@@ -132,6 +132,27 @@ func TestLevelOf(t *testing.T) {
 	}
 }
 
+func TestParseLevel(t *testing.T) {
+	tests := []struct {
+		name   string
+		want   Level
+		wantOK bool
+	}{
+		{"normal", Normal, true}, {"caution", Caution, true}, {"warning", Warning, true}, {"critical", Critical, true},
+		{"", Normal, false}, {"unknown", Normal, false}, {"Critical", Normal, false},
+	}
+	for _, tt := range tests {
+		if got, ok := ParseLevel(tt.name); got != tt.want || ok != tt.wantOK {
+			t.Errorf("ParseLevel(%q) = %s, %v; want %s, %v", tt.name, got, ok, tt.want, tt.wantOK)
+		}
+	}
+	for l := Normal; l <= Critical; l++ {
+		if got, ok := ParseLevel(l.String()); got != l || !ok {
+			t.Errorf("ParseLevel(%s.String()) = %s, %v", l, got, ok)
+		}
+	}
+}
+
 func TestToolAllowed(t *testing.T) {
 	s := Default()
 	s.Upstreams = map[string]Upstream{
