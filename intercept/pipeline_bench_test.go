@@ -11,6 +11,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/foldproxy/foldproxy/e2e/trajectory"
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -366,12 +367,13 @@ func BenchmarkPipelineNewScrubber(b *testing.B) {
 	}
 }
 
-// pipeMB returns n results of about 1 MB each: the trajectory outputs
-// joined, each starting at another place, encoded as a Go MCP server
-// encodes a result (encoding/json, HTML characters escaped).
+// pipeMB returns n results of about 1 MB each of the bench's realistic
+// tool output (trajectory.Mixed: the trajectory outputs, Go code, JSON
+// records and log lines), each starting at another place, encoded as a Go
+// MCP server encodes a result (encoding/json, HTML characters escaped).
 func pipeMB(tb testing.TB, n int) []json.RawMessage {
 	tb.Helper()
-	var sb strings.Builder
+	var outs []string
 	for _, r := range pipeResults(tb) {
 		var v struct {
 			Content []struct {
@@ -381,10 +383,9 @@ func pipeMB(tb testing.TB, n int) []json.RawMessage {
 		if err := json.Unmarshal(r, &v); err != nil {
 			tb.Fatal(err)
 		}
-		sb.WriteString(v.Content[0].Text)
-		sb.WriteByte('\n')
+		outs = append(outs, v.Content[0].Text)
 	}
-	all := sb.String()
+	all := trajectory.Mixed(outs, 4<<20)
 	out := make([]json.RawMessage, n)
 	for i := range out {
 		start := (i * 104_729) % (len(all) - 1_000_000)
@@ -401,8 +402,8 @@ func pipeMB(tb testing.TB, n int) []json.RawMessage {
 }
 
 // BenchmarkPipelineChain1MB is the whole chain on results of about 1 MB
-// of real tool output, at the root of one session on Badger: the path of
-// a large result, for profiling.
+// of realistic tool output (pipeMB), at the root of one session on
+// Badger: the path of a large result, for profiling.
 func BenchmarkPipelineChain1MB(b *testing.B) {
 	res := pipeMB(b, 8)
 	s := newPipeStack(b)

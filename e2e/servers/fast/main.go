@@ -6,11 +6,11 @@
 //
 // Each answer is made when it is asked for, as a Go MCP server makes it:
 // the text taken from the corpus and the result encoded with
-// encoding/json. The text is realistic tool output, in blocks that take turns: the
-// recorded outputs of the trajectory file (real shell steps of coding
-// agents), Go source code, JSON records and log lines (corpus.go). Each
-// call starts at another place in it, so that no two calls in a row get
-// the same bytes.
+// encoding/json. The corpus is realistic tool output, in blocks that take
+// turns: the recorded outputs of the trajectory file (real shell steps of
+// coding agents), Go source code, JSON records and log lines
+// (trajectory.Mixed). Each call starts at another place in it, so that no
+// two calls in a row get the same bytes.
 //
 //	fast [-data FILE]
 //
@@ -51,7 +51,7 @@ func main() {
 			}
 		}
 	}
-	s := &server{corpus: buildCorpus(outs, 8<<20), out: bufio.NewWriterSize(os.Stdout, 64<<10)}
+	s := &server{corpus: trajectory.Mixed(outs, 8<<20), out: bufio.NewWriterSize(os.Stdout, 64<<10)}
 	if err := s.serve(os.Stdin); err != nil {
 		log.Error("fast: serving stdio", "err", err)
 		os.Exit(1)

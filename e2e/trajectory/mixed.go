@@ -1,4 +1,4 @@
-package main
+package trajectory
 
 import (
 	"fmt"
@@ -6,15 +6,17 @@ import (
 	"strings"
 )
 
-// buildCorpus returns about size bytes of realistic tool output: blocks of
-// 2-24 KB taking turns between a recorded trajectory output (when outs has
-// any), Go source code, JSON records and log lines. It is deterministic.
-func buildCorpus(outs []string, size int) string {
+// Mixed returns about size bytes of realistic tool output: blocks of 2-24
+// KB taking turns between the recorded outputs outs (in order, when there
+// are any), Go source code, JSON records and log lines. It is
+// deterministic. The bench's fast server answers with it, and the
+// intercept package's benchmarks run on it.
+func Mixed(outs []string, size int) string {
 	rng := rand.New(rand.NewPCG(29, 2026))
 	var b strings.Builder
 	b.Grow(size + 64<<10)
 	gens := []func(*strings.Builder, *rand.Rand, int){genCode, genJSON, genLogs}
-	next := 0
+	next, gen := 0, 0
 	for i := 0; b.Len() < size; i++ {
 		n := 2<<10 + rng.IntN(22<<10)
 		if len(outs) > 0 && i%2 == 0 {
@@ -30,7 +32,8 @@ func buildCorpus(outs []string, size int) string {
 			}
 			continue
 		}
-		gens[rng.IntN(len(gens))](&b, rng, n)
+		gens[gen%len(gens)](&b, rng, n)
+		gen++
 	}
 	return b.String()
 }
