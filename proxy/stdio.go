@@ -636,13 +636,22 @@ func (o *stdioWriter) writeAnswer(msg []byte, keys []string) error {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.buf = append(append(o.buf[:0], line...), '\n')
-	err = o.writeLocked(o.buf, keys)
-	if cap(o.buf) > 1<<20 {
-		o.buf = nil // do not pin one huge result's buffer for the session's life
+	if len(line) > stdioCopyMax {
+		// A large message is not copied to be followed by its line
+		// break: the break goes in a write of its own.
+		return o.writeLocked(line, stdioNewline, keys)
 	}
-	return err
+	o.buf = append(append(o.buf[:0], line...), '\n')
+	return o.writeLocked(o.buf, nil, keys)
 }
+
+// stdioCopyMax is the longest message that stdioWriter copies to append
+// its line break, so that it goes out in one write(2) (whole, to a pipe,
+// up to 4 KiB); a longer one is written as it is, and the line break
+// after it.
+const stdioCopyMax = 64 << 10
+
+var stdioNewline = []byte{'\n'}
 
 // untrack forgets a request that is owed no answer (the agent cancelled
 // it).
@@ -657,13 +666,13 @@ func (o *stdioWriter) untrack(key string) {
 func (o *stdioWriter) writeLine(line []byte) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.writeLocked(line, nil)
+	return o.writeLocked(line, nil, nil)
 }
 
-// writeLocked writes b, which answers the requests of keys, with o.mu
-// held: nothing once the writer is closed or broken, and the first write
-// error breaks it.
-func (o *stdioWriter) writeLocked(b []byte, keys []string) error {
+// writeLocked writes b and then tail, one message that answers the
+// requests of keys, with o.mu held: nothing once the writer is closed or
+// broken, and the first write error breaks it.
+func (o *stdioWriter) writeLocked(b, tail []byte, keys []string) error {
 	if o.closed {
 		return ErrOutboundClosed
 	}
@@ -673,11 +682,17 @@ func (o *stdioWriter) writeLocked(b []byte, keys []string) error {
 	var err error
 	if o.j != nil {
 		ref, slots := o.j.answering(keys)
-		o.j.beginOut(len(b), ref)
+		o.j.beginOut(len(b)+len(tail), ref)
 		_, err = o.wf(b, o.j.wrote)
+		if err == nil && len(tail) > 0 {
+			_, err = o.wf(tail, o.j.wrote)
+		}
 		o.j.endOut(slots, err == nil)
 	} else {
 		_, err = o.w.Write(b)
+		if err == nil && len(tail) > 0 {
+			_, err = o.w.Write(tail)
+		}
 	}
 	if err != nil {
 		o.err = fmt.Errorf("stdio: writing to the agent: %w", err)
