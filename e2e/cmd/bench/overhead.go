@@ -158,10 +158,10 @@ func runOverhead(ctx context.Context, e *env, res *results) error {
 				suffix = ", " + s.label
 			}
 			x := row{Section: sec, Metric: c.label + " p50" + suffix, Value: ms(p50), Baseline: ms(d50) + " direct",
-				Ratio: ratio(float64(p50), float64(d50)), Floor: ratio(float64(f50), float64(d50)),
-				Num: msf(p50), Base: msf(d50), FloorNum: msf(f50), Unit: "ms",
-				Note: fmt.Sprintf("%d calls x %d rounds; bare relay %s, two in series %s (%s); CPU %s a call",
-					c.calls, e.rounds, ms(f50), ms(g50), ratio(float64(g50), float64(d50)), ms(s.cpu[ci]/time.Duration(max(s.n[ci], 1))))}
+				Ratio: ratio(float64(p50), float64(d50)), Floor: ratio(float64(f50), float64(d50)), Floor2: ratio(float64(g50), float64(d50)),
+				Num: msf(p50), Base: msf(d50), FloorNum: msf(f50), Floor2Num: msf(g50), Unit: "ms",
+				Note: fmt.Sprintf("%d calls x %d rounds; bare relay %s, two in series %s; foldproxy's CPU %s a call",
+					c.calls, e.rounds, ms(f50), ms(g50), ms(s.cpu[ci]/time.Duration(max(s.n[ci], 1))))}
 			if s.label == "" || s.label == "--standalone" || s.label == "base" {
 				switch c.bytes {
 				case 10:
@@ -176,7 +176,8 @@ func runOverhead(ctx context.Context, e *env, res *results) error {
 			if s.label == "" {
 				res.add(row{Section: sec, Metric: c.label + " p99", Value: ms(p99), Baseline: ms(d.P99()) + " direct",
 					Ratio: ratio(float64(p99), float64(d.P99())), Floor: ratio(float64(f.P99()), float64(d.P99())),
-					Num: msf(p99), Base: msf(d.P99()), FloorNum: msf(f.P99()), Unit: "ms",
+					Floor2: ratio(float64(g.P99()), float64(d.P99())),
+					Num:    msf(p99), Base: msf(d.P99()), FloorNum: msf(f.P99()), Floor2Num: msf(g.P99()), Unit: "ms",
 					Note: fmt.Sprintf("+%s per call at p50 (bare relay +%s)", ms(p50-d50), ms(f50-d50))})
 			}
 			if c.bytes >= 100_000 && s.cpu[ci] > 0 {
