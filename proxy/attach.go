@@ -479,9 +479,15 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 	// Pipes and sockets are read and written through the poller by raw
 	// system calls (rawio_unix.go); restored last, once the rest is done.
 	pp := pollablePipes(stdin, stdout)
-	defer pp.restore()
 	r := &relay{opts: opts, log: frontLogger(opts.Logger), out: &stdioWriter{w: pp.out, broken: make(chan struct{})},
 		pending: make(map[string]*relayPending), lost: make(chan relayLost, 4)}
+	defer func() {
+		// Not while a daemon may still read them: its reads, made
+		// non-blocking, would block where nothing can end them.
+		if !r.pipesLent {
+			pp.restore()
+		}
+	}()
 	var carry []byte
 	if opts.PassFDs && fdPassing && pp.inFile != nil && pp.outFile != nil {
 		var done bool
@@ -584,6 +590,9 @@ func (r *relay) attachFDs(ctx context.Context, pp stdioPipes) (carry []byte, don
 			}
 		}
 		switch {
+		case ended && failure == nil && ctx.Err() != nil:
+			jf.Close()
+			return nil, true, ctx.Err() // stopped, as a relay that relays
 		case ended:
 			jf.Close()
 			return nil, true, failure
@@ -637,6 +646,9 @@ func (r *relay) waitDaemon(ctx context.Context, c net.Conn, br *bufio.Reader) (e
 			defer t.Stop()
 			deadline = t.C
 		case <-deadline:
+			// The daemon did not end the session in time: it may still
+			// hold the agent's pipes.
+			r.pipesLent = true
 			c.Close()
 			for range lines {
 			}
@@ -794,6 +806,11 @@ type relay struct {
 	// is noted pending and sent under it, and a new connection is set
 	// and sent what is pending under it, so that each request reaches
 	// the new daemon or is answered.
+	// pipesLent: a daemon the relay gave the agent's pipes to may still
+	// hold them as the relay returns (it did not end the session in
+	// time when the relay was stopped).
+	pipesLent bool
+
 	connMu    sync.Mutex
 	conn      net.Conn
 	connW     io.Writer // conn's writer (rawConnIO)

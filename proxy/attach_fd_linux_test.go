@@ -211,3 +211,43 @@ func TestRelayEndsWithTheDaemon(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayHangsUpWhenStopped: a relay stopped (its context ends, as on
+// SIGTERM) while the daemon holds the agent's pipes hangs up, so that the
+// daemon ends the session, and returns once the daemon says it has.
+func TestRelayHangsUpWhenStopped(t *testing.T) {
+	d := newFDDaemon(t, func(int) bool { return true })
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inW.Close(); outR.Close(); inR.Close(); outW.Close() })
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Relay(ctx, inR, outW, RelayOptions{Dial: d.dial, Config: "cfg", PassFDs: true, MaxMessageBytes: 4096})
+	}()
+	f := <-d.fds
+	stop()
+	// The daemon sees the hangup, ends the session and says so.
+	var b [16]byte
+	if _, err := f.c.Read(b[:]); err != io.EOF {
+		t.Fatalf("the daemon's connection after the relay was stopped: %v, want EOF", err)
+	}
+	if _, err := io.WriteString(f.c, attachEnded+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.die()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Relay returned %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Relay did not return after the daemon ended the session")
+	}
+}
