@@ -478,21 +478,23 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 	}
 	// Pipes and sockets are read and written through the poller by raw
 	// system calls (rawio_unix.go); restored last, once the rest is done.
-	pp := pollablePipes(stdin, stdout)
+	orig := pollablePipes(stdin, stdout)
+	pp := orig // replaced by new duplicates when the pipes come back
 	r := &relay{opts: opts, log: frontLogger(opts.Logger), out: &stdioWriter{w: pp.out, broken: make(chan struct{})},
 		pending: make(map[string]*relayPending), lost: make(chan relayLost, 4)}
 	defer func() {
+		pp.drop()
 		// Not while a daemon may still read them: its reads, made
 		// non-blocking, would block where nothing can end them.
 		if !r.pipesLent {
-			pp.restore()
+			orig.restore()
 		}
 	}()
 	var carry []byte
 	if opts.PassFDs && fdPassing && pp.inFile != nil && pp.outFile != nil {
 		var done bool
 		var err error
-		if carry, done, err = r.attachFDs(ctx, pp); done {
+		if carry, done, err = r.attachFDs(ctx, stdin, stdout, &pp); done {
 			return err
 		}
 	}
@@ -556,7 +558,11 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 // then on: on r.conn when a daemon did not take the descriptors (r.conn nil
 // when none was attached), after carry, the agent's input that is to be
 // read before stdin.
-func (r *relay) attachFDs(ctx context.Context, pp stdioPipes) (carry []byte, done bool, err error) {
+//
+// While the daemon holds the pipes, the relay drops its own duplicates of
+// them (pp.drop), which would wake its poller at every message; it makes
+// new ones (*pp) when it takes them back.
+func (r *relay) attachFDs(ctx context.Context, stdin io.Reader, stdout io.Writer, pp *stdioPipes) (carry []byte, done bool, err error) {
 	var input []byte
 	for {
 		jf, err := newJournalFile(r.opts.MaxMessageBytes, input, false)
@@ -582,6 +588,7 @@ func (r *relay) attachFDs(ctx context.Context, pp stdioPipes) (carry []byte, don
 			r.log.Info("relay: passing the agent's pipes to the daemon failed; relaying", "err", err)
 			return input, false, nil
 		}
+		pp.drop()
 		ended, failure, exiting := r.waitDaemon(ctx, c, br)
 		c.Close()
 		if exiting && r.opts.WaitExit != nil {
@@ -600,6 +607,13 @@ func (r *relay) attachFDs(ctx context.Context, pp stdioPipes) (carry []byte, don
 			jf.Close()
 			return nil, true, ctx.Err()
 		}
+		// The pipes are the relay's again.
+		*pp = pollablePipes(stdin, stdout)
+		if pp.inFile == nil || pp.outFile == nil {
+			jf.Close()
+			return nil, true, errors.New("relay: the agent's pipes could not be taken back from the daemon that went away")
+		}
+		r.out = &stdioWriter{w: pp.out, broken: make(chan struct{})}
 		rec, err := jf.recover(isPipe(pp.outFile))
 		jf.Close()
 		if err != nil {
@@ -607,7 +621,7 @@ func (r *relay) attachFDs(ctx context.Context, pp stdioPipes) (carry []byte, don
 		}
 		r.log.Info("relay: the foldproxy daemon went away; taking the session to the next one",
 			"unhandled_bytes", len(rec.input), "unanswered", len(rec.pending))
-		if input, err = r.takeBack(pp, rec); err != nil {
+		if input, err = r.takeBack(*pp, rec); err != nil {
 			return nil, true, err
 		}
 		if err := r.out.failure(); err != nil {

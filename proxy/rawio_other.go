@@ -19,9 +19,9 @@ type stdioPipes struct {
 	in              io.Reader
 	out             io.Writer
 	inFile, outFile *os.File
-	restore         func()
+	restore, drop   func()
 }
 
 func pollablePipes(stdin io.Reader, stdout io.Writer) stdioPipes {
-	return stdioPipes{in: stdin, out: stdout, restore: func() {}}
+	return stdioPipes{in: stdin, out: stdout, restore: func() {}, drop: func() {}}
 }

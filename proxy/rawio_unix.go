@@ -56,32 +56,44 @@ func pollableStdio(stdin io.Reader, stdout io.Writer) (io.Reader, io.Writer, fun
 // stdioPipes are pollableStdio's reader and writer, with the duplicates
 // of stdin's and stdout's descriptors behind them (nil where they are not
 // pipes or sockets), which a relay passes to the daemon.
+// drop closes the duplicates only, leaving the descriptors' mode as it
+// is: a relay that passed the pipes to the daemon drops its duplicates, so
+// that its poller is not woken by every message the daemon reads and
+// writes, and makes new ones if it takes the pipes back.
 type stdioPipes struct {
 	in              io.Reader
 	out             io.Writer
 	inFile, outFile *os.File
-	restore         func()
+	restore, drop   func()
 }
 
 // pollablePipes is pollableStdio, with the files.
 func pollablePipes(stdin io.Reader, stdout io.Writer) stdioPipes {
 	var restores []func()
+	var dups []*os.File
 	p := stdioPipes{in: stdin, out: stdout}
 	if f, ok := stdin.(*os.File); ok {
 		if rw, dup, restore := pollableFile(f); rw != nil {
 			p.in, p.inFile = rw, dup
 			restores = append(restores, restore)
+			dups = append(dups, dup)
 		}
 	}
 	if f, ok := stdout.(*os.File); ok {
 		if rw, dup, restore := pollableFile(f); rw != nil {
 			p.out, p.outFile = rw, dup
 			restores = append(restores, restore)
+			dups = append(dups, dup)
 		}
 	}
 	p.restore = func() {
 		for _, r := range restores {
 			r()
+		}
+	}
+	p.drop = func() {
+		for _, d := range dups {
+			d.Close() // a second close is harmless
 		}
 	}
 	return p
