@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+	"golang.org/x/sys/unix"
 )
 
 // Many sessions, one project: every "foldproxy serve" over stdio on the same
@@ -26,12 +29,13 @@ import (
 // attachedProcess is one stdio foldproxy process (a relay) and its client.
 type attachedProcess struct {
 	*peer
-	k *killableStdio
+	k      *killableStdio
+	stderr *syncBuffer
 }
 
 // newAttached prepares a stdio foldproxy process on cfg and state, its
-// client not started yet.
-func newAttached(t *testing.T, name, cfg, state string) *attachedProcess {
+// client not started yet; env is added to its environment.
+func newAttached(t *testing.T, name, cfg, state string, extra ...string) *attachedProcess {
 	t.Helper()
 	stderr := &syncBuffer{}
 	dumpOnFailure(t, name+" stderr", stderr)
@@ -39,7 +43,7 @@ func newAttached(t *testing.T, name, cfg, state string) *attachedProcess {
 	k.Stdio = transport.NewStdioWithOptions(proxyBin(t), nil, []string{"serve", "--config", cfg, "--state", state}, transport.WithCommandFunc(
 		func(ctx context.Context, command string, env []string, args []string) (*exec.Cmd, error) {
 			cmd := exec.CommandContext(ctx, command, args...)
-			cmd.Env = append(os.Environ(), env...)
+			cmd.Env = append(append(os.Environ(), env...), extra...)
 			cmd.Stderr = stderr
 			ownProcessGroup(cmd)
 			cmd.Cancel = func() error { return killGroup(cmd) }
@@ -49,7 +53,7 @@ func newAttached(t *testing.T, name, cfg, state string) *attachedProcess {
 	p := &peer{name: name, agent: newAgent(), notes: newRecorder()}
 	p.Client = client.NewClient(k, client.WithProtocolVersion(protocolVersion))
 	p.OnNotification(p.notes.add)
-	a := &attachedProcess{peer: p, k: k}
+	a := &attachedProcess{peer: p, k: k, stderr: stderr}
 	t.Cleanup(func() {
 		_ = p.Close()
 		if k.cmd != nil {
@@ -192,13 +196,51 @@ func waitNoDaemon(ctx context.Context, t testing.TB, state string) {
 	}
 }
 
+// attachModes are the two ways a stdio process attaches to the daemon: it
+// passes the agent's pipes to the daemon and waits (the default, on
+// Linux), or it relays every line (FOLDPROXY_ATTACH=relay, the fallback
+// where descriptors cannot be passed).
+var attachModes = []struct {
+	name string
+	env  []string
+	fds  bool
+}{{"fds", nil, true}, {"relay", []string{"FOLDPROXY_ATTACH=relay"}, false}}
+
+// holdsPipe reports whether process holder has the stdin of process pid
+// open (the same pipe or socket).
+func holdsPipe(t testing.TB, holder, pid int) bool {
+	t.Helper()
+	target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/0", pid))
+	if err != nil {
+		t.Fatalf("the stdin of %d: %v", pid, err)
+	}
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", holder))
+	if err != nil {
+		t.Fatalf("the files of %d: %v", holder, err)
+	}
+	for _, e := range entries {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", holder, e.Name())); err == nil && l == target {
+			return true
+		}
+	}
+	return false
+}
+
 // TestDaemonThreeSessionsOneProject: three stdio processes started at once
 // on one state folder share one daemon (one store, one replay upstream);
 // they create branches and call tools at the same time, each sees only its
 // own tree; kill -9 of one relay leaves the others untouched, and kill -9 of
 // the daemon loses nothing acknowledged: the relays start a new daemon and
-// resume their sessions with the same branches, budgets and calls.
+// resume their sessions with the same branches, budgets and calls. Both
+// ways of attaching: the daemon serving the agents' pipes itself (it holds
+// them, and the new daemon does too), and the stdio processes relaying.
 func TestDaemonThreeSessionsOneProject(t *testing.T) {
+	for _, mode := range attachModes {
+		t.Run(mode.name, func(t *testing.T) { daemonThreeSessions(t, mode.env, mode.fds) })
+	}
+}
+
+func daemonThreeSessions(t *testing.T, env []string, fds bool) {
 	ctx := testContext(t, 2*time.Minute)
 	cfg := foldProxyConfig(t, map[string]any{"replay": replayEntry(t)}, map[string]any{"defaultTimeout": "300s"}, false)
 	state := t.TempDir()
@@ -207,7 +249,7 @@ func TestDaemonThreeSessionsOneProject(t *testing.T) {
 
 	procs := make([]*attachedProcess, 3)
 	for i := range procs {
-		procs[i] = newAttached(t, fmt.Sprintf("session %d", i), cfg, state)
+		procs[i] = newAttached(t, fmt.Sprintf("session %d", i), cfg, state, env...)
 	}
 	errs := make([]error, len(procs))
 	var wg sync.WaitGroup
@@ -226,6 +268,11 @@ func TestDaemonThreeSessionsOneProject(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(state, "foldproxy.sock")); err != nil || fi.Mode().Perm() != 0o600 || fi.Mode()&os.ModeSocket == 0 {
 		t.Errorf("the daemon's socket: %v, %v; want a socket of mode 0600", fi, err)
+	}
+	for i, a := range procs {
+		if got := holdsPipe(t, daemons[0], a.k.cmd.Process.Pid); got != fds {
+			t.Errorf("session %d: the daemon holds the agent's stdin: %v, want %v", i, got, fds)
+		}
 	}
 	for _, a := range procs {
 		foldWaitTools(ctx, t, a.peer, "replay__emit")
@@ -334,7 +381,187 @@ func TestDaemonThreeSessionsOneProject(t *testing.T) {
 			t.Errorf("session %d: the call after the restart was not charged to its branch: %d calls (want %d), replay usage %d (before %d)", i, st.Calls, before.Calls+4, st.UsageByUpstream["replay"], before.UsageByUpstream["replay"])
 		}
 	}
-	if d := daemonsOf(t, state); len(d) != 1 || d[0] == daemons[0] {
-		t.Errorf("after the daemon was killed: daemons %v, want one new one", d)
+	d := daemonsOf(t, state)
+	if len(d) != 1 || d[0] == daemons[0] {
+		t.Fatalf("after the daemon was killed: daemons %v, want one new one", d)
+	}
+	for i := 1; i < 3; i++ {
+		if got := holdsPipe(t, d[0], procs[i].k.cmd.Process.Pid); got != fds {
+			t.Errorf("session %d after the restart: the new daemon holds the agent's stdin: %v, want %v", i, got, fds)
+		}
+	}
+}
+
+// pipeAgent is an agent on raw pipes to a stdio foldproxy process: it
+// writes what it is told, byte for byte, and sees how much of it the other
+// end has read.
+type pipeAgent struct {
+	w   *os.File // the write end of the process's stdin
+	got chan string
+}
+
+// startPipeAgent runs "foldproxy serve" (the default mode) on state with
+// raw pipes, does the handshake and waits until tools/list names tool.
+func startPipeAgent(ctx context.Context, t *testing.T, cfg, state, tool string) (*pipeAgent, *process) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(proxyBin(t), "serve", "--config", cfg, "--state", state)
+	cmd.Stdin = r
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, "foldproxy stdio", cmd)
+	r.Close()
+	t.Cleanup(func() { w.Close() })
+	a := &pipeAgent{w: w, got: make(chan string, 64)}
+	go func() {
+		br := bufio.NewReaderSize(stdout, 1<<20)
+		for {
+			line, err := br.ReadString('\n')
+			if l := strings.TrimRight(line, "\n"); l != "" {
+				a.got <- l
+			}
+			if err != nil {
+				close(a.got)
+				return
+			}
+		}
+	}()
+	a.send(t, `{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"`+protocolVersion+`","capabilities":{},"clientInfo":{"name":"half","version":"1"}}}`+"\n")
+	a.answer(ctx, t, `"init"`)
+	a.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+	for i := 0; ; i++ {
+		id := fmt.Sprintf(`"list%d"`, i)
+		a.send(t, `{"jsonrpc":"2.0","id":`+id+`,"method":"tools/list"}`+"\n")
+		if strings.Contains(a.answer(ctx, t, id), `"`+tool+`"`) {
+			return a, p
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("tools/list does not name %s", tool)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (a *pipeAgent) send(t *testing.T, s string) {
+	t.Helper()
+	if _, err := io.WriteString(a.w, s); err != nil {
+		t.Fatalf("writing to foldproxy's stdin: %v", err)
+	}
+}
+
+// answer returns the message that answers id, skipping the others.
+func (a *pipeAgent) answer(ctx context.Context, t *testing.T, id string) string {
+	t.Helper()
+	for {
+		select {
+		case l, ok := <-a.got:
+			if !ok {
+				t.Fatalf("foldproxy's stdout ended before the answer to %s", id)
+			}
+			if strings.Contains(l, `"id":`+id) && !strings.Contains(l, `"method"`) {
+				return l
+			}
+		case <-ctx.Done():
+			t.Fatalf("no answer to %s: %v", id, ctx.Err())
+		}
+	}
+}
+
+// waitTaken waits until every byte written to stdin has been read by the
+// other end (the pipe holds none).
+func (a *pipeAgent) waitTaken(ctx context.Context, t *testing.T) {
+	t.Helper()
+	for {
+		n, err := unix.IoctlGetInt(int(a.w.Fd()), unix.TIOCINQ) // FIONREAD
+		if err != nil {
+			t.Fatalf("FIONREAD on the stdin pipe: %v", err)
+		}
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d bytes written to stdin were never read", n)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// TestDaemonDiesWhileARequestIsHalfRead: the daemon serving an agent's
+// pipes itself is killed (kill -9) when it has read half of a request, and
+// when it has taken a request and not answered it. The half is read again
+// by the next daemon with the rest, and the request answered; the one in
+// flight is answered with an error that says it may have run. Nothing is
+// left without an answer.
+func TestDaemonDiesWhileARequestIsHalfRead(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	cfg := writeConfig(t, map[string]any{
+		"replay": replayEntry(t),
+		"flaky":  stdioEntry(helperBin(t, "flaky"), "-crash-every", "0"),
+	}, nil)
+	state := t.TempDir()
+	t.Cleanup(func() { waitNoDaemon(testContext(t, 60*time.Second), t, state) })
+	a, p := startPipeAgent(ctx, t, cfg, state, "flaky__slow")
+	daemons := daemonsOf(t, state)
+	if len(daemons) != 1 || !holdsPipe(t, daemons[0], p.cmd.Process.Pid) {
+		t.Fatalf("daemons %v; want one, holding the agent's stdin", daemons)
+	}
+	killDaemon := func() {
+		t.Helper()
+		d := daemonsOf(t, state)
+		if len(d) != 1 {
+			t.Fatalf("daemons %v, want one", d)
+		}
+		if err := syscall.Kill(d[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for processAlive(d[0]) {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the daemon %d survived kill -9", d[0])
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+
+	// Half a request, read by the daemon: then it dies, and the agent
+	// sends the rest.
+	req := `{"jsonrpc":"2.0","id":"half","method":"tools/call","params":{"name":"replay__emit","arguments":{"bytes":123,"kind":"log"}}}` + "\n"
+	a.send(t, req[:61])
+	a.waitTaken(ctx, t)
+	killDaemon()
+	a.send(t, req[61:])
+	if got := a.answer(ctx, t, `"half"`); !strings.Contains(got, `"result"`) || strings.Contains(got, `"isError":true`) {
+		t.Errorf("the request read in half when the daemon died was answered with %.300s, want its result", got)
+	}
+
+	// A request the daemon took and is serving (its upstream said it
+	// started): the next daemon cannot know whether it ran.
+	a.send(t, `{"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"flaky__slow","arguments":{"ms":60000},"_meta":{"progressToken":"p1"}}}`+"\n")
+	for started := false; !started; {
+		select {
+		case l := <-a.got:
+			started = strings.Contains(l, `"notifications/progress"`)
+		case <-ctx.Done():
+			t.Fatal("the slow call never started")
+		}
+	}
+	killDaemon()
+	if got := a.answer(ctx, t, `"slow"`); !strings.Contains(got, `"error"`) || !strings.Contains(got, "may or may not have been carried out") {
+		t.Errorf("the request in flight when the daemon died was answered with %.300s, want an error saying it may have run", got)
+	}
+	// The session goes on with the next daemon, which holds the pipes.
+	a.send(t, `{"jsonrpc":"2.0","id":"after","method":"tools/call","params":{"name":"replay__emit","arguments":{"bytes":10}}}`+"\n")
+	if got := a.answer(ctx, t, `"after"`); !strings.Contains(got, `"result"`) {
+		t.Errorf("a call after the second restart: %.300s", got)
+	}
+	if d := daemonsOf(t, state); len(d) != 1 || !holdsPipe(t, d[0], p.cmd.Process.Pid) {
+		t.Errorf("after the restarts: daemons %v; want one, holding the agent's stdin", d)
 	}
 }

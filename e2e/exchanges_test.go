@@ -148,7 +148,7 @@ type stdioAgent struct {
 	got chan string
 }
 
-func startStdioAgent(t *testing.T, cfg string) *stdioAgent {
+func startStdioAgent(t *testing.T, cfg string, env ...string) *stdioAgent {
 	t.Helper()
 	state := t.TempDir()
 	// The relay's daemon (in a session of its own, outside the process
@@ -157,6 +157,9 @@ func startStdioAgent(t *testing.T, cfg string) *stdioAgent {
 	// last first).
 	t.Cleanup(func() { waitNoDaemon(testContext(t, 60*time.Second), t, state) })
 	cmd := exec.Command(proxyBin(t), "serve", "--config", cfg, "--state", state)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -383,7 +386,10 @@ func TestGoldenExchanges(t *testing.T) {
 		},
 	}
 	fronts := map[string]func(t *testing.T, cfg string) rawAgent{
+		// The default: the daemon serves the agent's pipes itself.
 		"stdio": func(t *testing.T, cfg string) rawAgent { return startStdioAgent(t, cfg) },
+		// The stdio process relays every line to the daemon.
+		"stdio-relay": func(t *testing.T, cfg string) rawAgent { return startStdioAgent(t, cfg, "FOLDPROXY_ATTACH=relay") },
 		"http": func(t *testing.T, cfg string) rawAgent {
 			url, _ := startProxyHTTPProcess(t, cfg)
 			a := &httpAgent{url: url, got: make(chan string, 64)}
@@ -392,7 +398,7 @@ func TestGoldenExchanges(t *testing.T) {
 		},
 	}
 	updated := map[string]bool{}
-	for _, front := range []string{"stdio", "http"} {
+	for _, front := range []string{"stdio", "stdio-relay", "http"} {
 		for _, up := range []string{"stdio", "http", "sse"} {
 			t.Run(front+"-front/"+up+"-upstream", func(t *testing.T) {
 				if !*updateGolden {

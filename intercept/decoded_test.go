@@ -137,7 +137,7 @@ func TestDecodedReleasedAfterCount(t *testing.T) {
 // A released view holds nothing, and releasing it again, or a view of no
 // pool, does nothing.
 func TestViewRelease(t *testing.T) {
-	v, ok := unescapeView(&view{text: `a\nb`})
+	v, ok := unescapeView(&view{text: `a\nb`}, true)
 	if !ok || v.text != "a\nb" || v.bufs == nil {
 		t.Fatalf("unescapeView: %q %v", v.text, ok)
 	}

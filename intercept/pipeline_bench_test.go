@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
+	"github.com/foldproxy/foldproxy/e2e/trajectory"
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -363,4 +365,102 @@ func BenchmarkPipelineNewScrubber(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// pipeMB returns n results of about 1 MB each of the bench's realistic
+// tool output (trajectory.Mixed: the trajectory outputs, Go code, JSON
+// records and log lines), each starting at another place, encoded as a Go
+// MCP server encodes a result (encoding/json, HTML characters escaped).
+func pipeMB(tb testing.TB, n int) []json.RawMessage {
+	tb.Helper()
+	var outs []string
+	for _, r := range pipeResults(tb) {
+		var v struct {
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		}
+		if err := json.Unmarshal(r, &v); err != nil {
+			tb.Fatal(err)
+		}
+		outs = append(outs, v.Content[0].Text)
+	}
+	all := trajectory.Mixed(outs, 4<<20)
+	out := make([]json.RawMessage, n)
+	for i := range out {
+		start := (i * 104_729) % (len(all) - 1_000_000)
+		for start > 0 && !utf8.RuneStart(all[start]) {
+			start--
+		}
+		end := start + 1_000_000
+		for end > start && !utf8.RuneStart(all[end]) {
+			end--
+		}
+		out[i] = pipeToolResult(all[start:end])
+	}
+	return out
+}
+
+// BenchmarkPipelineChain1MB is the whole chain on results of about 1 MB
+// of realistic tool output (pipeMB), at the root of one session on
+// Badger: the path of a large result, for profiling.
+func BenchmarkPipelineChain1MB(b *testing.B) {
+	res := pipeMB(b, 8)
+	s := newPipeStack(b)
+	s.session(b, "s")
+	var cur json.RawMessage
+	h := Chain(func(_ context.Context, ex *Exchange) error { ex.Result = cur; return nil },
+		Observe(s.metrics), Audit(s.audit), Budget(s.mgr, s.counter, nil), Tokens(s.counter), Scrub(s.scrub))
+	ctx := context.Background()
+	b.SetBytes(int64(len(res[0])))
+	cpu0 := cpuTime(b)
+	i := 0
+	for b.Loop() {
+		cur = res[i%len(res)]
+		i++
+		ex := &Exchange{Session: "s", Upstream: "replay", Method: "tools/call", Name: "run", Args: json.RawMessage(`{}`)}
+		if err := h(ctx, ex); err != nil {
+			b.Fatal(err)
+		}
+		if ex.Outcome != OutcomeOK {
+			b.Fatalf("outcome %q: %v", ex.Outcome, ex.Err)
+		}
+	}
+	reportCPU(b, cpu0, len(res[0]))
+}
+
+// BenchmarkPipelineScrub1MB and BenchmarkPipelineCount1MB are the chain's
+// two passes over the text of BenchmarkPipelineChain1MB's results, alone.
+func BenchmarkPipelineScrub1MB(b *testing.B) {
+	res := pipeMB(b, 8)
+	s := testScrubber(b, policy.Scrub{})
+	ctx := context.Background()
+	b.SetBytes(int64(len(res[0])))
+	cpu0 := cpuTime(b)
+	i := 0
+	for b.Loop() {
+		if _, _, err := s.ScrubJSON(ctx, res[i%len(res)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	reportCPU(b, cpu0, len(res[0]))
+}
+
+func BenchmarkPipelineCount1MB(b *testing.B) {
+	res := pipeMB(b, 8)
+	c, err := NewCounter(policy.Tokens{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(res[0])))
+	cpu0 := cpuTime(b)
+	i := 0
+	for b.Loop() {
+		if _, _, err := c.CountResult("tools/call", res[i%len(res)], -1); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	reportCPU(b, cpu0, len(res[0]))
 }

@@ -202,7 +202,8 @@ func (s *Scrubber) scrubText(ctx context.Context, deadline time.Time, text strin
 // is valid JSON. raw that is not valid JSON is an error (the caller
 // withholds it). Errors are as for ScrubText.
 func (s *Scrubber) ScrubJSON(ctx context.Context, raw json.RawMessage) (json.RawMessage, map[string]int, error) {
-	out, counts, _, err := s.scrubJSON(ctx, time.Now().Add(s.timeout), raw)
+	out, counts, dec, err := s.scrubJSON(ctx, time.Now().Add(s.timeout), raw)
+	dec.release() // its buffers go back to the pool
 	return out, counts, err
 }
 
@@ -235,7 +236,6 @@ func (s *Scrubber) scrubJSON(ctx context.Context, deadline time.Time, raw json.R
 	if len(edits) == 0 {
 		return raw, nil, dec, nil
 	}
-	dec.release() // it decodes raw, which the edits replace
 	var b bytes.Buffer
 	b.Grow(len(raw))
 	last := 0
@@ -319,19 +319,22 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte, alias bool) (jsonSc
 	}
 
 	var text string
-	switch {
-	case len(blank) == 0 && alias:
+	var own *viewBufs // the scan's copy of raw, when it has one
+	if len(blank) == 0 && alias {
 		text = unsafe.String(unsafe.SliceData(raw), len(raw))
-	case len(blank) == 0:
-		text = string(raw)
-	default:
-		buf := bytes.Clone(raw)
+	} else {
+		// A buffer of the views' pool: it goes back once nothing reads
+		// the copy (the count's decoded view, decodedJSON.release), not
+		// when the scan is abandoned at its deadline (it is garbage
+		// then).
+		own = viewPool.Get().(*viewBufs)
+		own.buf = append(own.buf[:0], raw...)
 		for _, js := range blank {
 			for i := js.start; i < js.end; i++ {
-				buf[i] = ' '
+				own.buf[i] = ' '
 			}
 		}
-		text = string(buf)
+		text = unsafe.String(unsafe.SliceData(own.buf), len(own.buf))
 	}
 	spans, v, err := s.scan(ctx, text, true)
 	if err != nil {
@@ -339,9 +342,10 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte, alias bool) (jsonSc
 	}
 	var dec *decodedJSON
 	if len(blank) == 0 {
-		dec = &decodedJSON{raw: raw, v: v}
+		dec = &decodedJSON{raw: raw, v: v, own: own}
 	} else {
 		v.release()
+		own.put()
 	}
 	// Keep only the parts of each span inside string literals (never a
 	// quote or a structural character) and outside textual blobs.
@@ -373,6 +377,7 @@ func (s *Scrubber) scanJSON(ctx context.Context, raw []byte, alias bool) (jsonSc
 	if len(edits) == 0 {
 		return jsonScan{dec: dec}, nil
 	}
+	dec.release() // it decodes raw, which the edits replace
 	sortEdits(edits)
 	return jsonScan{edits: edits, counts: counts}, nil
 }
@@ -615,7 +620,7 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 	root := &view{text: text}
 	cur := root
 	if jsonMode {
-		if v, ok := unescapeView(root); ok {
+		if v, ok := unescapeView(root, true); ok {
 			cur = v
 		}
 	}
@@ -637,7 +642,7 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 		}
 	}()
 	for range unescapeDepth {
-		v, ok := unescapeView(cur)
+		v, ok := unescapeView(cur, false)
 		if !ok {
 			break
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"regexp/syntax"
 	"slices"
 	"strings"
@@ -110,11 +111,21 @@ type ruleScanner struct {
 	// matches in meets; windows that fail it are not handed to gitleaks.
 	filter *runFilter
 	// re, when set, is the rule's regex, and det holds that rule alone:
-	// a window of at most maxGateWindow bytes it does not match is not
-	// handed to gitleaks, whose detector would find nothing there but
-	// costs more per call (it lowers and walks the window for keywords
-	// first).
+	// a window it does not match is not handed to gitleaks, whose
+	// detector would find nothing there but costs more per call (it
+	// lowers and walks the window for keywords first).
 	re *glregexp.Regexp
+	// lead, for a whole rule every match of which starts with a literal
+	// that starts with one of its keywords (curl-auth-user's "curl",
+	// private-key's "-----BEGIN"), is that literal (lowered when the
+	// regex ignores its case, fold); anchored and anchoredAfter are the
+	// regex anchored at the start of the text and after one byte (the
+	// byte before, for \b). Such a rule runs over the whole text only
+	// from the first place its regex matches at, tested place by place
+	// (see findWhole).
+	lead                   string
+	fold                   bool
+	anchored, anchoredNext *regexp.Regexp
 }
 
 func (rs *ruleScanner) bounded() bool { return rs.maxLen >= 0 && rs.maxLen <= maxBoundedLen }
@@ -133,13 +144,6 @@ const maxBoundedLen = 2048
 // assignments put them on one line, or two, and scanning nine lines around
 // every "key" or "token" of a source file costs more than half of the scan.
 const maxWindowLines = 2
-
-// maxGateWindow is the longest window a rule's regex is run over before
-// gitleaks' detector is. Over longer windows (a stretched one around a
-// token of kilobytes) the detector's own cost per call is small beside
-// the regex's, and the regex is likely to match, so running it first
-// would only double the work.
-const maxGateWindow = 2048
 
 // snapLimit bounds how far a window edge moves to reach a word boundary.
 const snapLimit = 256
@@ -226,6 +230,9 @@ func newEngine(cfg config.Config, pad int) (*engine, error) {
 				}
 			} else {
 				rs.whole = false
+			}
+			if rs.whole && rs.re != nil {
+				rs.anchorAtKeywords(re, r.Regex.String(), r.Keywords)
 			}
 		}
 		// A regex Go's parser cannot read stays unbounded and whole.
@@ -387,7 +394,12 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 		var wins [][2]int
 		switch {
 		case rs.whole && all:
-			wins = [][2]int{{0, n}}
+			fs, err := e.findWhole(ctx, text, ri)
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, fs...)
+			continue
 		case rs.whole:
 			whole = append(whole, ri)
 			continue
@@ -404,7 +416,14 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 				e.onWindow(ri, w[1]-w[0])
 			}
 			win := windowText(text, w)
-			if rs.re != nil && len(win) <= maxGateWindow && !rs.re.MatchString(win) {
+			// Over windows of every size: the windows of a rule
+			// merge where its keywords are dense (code and JSON
+			// full of "key" and "token"), and those of kilobytes
+			// seldom match either: on 3 MB of the bench's mixed
+			// text, gitleaks got 100 windows of generic-api-key
+			// over 2 KB (6.9 KB on average) without this test,
+			// and 32 windows of any size with it.
+			if rs.re != nil && !rs.re.MatchString(win) {
 				continue
 			}
 			fs, err := detectIn(ctx, rs.det, e.stops, win, w, false)
@@ -428,15 +447,145 @@ func (e *engine) find(ctx context.Context, text string, nls []int, lo, hi int) (
 // run over the whole piece).
 type kwHit struct{ rule, pos int }
 
-// findWhole runs rule ri over the whole text.
+// findWhole runs rule ri over the whole text, as gitleaks does. A rule
+// whose matches all start with its leading literal (lead) is run from the
+// first place where the literal starts a match, tested at each place it
+// occurs with the regex anchored there: most texts that hold "curl" hold
+// no curl command with a password, and this rule's regex is the slowest
+// of all over a whole text (about 90 MB/s, and gitleaks' detector adds
+// as much again). Any other rule's detector runs only when its regex
+// matches in the text.
 func (e *engine) findWhole(ctx context.Context, text string, ri int) ([]found, error) {
-	if f := e.rules[ri].filter; f != nil && !f.pass(text) {
+	rs := &e.rules[ri]
+	start := 0
+	if rs.anchored != nil {
+		q := rs.firstMatchAt(text)
+		if q < 0 {
+			return nil, ctx.Err()
+		}
+		start = max(q-1, 0) // with the byte before, for a \b there
+	}
+	win := text[start:]
+	if f := rs.filter; f != nil && !f.pass(win) {
 		return nil, ctx.Err()
 	}
-	if e.onWindow != nil {
-		e.onWindow(ri, len(text))
+	if rs.anchored == nil && rs.re != nil && !rs.re.MatchString(win) {
+		return nil, ctx.Err() // the rule's detector would find nothing
 	}
-	return detectWindow(ctx, e.rules[ri].det, e.stops, text, [2]int{0, len(text)}, false)
+	if e.onWindow != nil {
+		e.onWindow(ri, len(win))
+	}
+	return detectWindow(ctx, rs.det, e.stops, text, [2]int{start, len(text)}, false)
+}
+
+// anchorAtKeywords sets lead, fold and the anchored regexes when every
+// match of re (the rule's regex src, simplified) starts with a literal
+// that starts with one of keywords.
+func (rs *ruleScanner) anchorAtKeywords(re *syntax.Regexp, src string, keywords []string) {
+	lit, fold, ok := leadingLiteral(re)
+	if !ok || !isASCII(lit) {
+		return
+	}
+	low := string(asciiLower(lit))
+	found := false
+	for _, k := range keywords {
+		if k != "" && strings.HasPrefix(low, string(asciiLower(k))) {
+			found = true
+		}
+	}
+	if !found {
+		return
+	}
+	a, err1 := regexp.Compile(`^(?:` + src + `)`)
+	b, err2 := regexp.Compile(`^(?s:.)(?:` + src + `)`)
+	if err1 != nil || err2 != nil {
+		return
+	}
+	rs.lead, rs.fold, rs.anchored, rs.anchoredNext = lit, fold, a, b
+	if fold {
+		rs.lead = low
+	}
+}
+
+// leadingLiteral returns the literal every match of re starts with, past
+// word-boundary assertions, and whether it ignores case.
+func leadingLiteral(re *syntax.Regexp) (string, bool, bool) {
+	for {
+		switch re.Op {
+		case syntax.OpCapture:
+			re = re.Sub[0]
+		case syntax.OpConcat:
+			i := 0
+			for i < len(re.Sub) && (re.Sub[i].Op == syntax.OpWordBoundary || re.Sub[i].Op == syntax.OpNoWordBoundary) {
+				i++
+			}
+			if i == len(re.Sub) {
+				return "", false, false
+			}
+			re = re.Sub[i]
+		case syntax.OpLiteral:
+			return string(re.Rune), re.Flags&syntax.FoldCase != 0, len(re.Rune) > 0
+		default:
+			return "", false, false
+		}
+	}
+}
+
+// firstMatchAt returns the first place in text where the rule's regex
+// matches, as gitleaks' search would find it, or -1 when it matches
+// nowhere: every match starts where lead does, so each place lead occurs
+// is tested with the regex anchored there (the standard library's engine
+// reads the text lazily and stops as soon as no match can start there).
+// A match found this way is the place gitleaks' own search starts from.
+func (rs *ruleScanner) firstMatchAt(text string) int {
+	for p := 0; ; p++ {
+		i := indexLead(text[p:], rs.lead, rs.fold)
+		if i < 0 {
+			return -1
+		}
+		p += i
+		var ok bool
+		if p == 0 {
+			ok = rs.anchored.MatchReader(strings.NewReader(text))
+		} else {
+			// With the byte before, for a \b at the start.
+			ok = rs.anchoredNext.MatchReader(strings.NewReader(text[p-1:]))
+		}
+		if ok {
+			return p
+		}
+	}
+}
+
+// indexLead returns the first place of lit in s (ignoring ASCII case with
+// fold, lit then lowered), or -1.
+func indexLead(s, lit string, fold bool) int {
+	if !fold {
+		return strings.Index(s, lit)
+	}
+	// The part of lit without letters is found exactly, the rest
+	// compared ignoring case.
+	k := 0
+	for k < len(lit) && !('a' <= lit[k] && lit[k] <= 'z') {
+		k++
+	}
+	for off := 0; off+len(lit) <= len(s); {
+		var i int
+		if k > 0 {
+			i = strings.Index(s[off:], lit[:k])
+		} else {
+			i = strings.IndexAny(s[off:], lit[:1]+strings.ToUpper(lit[:1]))
+		}
+		if i < 0 {
+			return -1
+		}
+		p := off + i
+		if p+len(lit) <= len(s) && strings.EqualFold(s[p:p+len(lit)], lit) {
+			return p
+		}
+		off = p + 1
+	}
+	return -1
 }
 
 // pieceWindow is the window of a rule without keywords for the piece

@@ -402,7 +402,7 @@ func TestUnescapeView(t *testing.T) {
 		{`bad \x and \u12`, `bad \x and \u12`, "", ""},
 	}
 	for _, tt := range tests {
-		v, ok := unescapeView(&view{text: tt.raw})
+		v, ok := unescapeView(&view{text: tt.raw}, true)
 		if tt.sub == "" {
 			if ok {
 				t.Errorf("unescapeView(%q) = %q, want no view", tt.raw, v.text)

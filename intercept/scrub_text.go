@@ -66,9 +66,23 @@ func (v *view) release() {
 	viewPool.Put(b)
 }
 
+// put gives b, a buffer of viewPool that no view holds, back to it (b may
+// be nil).
+func (b *viewBufs) put() {
+	if b == nil {
+		return
+	}
+	if cap(b.buf) > maxPooledView {
+		b.buf = nil
+	}
+	viewPool.Put(b)
+}
+
 // maxPooledView is the largest decoded text whose buffer goes back to
-// viewPool.
-const maxPooledView = 1 << 20
+// viewPool: a result of a few MB is scanned with no new buffer (one of
+// 1 MB decodes into 1 MB and more, with its escape records and newlines),
+// and the pool keeps no buffer past two collections.
+const maxPooledView = 4 << 20
 
 // escRec records that text[dst:dst+dlen] was decoded from
 // parent.text[src:src+slen]. It takes 12 bytes, not 32 (a JSON text holds
@@ -94,14 +108,18 @@ func (r escRec) dlen() int { return int(r.dlen8) }
 func (r escRec) slen() int { return int(r.slen8) }
 
 // unescapeView decodes one level of JSON string escapes in v.text. It
-// reports false when v.text holds no escape sequence.
+// reports false when v.text holds no escape sequence. With nls, the view
+// lists the offsets of its newlines (the first view's, which the scan and
+// the count use whole); a deeper view is only scanned around its escapes,
+// whose windows find their own.
 //
 // The text is copied eight bytes at a time, each word tested for a
 // backslash at once (JSON text holds an escape every few dozen bytes, a
 // \n a line, and a copy call and a search call a stretch between two cost
-// more than the bytes). A backslash that starts no JSON escape is kept as
-// it is.
-func unescapeView(v *view) (*view, bool) {
+// more than the bytes). The escapes of one character (\n, \", \\, \t,
+// ...) are decoded by a table. A backslash that starts no JSON escape is
+// kept as it is.
+func unescapeView(v *view, withNLs bool) (*view, bool) {
 	s := v.text
 	i := strings.IndexByte(s, '\\')
 	if i < 0 {
@@ -119,14 +137,27 @@ func unescapeView(v *view) (*view, bool) {
 	recs := slices.Grow(bufs.esc[:0], nesc)
 	// The newlines of the decoded text are listed on the way, those
 	// before i first: most come from \n escapes, at most one an escape.
-	nls := slices.Grow(bufs.nls[:0], nesc+strings.Count(s, "\n"))
-	for j := 0; j < i; j++ {
-		if s[j] == '\n' {
-			nls = append(nls, j)
+	var nls []int
+	if withNLs {
+		nls = slices.Grow(bufs.nls[:0], nesc+strings.Count(s, "\n"))
+		for j := 0; j < i; j++ {
+			if s[j] == '\n' {
+				nls = append(nls, j)
+			}
 		}
 	}
 	for i < len(s) {
-		if i+8 <= len(s) {
+		if !withNLs {
+			// Only the backslashes stop the copy: a deeper view holds
+			// few (one every few KB of real output), found vectorized.
+			j := strings.IndexByte(s[i:], '\\')
+			if j < 0 {
+				d += copy(buf[d:], s[i:])
+				break
+			}
+			d += copy(buf[d:], s[i:i+j])
+			i += j
+		} else if i+8 <= len(s) {
 			w := load64(s, i)
 			binary.LittleEndian.PutUint64(buf[d:d+8], w)
 			m := byteMask(w, '\\') | byteMask(w, '\n')
@@ -140,7 +171,9 @@ func unescapeView(v *view) (*view, bool) {
 		switch s[i] {
 		case '\n':
 			buf[d] = '\n'
-			nls = append(nls, d)
+			if withNLs {
+				nls = append(nls, d)
+			}
 			i, d = i+1, d+1
 			continue
 		case '\\':
@@ -149,25 +182,43 @@ func unescapeView(v *view) (*view, bool) {
 			i, d = i+1, d+1
 			continue
 		}
+		if i+1 < len(s) {
+			if c := shortEscapes[s[i+1]]; c != 0 {
+				buf[d] = c
+				if c == '\n' && withNLs {
+					nls = append(nls, d)
+				}
+				recs = append(recs, newEsc(d, 1, i, 2))
+				i, d = i+2, d+1
+				continue
+			}
+		}
 		n, dn, ok := escapeInto(s, i, buf[d:])
 		if !ok {
 			buf[d] = '\\'
 			i, d = i+1, d+1
 			continue
 		}
-		if dn == 1 && buf[d] == '\n' {
+		if dn == 1 && buf[d] == '\n' && withNLs {
 			nls = append(nls, d)
 		}
 		recs = append(recs, newEsc(d, dn, i, n))
 		i, d = i+n, d+dn
 	}
-	bufs.buf, bufs.esc, bufs.nls = buf[:0], recs[:0], nls[:0]
+	bufs.buf, bufs.esc = buf[:0], recs[:0]
+	if withNLs {
+		bufs.nls = nls[:0]
+	}
 	if len(recs) == 0 {
 		viewPool.Put(bufs)
 		return nil, false
 	}
 	return &view{text: unsafe.String(unsafe.SliceData(buf), d), parent: v, esc: recs, nls: nls, bufs: bufs}, true
 }
+
+// shortEscapes decodes the JSON escapes of one character by the byte
+// after the backslash; 0 for the others (\u, and what is no escape).
+var shortEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 // byteMask returns a word with the high bit set of each byte of w equal to
 // c, exactly (no carry runs between bytes).
@@ -558,9 +609,13 @@ func lineEnd(nls []int, li, n int) int {
 // texts here instead of decoding them again (Counter.countResult).
 type decodedJSON struct {
 	raw []byte // the JSON text
-	// v is raw with one level of escaping undone (v.parent.text is raw),
-	// or raw itself (v.parent is nil) when raw holds no escape.
+	// v is raw with one level of escaping undone (v.parent.text is raw,
+	// or the scan's copy of it), or raw itself (v.parent is nil) when raw
+	// holds no escape.
 	v *view
+	// own holds the scan's copy of raw, when it made one (a text scanned
+	// on a goroutine of its own, see Scrubber.scanJSON).
+	own *viewBufs
 }
 
 // release gives back the buffers of d's decoded view (view.release): for
@@ -568,7 +623,8 @@ type decodedJSON struct {
 func (d *decodedJSON) release() {
 	if d != nil {
 		d.v.release()
-		d.v, d.raw = nil, nil
+		d.own.put()
+		d.v, d.raw, d.own = nil, nil, nil
 	}
 }
 

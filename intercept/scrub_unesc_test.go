@@ -95,15 +95,16 @@ func escapeAtRef(s string, i int, b *strings.Builder, recs *[]escRec) (int, bool
 	return 2, true
 }
 
-// TestUnescapeViewMatchesRef checks unescapeView against the reference on
-// random texts dense in escapes, good and bad (surrogates, short \u, a
-// backslash at the end), at every alignment, and on the trajectory data.
+// TestUnescapeViewMatchesRef checks unescapeView, with and without the
+// newlines, against the reference on random texts dense in escapes, good
+// and bad (surrogates, short \u, a backslash at the end), at every
+// alignment, and on the trajectory data.
 func TestUnescapeViewMatchesRef(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	parts := []string{"a", "\n", "x\ny", "\\u000a", "\\u000A\\n", "bc", "defghijk", "é", "\\", "\\\\", "\\n", "\\\"", "\\/", "\\t\\r\\b\\f", "\\u0041", "\\u00e9", "\\ud83d\\ude00", "\\ud83d", "\\ud83d\\u0041", "\\udc00x", "\\u12", "\\uZZZZ", "\\x", "\n", "{\"k\":\"v\"}"}
 	check := func(text string) {
 		t.Helper()
-		got, gok := unescapeView(&view{text: text})
+		got, gok := unescapeView(&view{text: text}, true)
 		want, wok := unescapeViewRef(&view{text: text})
 		if gok != wok {
 			t.Fatalf("unescapeView(%q): ok %v, the reference %v", text, gok, wok)
@@ -117,6 +118,11 @@ func TestUnescapeViewMatchesRef(t *testing.T) {
 		if nls := newlines(got.text, nil); !slices.Equal(got.nls, nls) && len(got.nls)+len(nls) > 0 {
 			t.Fatalf("unescapeView(%q): newlines %v, want %v", text, got.nls, nls)
 		}
+		// A deeper view, without its newlines, decodes the same.
+		deep, dok := unescapeView(&view{text: text}, false)
+		if !dok || deep.text != want.text || !slices.Equal(deep.esc, want.esc) || deep.nls != nil {
+			t.Fatalf("unescapeView(%q) without newlines = %q %v %v, the reference %q %v", text, deep.text, deep.esc, deep.nls, want.text, want.esc)
+		}
 	}
 	for range 20000 {
 		var b strings.Builder
@@ -127,7 +133,7 @@ func TestUnescapeViewMatchesRef(t *testing.T) {
 	}
 	for _, r := range pipeResults(t) {
 		check(string(r))
-		if v, ok := unescapeView(&view{text: string(r)}); ok {
+		if v, ok := unescapeView(&view{text: string(r)}, true); ok {
 			check(v.text)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,9 @@ type AttachHello struct {
 	// keeps its model endpoint). Nothing is written to it after the
 	// welcome, log records included.
 	Hold bool `json:"hold,omitempty"`
+	// FDs offers the agent's stdin and stdout, and the session's journal,
+	// for the daemon to serve the session on itself (see attachFDs).
+	FDs bool `json:"fds,omitempty"`
 }
 
 // AttachWelcome is the daemon's answer to a hello.
@@ -68,12 +72,23 @@ type AttachWelcome struct {
 	// daemon is stopping, so that a new one may be started.
 	Error   string `json:"error,omitempty"`
 	Exiting bool   `json:"exiting,omitempty"`
+	// FDs takes the descriptors a hello offered: the relay sends them
+	// next, and relays nothing.
+	FDs bool `json:"fds,omitempty"`
 }
 
 const (
 	attachLogPrefix = '#'
 	attachExiting   = "!exiting"
-	attachHelloMax  = 64 << 10
+	// attachEnded says that the session of a relay whose descriptors the
+	// daemon took is over (the agent closed stdin, or the relay hung up):
+	// the relay exits. attachFailed, followed by a reason, says it ended
+	// because the agent's side failed (its stdout closed): the relay exits
+	// with that error. A connection that ends without either leaves the
+	// session to the relay, which takes it to the next daemon.
+	attachEnded    = "!ended"
+	attachFailed   = "!failed "
+	attachHelloMax = 64 << 10
 )
 
 // AttachOptions configure an AttachServer.
@@ -305,14 +320,19 @@ func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
 	if id == "" {
 		id = newID("s")
 	}
-	if welcome(AttachWelcome{Session: id, PID: os.Getpid(), HTTP: a.httpAddr()}) != nil {
+	takeFDs := hello.FDs && fdPassing && br.Buffered() == 0
+	if welcome(AttachWelcome{Session: id, PID: os.Getpid(), HTTP: a.httpAddr(), FDs: takeFDs}) != nil {
 		a.detachConn(ac, false)
 		return
 	}
 	a.mu.Lock()
 	a.conns[ac] = true
 	a.mu.Unlock()
-	a.log.Info("process attached", "session", id, "resumed", hello.Session != "", "attached", a.Attached())
+	a.log.Info("process attached", "session", id, "resumed", hello.Session != "", "fds", takeFDs, "attached", a.Attached())
+	if takeFDs {
+		a.serveFDs(ctx, ac, id)
+		return
+	}
 	// br goes on with what it read past the hello; a read still waiting
 	// when the session is over ends when the connection is closed.
 	err = ServeStdio(ctx, a.ep, br, ac, StdioOptions{
@@ -358,6 +378,73 @@ func (a *AttachServer) hold(ctx context.Context, ac *attachConn, br *bufio.Reade
 	a.detachConn(ac, false)
 }
 
+// serveFDs serves session id on the agent's stdin and stdout, which the
+// relay on ac passes next with the session's journal: the daemon reads and
+// writes the agent's pipes itself, and the relay only waits. The session
+// ends as over stdio when stdin does, or when the relay hangs up; when
+// the daemon stops, the session is left in the store and the pipes to the
+// relay, which goes on with the next daemon from what the journal holds.
+func (a *AttachServer) serveFDs(ctx context.Context, ac *attachConn, id string) {
+	max := a.opts.MaxMessageBytes
+	if max <= 0 {
+		max = DefaultMaxMessageBytes
+	}
+	p, err := receiveSession(ac.c, max)
+	if err != nil {
+		// Before the session was opened: nothing to detach in the store.
+		a.log.Warn("attach: the relay's descriptors", "session", id, "err", err)
+		a.detachConn(ac, false)
+		return
+	}
+	// The relay says nothing more: the connection ending is its hangup.
+	hangup := make(chan struct{})
+	go func() {
+		defer close(hangup)
+		var b [256]byte
+		for {
+			if _, err := ac.rw.Read(b[:]); err != nil {
+				return
+			}
+		}
+	}()
+	w := &stdioWriter{w: p.out, wf: p.write, j: p.j, broken: make(chan struct{})}
+	err = serveStdio(ctx, a.ep, &journalSource{j: p.j, fill: p.read}, w, StdioOptions{
+		MaxMessageBytes: max, Logger: a.log,
+		SessionID: id, Transport: TransportAttach, Detach: true, hangup: hangup,
+	})
+	// The pipes go back to the relay only once nothing here can read or
+	// write them: Close waits for a read or write in flight.
+	p.j.release(func() { p.in.Close() }, p.unmap)
+	p.out.Close()
+	switch {
+	case ctx.Err() != nil:
+		// The daemon is stopping: the relay takes the session on.
+		a.detachConn(ac, false)
+	case err != nil && !errors.Is(err, context.Canceled):
+		a.log.Info("attached process", "session", id, "err", err)
+		_, _ = ac.Write([]byte(attachFailed + oneLine(err.Error()) + "\n"))
+		a.detachConn(ac, true)
+	default:
+		_, _ = ac.Write([]byte(attachEnded + "\n"))
+		a.detachConn(ac, true)
+	}
+}
+
+// attachedPipes are what a relay passes to the daemon: the agent's stdin
+// and stdout (read and written through the poller by read, which calls got
+// as soon as read(2) returns, and write, which calls wrote after each
+// write(2)), and the session's journal, mapped.
+type attachedPipes struct {
+	in, out *os.File
+	read    func(p []byte, got func(int)) (int, error)
+	write   func(p []byte, wrote func(int)) (int, error)
+	j       *journal
+	unmap   func()
+}
+
+// oneLine returns s with its line breaks made spaces.
+func oneLine(s string) string { return strings.NewReplacer("\n", " ", "\r", " ").Replace(s) }
+
 // detachConn forgets a connection. When it was the last one and the
 // daemon exits when idle, the relay is told so before its connection
 // closes.
@@ -394,6 +481,11 @@ type RelayOptions struct {
 	// Stderr receives the daemon's log records.
 	Stderr io.Writer
 	Logger *slog.Logger
+	// PassFDs offers the daemon the agent's stdin and stdout, so that it
+	// reads and writes them itself and the relay only waits (Linux, when
+	// they are pipes or sockets; see attachFDs). Without it, or where the
+	// daemon does not take them, the relay relays every line.
+	PassFDs bool
 }
 
 // relayResendable are the requests that a relay sends again to a new
@@ -442,12 +534,30 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 	}
 	// Pipes and sockets are read and written through the poller by raw
 	// system calls (rawio_unix.go); restored last, once the rest is done.
-	stdin, stdout, restore := pollableStdio(stdin, stdout)
-	defer restore()
-	r := &relay{opts: opts, log: frontLogger(opts.Logger), out: &stdioWriter{w: stdout, broken: make(chan struct{})},
+	orig := pollablePipes(stdin, stdout)
+	pp := orig // replaced by new duplicates when the pipes come back
+	r := &relay{opts: opts, log: frontLogger(opts.Logger), out: &stdioWriter{w: pp.out, broken: make(chan struct{})},
 		pending: make(map[string]*relayPending), lost: make(chan relayLost, 4)}
-	if err := r.connect(ctx); err != nil {
-		return err
+	defer func() {
+		pp.drop()
+		// Not while a daemon may still read them: its reads, made
+		// non-blocking, would block where nothing can end them.
+		if !r.pipesLent {
+			orig.restore()
+		}
+	}()
+	var carry []byte
+	if opts.PassFDs && fdPassing && pp.inFile != nil && pp.outFile != nil {
+		var done bool
+		var err error
+		if carry, done, err = r.attachFDs(ctx, stdin, stdout, &pp); done {
+			return err
+		}
+	}
+	if r.conn == nil {
+		if err := r.connect(ctx); err != nil {
+			return err
+		}
 	}
 	defer func() {
 		r.connMu.Lock()
@@ -456,7 +566,13 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 	}()
 	r.stopRead = make(chan struct{})
 	defer close(r.stopRead)
-	go r.readAgent(stdin)
+	in := pp.in
+	if len(carry) > 0 {
+		// What a daemon that served the agent's pipes itself read and did
+		// not handle comes first.
+		in = io.MultiReader(bytes.NewReader(carry), in)
+	}
+	go r.readAgent(in)
 	for {
 		select {
 		case <-ctx.Done():
@@ -482,6 +598,204 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 			}
 		}
 	}
+}
+
+// attachFDs serves the session by passing the agent's stdin and stdout to
+// the daemon, with a journal of the session (journal.go), and waiting: the
+// daemon reads and writes the pipes itself. When the daemon goes away
+// without ending the session (killed, or stopped), the relay takes the
+// pipes back: it ends a line to the agent cut short, answers the requests
+// the daemon took and did not answer (those that change nothing it sends
+// again), and passes everything, with what the daemon read and did not
+// handle, to the next daemon, which it starts as a relay would.
+//
+// done is true when the session is over (the daemon ended it, or the
+// relay stops), with the error to return. Otherwise the relay relays from
+// then on: on r.conn when a daemon did not take the descriptors (r.conn nil
+// when none was attached), after carry, the agent's input that is to be
+// read before stdin.
+//
+// While the daemon holds the pipes, the relay drops its own duplicates of
+// them (pp.drop), which would wake its poller at every message; it makes
+// new ones (*pp) when it takes them back.
+func (r *relay) attachFDs(ctx context.Context, stdin io.Reader, stdout io.Writer, pp *stdioPipes) (carry []byte, done bool, err error) {
+	var input []byte
+	for {
+		jf, err := newJournalFile(r.opts.MaxMessageBytes, input, false)
+		if err != nil {
+			r.log.Info("relay: the session journal could not be made; relaying", "err", err)
+			return input, false, nil
+		}
+		c, rw, w, br, err := r.dialHello(ctx, true)
+		if err != nil {
+			jf.Close()
+			return nil, true, err
+		}
+		r.session = w.Session
+		if !w.FDs {
+			jf.Close()
+			r.adopt(c, rw, w, br)
+			return input, false, nil
+		}
+		if err := sendFDs(c, pp.inFile, pp.outFile, jf.f); err != nil {
+			// The daemon opens the session only once it has them.
+			jf.Close()
+			c.Close()
+			r.log.Info("relay: passing the agent's pipes to the daemon failed; relaying", "err", err)
+			return input, false, nil
+		}
+		pp.drop()
+		ended, failure, exiting := r.waitDaemon(ctx, c, br)
+		c.Close()
+		if exiting && r.opts.WaitExit != nil {
+			if err := r.opts.WaitExit(ctx); err != nil {
+				r.log.Warn("relay: the daemon said it was exiting but is still there", "err", err)
+			}
+		}
+		switch {
+		case ended && failure == nil && ctx.Err() != nil:
+			jf.Close()
+			return nil, true, ctx.Err() // stopped, as a relay that relays
+		case ended:
+			jf.Close()
+			return nil, true, failure
+		case ctx.Err() != nil:
+			jf.Close()
+			return nil, true, ctx.Err()
+		}
+		// The pipes are the relay's again.
+		*pp = pollablePipes(stdin, stdout)
+		if pp.inFile == nil || pp.outFile == nil {
+			jf.Close()
+			return nil, true, errors.New("relay: the agent's pipes could not be taken back from the daemon that went away")
+		}
+		r.out = &stdioWriter{w: pp.out, broken: make(chan struct{})}
+		rec, err := jf.recover(isPipe(pp.outFile))
+		jf.Close()
+		if err != nil {
+			return nil, true, fmt.Errorf("relay: reading the session journal of the daemon that went away: %w", err)
+		}
+		r.log.Info("relay: the foldproxy daemon went away; taking the session to the next one",
+			"unhandled_bytes", len(rec.input), "unanswered", len(rec.pending))
+		if input, err = r.takeBack(*pp, rec); err != nil {
+			return nil, true, err
+		}
+		if err := r.out.failure(); err != nil {
+			return nil, true, err
+		}
+	}
+}
+
+// waitDaemon copies the daemon's log records to stderr until the
+// connection ends, and reports what the daemon said: the session ended
+// (with failure when the agent's side failed), and it is exiting. When ctx
+// ends, the relay hangs up (the daemon ends the session) and waits at most
+// 10 seconds more.
+func (r *relay) waitDaemon(ctx context.Context, c net.Conn, br *bufio.Reader) (ended bool, failure error, exiting bool) {
+	lines := make(chan []byte)
+	go func() {
+		defer close(lines)
+		for {
+			line, err := br.ReadBytes('\n')
+			if len(line) > 0 {
+				lines <- line
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	stop := ctx.Done()
+	var deadline <-chan time.Time
+	for {
+		select {
+		case <-stop:
+			stop = nil
+			closeWrite(c)
+			t := time.NewTimer(10 * time.Second)
+			defer t.Stop()
+			deadline = t.C
+		case <-deadline:
+			// The daemon did not end the session in time: it may still
+			// hold the agent's pipes.
+			r.pipesLent = true
+			c.Close()
+			for range lines {
+			}
+			return true, ctx.Err(), exiting
+		case line, ok := <-lines:
+			if !ok {
+				return ended, failure, exiting
+			}
+			msg := bytes.TrimRight(line, "\r\n")
+			switch {
+			case len(msg) > 0 && msg[0] == attachLogPrefix:
+				_, _ = r.opts.Stderr.Write(append(msg[1:], '\n'))
+			case string(msg) == attachExiting:
+				exiting = true
+			case string(msg) == attachEnded:
+				ended = true
+			case bytes.HasPrefix(msg, []byte(attachFailed)):
+				ended, failure = true, errors.New(string(msg[len(attachFailed):]))
+			}
+		}
+	}
+}
+
+// takeBack deals with what the journal of a daemon that went away holds
+// (rec): a line to the agent cut short is ended, the requests it took and
+// did not answer are answered with an error, but those that change nothing
+// and are alone on their line, which it returns to be sent again, before
+// what the daemon read and did not handle. A line too long that the daemon
+// was dropping is dropped to its end (reading stdin on) and refused.
+func (r *relay) takeBack(pp stdioPipes, rec journalRecovery) ([]byte, error) {
+	if rec.mend {
+		if err := r.out.writeLine([]byte{'\n'}); err != nil {
+			return nil, err
+		}
+	}
+	var again []byte
+	batches := map[uint64][][]byte{}
+	var order []uint64
+	for _, p := range rec.pending {
+		if p.group == 0 && p.line != nil && relayResendable[p.method] {
+			again = append(append(again, p.line...), '\n')
+			continue
+		}
+		msg := Response(p.id, nil, Errorf(CodeInternalError,
+			"foldproxy's daemon stopped while handling %s; it may or may not have been carried out: check before retrying", p.method))
+		if p.group == 0 {
+			r.write(msg)
+			continue
+		}
+		if _, ok := batches[p.group]; !ok {
+			order = append(order, p.group)
+		}
+		batches[p.group] = append(batches[p.group], msg)
+	}
+	for _, g := range order {
+		r.write(stdioJoinArray(batches[g]))
+	}
+	input := rec.input
+	if rec.discarding {
+		buf := make([]byte, 64<<10)
+		i := bytes.IndexByte(input, '\n')
+		for i < 0 {
+			n, err := pp.in.Read(buf)
+			if err != nil {
+				input, i = nil, -1
+				break
+			}
+			input = buf[:n]
+			i = bytes.IndexByte(input, '\n')
+		}
+		if i >= 0 {
+			input = input[i+1:]
+		}
+		r.write(Response(nil, nil, Errorf(CodeMessageTooLarge,
+			"message too large: a message may be at most %d bytes (maxMessageBytes)", r.opts.MaxMessageBytes)))
+	}
+	return append(again, input...), nil
 }
 
 // readAgent reads the agent's lines and sends each to the daemon, until
@@ -562,6 +876,11 @@ type relay struct {
 	// is noted pending and sent under it, and a new connection is set
 	// and sent what is pending under it, so that each request reaches
 	// the new daemon or is answered.
+	// pipesLent: a daemon the relay gave the agent's pipes to may still
+	// hold them as the relay returns (it did not end the session in
+	// time when the relay was stopped).
+	pipesLent bool
+
 	connMu    sync.Mutex
 	conn      net.Conn
 	connW     io.Writer // conn's writer (rawConnIO)
@@ -585,20 +904,31 @@ func (r *relay) generation() int {
 // connect attaches to the daemon, with the session id once there is one,
 // and deals with the requests the previous daemon left unanswered.
 func (r *relay) connect(ctx context.Context) error {
+	c, rw, w, br, err := r.dialHello(ctx, false)
+	if err != nil {
+		return err
+	}
+	r.adopt(c, rw, w, br)
+	return nil
+}
+
+// dialHello connects to the daemon and says hello, offering the agent's
+// descriptors with fds, until a daemon welcomes the session.
+func (r *relay) dialHello(ctx context.Context, fds bool) (net.Conn, io.ReadWriter, AttachWelcome, *bufio.Reader, error) {
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, nil, AttachWelcome{}, nil, ctx.Err()
 		}
 		if attempt >= 50 {
-			return fmt.Errorf("relay: could not attach to a foldproxy daemon: %w", lastErr)
+			return nil, nil, AttachWelcome{}, nil, fmt.Errorf("relay: could not attach to a foldproxy daemon: %w", lastErr)
 		}
 		c, err := r.opts.Dial(ctx)
 		if err != nil {
-			return err
+			return nil, nil, AttachWelcome{}, nil, err
 		}
 		rw := rawConnIO(c)
-		w, br, err := r.hello(c, rw)
+		w, br, err := r.hello(c, rw, fds)
 		if err != nil {
 			c.Close()
 			lastErr = err
@@ -607,7 +937,7 @@ func (r *relay) connect(ctx context.Context) error {
 		if w.Error != "" {
 			c.Close()
 			if !w.Exiting {
-				return errors.New(w.Error)
+				return nil, nil, AttachWelcome{}, nil, errors.New(w.Error)
 			}
 			lastErr = errors.New(w.Error)
 			if r.opts.WaitExit != nil {
@@ -615,28 +945,34 @@ func (r *relay) connect(ctx context.Context) error {
 			}
 			continue
 		}
-		r.connMu.Lock()
-		if r.conn != nil {
-			r.conn.Close()
-		}
-		r.conn = c
-		r.connW = rw
-		r.gen++
-		r.session = w.Session
-		go r.readDaemon(br, r.gen)
-		r.replay()
-		if r.stdinDone.Load() {
-			closeWrite(c)
-		}
-		r.connMu.Unlock()
-		return nil
+		return c, rw, w, br, nil
+	}
+}
+
+// adopt relays on c, which a daemon welcomed: the daemon's lines are
+// copied to the agent, and the requests the previous daemon left
+// unanswered are dealt with.
+func (r *relay) adopt(c net.Conn, rw io.ReadWriter, w AttachWelcome, br *bufio.Reader) {
+	r.connMu.Lock()
+	defer r.connMu.Unlock()
+	if r.conn != nil {
+		r.conn.Close()
+	}
+	r.conn = c
+	r.connW = rw
+	r.gen++
+	r.session = w.Session
+	go r.readDaemon(br, r.gen)
+	r.replay()
+	if r.stdinDone.Load() {
+		closeWrite(c)
 	}
 }
 
 // hello sends the hello on c and reads the welcome from rw, c's reader, on
 // which the returned reader goes on.
-func (r *relay) hello(c net.Conn, rw io.Reader) (AttachWelcome, *bufio.Reader, error) {
-	b, _ := json.Marshal(AttachHello{Version: AttachVersion, Session: r.session, Config: r.opts.Config})
+func (r *relay) hello(c net.Conn, rw io.Reader, fds bool) (AttachWelcome, *bufio.Reader, error) {
+	b, _ := json.Marshal(AttachHello{Version: AttachVersion, Session: r.session, Config: r.opts.Config, FDs: fds})
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	defer c.SetDeadline(time.Time{})
 	if _, err := c.Write(append(b, '\n')); err != nil {

@@ -49,25 +49,54 @@ func rawConnIO(c net.Conn) io.ReadWriter {
 // descriptors back in the mode they had; call it once the relay (or the
 // stdio session) is done.
 func pollableStdio(stdin io.Reader, stdout io.Writer) (io.Reader, io.Writer, func()) {
+	p := pollablePipes(stdin, stdout)
+	return p.in, p.out, p.restore
+}
+
+// stdioPipes are pollableStdio's reader and writer, with the duplicates
+// of stdin's and stdout's descriptors behind them (nil where they are not
+// pipes or sockets), which a relay passes to the daemon.
+// drop closes the duplicates only, leaving the descriptors' mode as it
+// is: a relay that passed the pipes to the daemon drops its duplicates, so
+// that its poller is not woken by every message the daemon reads and
+// writes, and makes new ones if it takes the pipes back.
+type stdioPipes struct {
+	in              io.Reader
+	out             io.Writer
+	inFile, outFile *os.File
+	restore, drop   func()
+}
+
+// pollablePipes is pollableStdio, with the files.
+func pollablePipes(stdin io.Reader, stdout io.Writer) stdioPipes {
 	var restores []func()
-	in, out := stdin, stdout
+	var dups []*os.File
+	p := stdioPipes{in: stdin, out: stdout}
 	if f, ok := stdin.(*os.File); ok {
-		if rw, restore := pollableFile(f); rw != nil {
-			in = rw
+		if rw, dup, restore := pollableFile(f); rw != nil {
+			p.in, p.inFile = rw, dup
 			restores = append(restores, restore)
+			dups = append(dups, dup)
 		}
 	}
 	if f, ok := stdout.(*os.File); ok {
-		if rw, restore := pollableFile(f); rw != nil {
-			out = rw
+		if rw, dup, restore := pollableFile(f); rw != nil {
+			p.out, p.outFile = rw, dup
 			restores = append(restores, restore)
+			dups = append(dups, dup)
 		}
 	}
-	return in, out, func() {
+	p.restore = func() {
 		for _, r := range restores {
 			r()
 		}
 	}
+	p.drop = func() {
+		for _, d := range dups {
+			d.Close() // a second close is harmless
+		}
+	}
+	return p
 }
 
 // pollableFile returns a duplicate of f's descriptor, non-blocking and
@@ -77,10 +106,10 @@ func pollableStdio(stdin io.Reader, stdout io.Writer) (io.Reader, io.Writer, fun
 // puts the open file back in the mode it had (blocking, as a process is
 // usually given its stdin and stdout; non-blocking when it already was,
 // as os.Pipe makes them); f and its descriptor are left as they were.
-func pollableFile(f *os.File) (*rawio.IO, func()) {
+func pollableFile(f *os.File) (*rawio.IO, *os.File, func()) {
 	sc, err := f.SyscallConn()
 	if err != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	dup := -1
 	wasNonblock := false
@@ -99,11 +128,11 @@ func pollableFile(f *os.File) (*rawio.IO, func()) {
 		}
 		dup, derr = rawio.DupCloexec(int(d))
 	}); err != nil || derr != nil || dup < 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err := syscall.SetNonblock(dup, true); err != nil {
 		syscall.Close(dup)
-		return nil, nil
+		return nil, nil, nil
 	}
 	// Made non-blocking, the new file is registered with the poller.
 	pf := os.NewFile(uintptr(dup), f.Name())
@@ -111,9 +140,9 @@ func pollableFile(f *os.File) (*rawio.IO, func()) {
 	if err != nil {
 		_ = syscall.SetNonblock(dup, wasNonblock)
 		pf.Close()
-		return nil, nil
+		return nil, nil, nil
 	}
-	return rawio.New(rc), func() {
+	return rawio.New(rc), pf, func() {
 		// Closed first: a read or write on the duplicate then ends (it
 		// never blocks, the open file being non-blocking until below),
 		// and Close returns once none is left.

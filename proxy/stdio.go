@@ -40,6 +40,11 @@ type StdioOptions struct {
 	Detach bool
 	// Opened, when set, is called with the session once it is open.
 	Opened func(*Session)
+
+	// hangup, when set, ends the session as the end of its input does
+	// (the relay of an attached session whose pipes the daemon reads
+	// itself went away).
+	hangup <-chan struct{}
 }
 
 const stdioDefaultDrain = 5 * time.Second
@@ -76,13 +81,21 @@ func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, opts
 	// once the session is over and nothing more is written.
 	r, w, restore := pollableStdio(r, w)
 	defer restore()
+	return serveStdio(ctx, ep, bufSource{bufio.NewReaderSize(r, 64<<10)}, &stdioWriter{w: w, broken: make(chan struct{})}, opts)
+}
+
+// serveStdio is ServeStdio on a source of lines and a writer: a buffered
+// reader of the agent's stdin, or the journal of an attached session whose
+// pipes the daemon reads and writes itself (attach_fd_linux.go).
+func serveStdio(ctx context.Context, ep Endpoint, src stdioSource, out *stdioWriter, opts StdioOptions) error {
 	sv := &stdioServer{
 		opts:  opts,
 		ep:    ep,
 		log:   frontLogger(opts.Logger),
 		max:   opts.MaxMessageBytes,
 		drain: opts.DrainTimeout,
-		out:   &stdioWriter{w: w, broken: make(chan struct{})},
+		out:   out,
+		src:   src,
 	}
 	if sv.max == 0 {
 		sv.max = DefaultMaxMessageBytes
@@ -90,8 +103,29 @@ func ServeStdio(ctx context.Context, ep Endpoint, r io.Reader, w io.Writer, opts
 	if sv.drain <= 0 {
 		sv.drain = stdioDefaultDrain
 	}
-	return sv.serve(ctx, r)
+	return sv.serve(ctx)
 }
+
+// stdioSource is where a session's lines come from. One goroutine at a
+// time reads.
+type stdioSource interface {
+	// readLine reads one line as stdioReadLine does.
+	readLine(max int64) (line []byte, tooLarge bool, err error)
+	// more reports whether input past the line last read is at hand.
+	more() bool
+	// handled is called once the line last read has been handled: its
+	// requests noted as owed and handed on, its other messages
+	// delivered. A line read and not handled is read again by whoever
+	// serves the session after this process (see journal.go).
+	handled()
+}
+
+// bufSource reads lines from a buffered reader.
+type bufSource struct{ br *bufio.Reader }
+
+func (b bufSource) readLine(max int64) ([]byte, bool, error) { return stdioReadLine(b.br, max) }
+func (b bufSource) more() bool                               { return b.br.Buffered() > 0 }
+func (b bufSource) handled()                                 {}
 
 // stdioServer is the state of one ServeStdio call.
 type stdioServer struct {
@@ -114,7 +148,7 @@ type stdioServer struct {
 	lent      atomic.Bool
 	lendTimer *time.Timer
 
-	br    *bufio.Reader
+	src   stdioSource
 	pool  stdioPool
 	ended chan error // the error that ended reading (io.EOF at the end of input)
 
@@ -133,7 +167,7 @@ type stdioLine struct {
 	err      error
 }
 
-func (sv *stdioServer) serve(ctx context.Context, r io.Reader) error {
+func (sv *stdioServer) serve(ctx context.Context) error {
 	reqCtx, cancelReqs := context.WithCancel(ctx)
 	defer cancelReqs()
 	sv.reqCtx = reqCtx
@@ -149,7 +183,6 @@ func (sv *stdioServer) serve(ctx context.Context, r io.Reader) error {
 	sv.lendTimer = time.AfterFunc(time.Hour, sv.ensureReading)
 	sv.lendTimer.Stop()
 	defer sv.lendTimer.Stop()
-	sv.br = bufio.NewReaderSize(r, 64<<10)
 	sv.ended = make(chan error, 1)
 	defer sv.pool.close()
 	sv.pool.run(sv.read)
@@ -168,6 +201,9 @@ func (sv *stdioServer) serve(ctx context.Context, r io.Reader) error {
 			return nil
 		}
 		return fmt.Errorf("stdio: reading from the agent: %w", err)
+	case <-sv.opts.hangup:
+		sv.shutdown(ctx, cancelReqs, sv.drain)
+		return nil
 	}
 }
 
@@ -190,7 +226,7 @@ func (sv *stdioServer) serve(ctx context.Context, r io.Reader) error {
 // longer.
 func (sv *stdioServer) read() {
 	for {
-		data, tooLarge, err := stdioReadLine(sv.br, sv.max)
+		data, tooLarge, err := sv.src.readLine(sv.max)
 		sv.gate.RLock()
 		if sv.stopped {
 			sv.gate.RUnlock()
@@ -201,6 +237,7 @@ func (sv *stdioServer) read() {
 		if tooLarge || len(data) > 0 {
 			serve, inline = sv.handleLine(stdioLine{data: data, tooLarge: tooLarge})
 		}
+		sv.src.handled()
 		sv.gate.RUnlock()
 		if err != nil {
 			if serve != nil {
@@ -209,7 +246,7 @@ func (sv *stdioServer) read() {
 			sv.ended <- err // once: this goroutine reads no more
 			return
 		}
-		if serve != nil && inline && sv.br.Buffered() == 0 {
+		if serve != nil && inline && !sv.src.more() {
 			// Alone: serve it here, reading lent out (see above).
 			sv.lent.Store(true)
 			sv.lendTimer.Reset(stdioLendFor)
@@ -393,6 +430,10 @@ func (sv *stdioServer) handleLine(ln stdioLine) (serve func(), inline bool) {
 		case it.msg == nil:
 			sv.write(it.fail)
 		case it.msg.IsRequest():
+			if err := sv.note(it.msg, ln.data, 0); err != nil {
+				sv.write(Response(it.msg.ID, nil, Errorf(CodeInternalError, "foldproxy: %v", err)))
+				return nil, false
+			}
 			c := &stdioCollector{main: sv.out, await: newFrontAwait()}
 			c.await.add(it.msg.ID)
 			inline = sv.active.Load() == 0
@@ -413,12 +454,22 @@ func (sv *stdioServer) handleLine(ln stdioLine) (serve func(), inline bool) {
 	// A batch: notifications and responses go in order, requests each in
 	// their own goroutine, and the responses are gathered into one array.
 	c := &stdioCollector{main: sv.out, await: newFrontAwait(), hold: true}
-	for _, it := range items {
+	var group uint64
+	if sv.out.j != nil {
+		group = sv.out.j.newGroup()
+	}
+	for i, it := range items {
 		switch {
 		case it.msg == nil:
 			c.held = append(c.held, it.fail)
 		case it.msg.IsRequest():
+			if err := sv.note(it.msg, nil, group); err != nil {
+				c.held = append(c.held, Response(it.msg.ID, nil, Errorf(CodeInternalError, "foldproxy: %v", err)))
+				items[i].msg = nil // answered: not delivered
+				continue
+			}
 			c.await.add(it.msg.ID)
+			c.keys = append(c.keys, frontIDKey(it.msg.ID))
 		}
 	}
 	sv.inflight.Add(1)
@@ -447,6 +498,19 @@ func (sv *stdioServer) handleLine(ln stdioLine) (serve func(), inline bool) {
 	return nil, false
 }
 
+// note records a request read from line (nil: one of a batch, group) as
+// owed in the session's journal, when it has one, before it is delivered:
+// should this process die before answering, whoever serves the session
+// next answers it (see journal.go). A request that changes nothing and is
+// alone on its line is kept whole, to be sent again.
+func (sv *stdioServer) note(msg *Message, line []byte, group uint64) error {
+	j := sv.out.j
+	if j == nil {
+		return nil
+	}
+	return j.track(msg.ID, msg.Method, line, j.lineEndPos(), group, line != nil && relayResendable[msg.Method])
+}
+
 // deliverRequest hands one request to the core.
 func (sv *stdioServer) deliverRequest(msg *Message, out Outbound) {
 	frontDeliver(sv.reqCtx, sv.log, sv.ep, sv.s, msg, out)
@@ -472,6 +536,7 @@ type stdioCollector struct {
 	mu    sync.Mutex
 	await *frontAwait
 	held  [][]byte
+	keys  []string // a batch's requests' id keys
 	done  bool
 }
 
@@ -491,16 +556,21 @@ func (c *stdioCollector) WriteMessage(msg []byte) error {
 		return nil
 	}
 	c.mu.Unlock()
+	if owed {
+		return c.main.writeAnswer(msg, []string{key})
+	}
 	return c.main.WriteMessage(msg)
 }
 
 // forgetRequest settles a request the agent cancelled: it is owed no
 // response.
 func (c *stdioCollector) forgetRequest(id json.RawMessage) {
+	key := frontIDKey(id)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.done {
-		c.await.pay(frontIDKey(id))
+	paid := !c.done && c.await.pay(key)
+	c.mu.Unlock()
+	if paid {
+		c.main.untrack(key)
 	}
 }
 
@@ -510,20 +580,22 @@ func (c *stdioCollector) finish() {
 	c.mu.Lock()
 	c.done = true
 	var unpaid [][]byte
+	var keys [][]string
 	for _, id := range c.await.missing() {
 		unpaid = append(unpaid, frontNoResponse(id))
+		keys = append(keys, []string{frontIDKey(id)})
 	}
 	if c.hold {
 		c.held = append(c.held, unpaid...)
-		unpaid = nil
+		unpaid, keys = nil, nil
 		if len(c.held) > 0 {
-			unpaid = [][]byte{stdioJoinArray(c.held)}
+			unpaid, keys = [][]byte{stdioJoinArray(c.held)}, [][]string{c.keys}
 		}
 		c.held = nil
 	}
 	c.mu.Unlock()
-	for _, m := range unpaid {
-		if err := c.main.WriteMessage(m); err != nil {
+	for i, m := range unpaid {
+		if err := c.main.writeAnswer(m, keys[i]); err != nil {
 			return
 		}
 	}
@@ -539,6 +611,11 @@ func stdioJoinArray(msgs [][]byte) []byte {
 type stdioWriter struct {
 	w      io.Writer
 	broken chan struct{} // closed at the first write error
+	// j, when set, is the session's journal (an attached session whose
+	// stdout the daemon writes itself): every message is recorded there
+	// as it goes out, through wf, w's write that reports each write(2).
+	j  *journal
+	wf func(p []byte, wrote func(int)) (int, error)
 
 	mu     sync.Mutex
 	closed bool
@@ -548,19 +625,40 @@ type stdioWriter struct {
 
 // WriteMessage is safe for concurrent use. It returns ErrOutboundClosed once
 // ServeStdio is returning, and the first write error from then on.
-func (o *stdioWriter) WriteMessage(msg []byte) error {
+func (o *stdioWriter) WriteMessage(msg []byte) error { return o.writeAnswer(msg, nil) }
+
+// writeAnswer is WriteMessage for a message that answers the requests of
+// id keys (one, or a batch's).
+func (o *stdioWriter) writeAnswer(msg []byte, keys []string) error {
 	line, err := frontCompact(msg)
 	if err != nil {
 		return fmt.Errorf("stdio: %w", err)
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.buf = append(append(o.buf[:0], line...), '\n')
-	err = o.writeLocked(o.buf)
-	if cap(o.buf) > 1<<20 {
-		o.buf = nil // do not pin one huge result's buffer for the session's life
+	if len(line) > stdioCopyMax {
+		// A large message is not copied to be followed by its line
+		// break: the break goes in a write of its own.
+		return o.writeLocked(line, stdioNewline, keys)
 	}
-	return err
+	o.buf = append(append(o.buf[:0], line...), '\n')
+	return o.writeLocked(o.buf, nil, keys)
+}
+
+// stdioCopyMax is the longest message that stdioWriter copies to append
+// its line break, so that it goes out in one write(2) (whole, to a pipe,
+// up to 4 KiB); a longer one is written as it is, and the line break
+// after it.
+const stdioCopyMax = 64 << 10
+
+var stdioNewline = []byte{'\n'}
+
+// untrack forgets a request that is owed no answer (the agent cancelled
+// it).
+func (o *stdioWriter) untrack(key string) {
+	if o.j != nil {
+		o.j.untrack(key)
+	}
 }
 
 // writeLine writes line, one whole message that is already one valid line
@@ -568,19 +666,35 @@ func (o *stdioWriter) WriteMessage(msg []byte) error {
 func (o *stdioWriter) writeLine(line []byte) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.writeLocked(line)
+	return o.writeLocked(line, nil, nil)
 }
 
-// writeLocked writes b with o.mu held: nothing once the writer is closed
-// or broken, and the first write error breaks it.
-func (o *stdioWriter) writeLocked(b []byte) error {
+// writeLocked writes b and then tail, one message that answers the
+// requests of keys, with o.mu held: nothing once the writer is closed or
+// broken, and the first write error breaks it.
+func (o *stdioWriter) writeLocked(b, tail []byte, keys []string) error {
 	if o.closed {
 		return ErrOutboundClosed
 	}
 	if o.err != nil {
 		return o.err
 	}
-	if _, err := o.w.Write(b); err != nil {
+	var err error
+	if o.j != nil {
+		ref, slots := o.j.answering(keys)
+		o.j.beginOut(len(b)+len(tail), ref)
+		_, err = o.wf(b, o.j.wrote)
+		if err == nil && len(tail) > 0 {
+			_, err = o.wf(tail, o.j.wrote)
+		}
+		o.j.endOut(slots, err == nil)
+	} else {
+		_, err = o.w.Write(b)
+		if err == nil && len(tail) > 0 {
+			_, err = o.w.Write(tail)
+		}
+	}
+	if err != nil {
 		o.err = fmt.Errorf("stdio: writing to the agent: %w", err)
 		close(o.broken)
 		return o.err

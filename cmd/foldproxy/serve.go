@@ -365,7 +365,7 @@ func (c *serveCommand) relay(ctx context.Context, f serveFlags, st policy.Settin
 	// stdout and socket are read and written through the runtime's poller
 	// (proxy/rawio_unix.go): waiting for either side is one epoll_wait.
 	runtime.GOMAXPROCS(1)
-	return proxy.Relay(ctx, c.stdin, c.stdout, relayOptions(f, st, dir, ident, c.stderr, logger))
+	return proxy.Relay(ctx, c.stdin, c.stdout, relayOptions(f, st, dir, ident, c.stderr, logger, os.Getenv))
 }
 
 // sayReady tells the relay that started this daemon that it serves.

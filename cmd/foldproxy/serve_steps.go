@@ -164,11 +164,20 @@ func daemonArgs(f serveFlags, st policy.Settings) []string {
 	return args
 }
 
+// attachEnv names the environment variable that chooses how a stdio
+// process attaches to the project's daemon: "relay" relays every line
+// through this process; anything else (the default) passes the agent's
+// stdin and stdout to the daemon where the system allows it, this process
+// only waiting, to take the session to the next daemon if the daemon
+// dies (proxy.RelayOptions.PassFDs). The tests run both.
+const attachEnv = "FOLDPROXY_ATTACH"
+
 // relayOptions are the options of a stdio relay to the daemon of state
 // folder dir, which it starts with daemonArgs when none answers; ident
 // names the configuration (configIdentity), so that a daemon of another
-// one does not serve it. The daemon's log records go to stderr.
-func relayOptions(f serveFlags, st policy.Settings, dir, ident string, stderr io.Writer, logger *slog.Logger) proxy.RelayOptions {
+// one does not serve it. The daemon's log records go to stderr. getenv
+// reads attachEnv.
+func relayOptions(f serveFlags, st policy.Settings, dir, ident string, stderr io.Writer, logger *slog.Logger, getenv func(string) string) proxy.RelayOptions {
 	extra := daemonArgs(f, st)
 	return proxy.RelayOptions{
 		Dial:            func(ctx context.Context) (net.Conn, error) { return dialDaemon(ctx, dir, f.config, extra) },
@@ -177,6 +186,7 @@ func relayOptions(f serveFlags, st policy.Settings, dir, ident string, stderr io
 		MaxMessageBytes: st.MaxMessageBytes,
 		Stderr:          stderr,
 		Logger:          logger,
+		PassFDs:         getenv(attachEnv) != "relay",
 	}
 }
 

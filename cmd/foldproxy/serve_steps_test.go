@@ -360,8 +360,8 @@ func TestServeMode(t *testing.T) {
 }
 
 // TestRelayOptions: a relay starts its daemon with the flags the
-// configuration does not already give it, and passes the daemon's log to
-// its stderr.
+// configuration does not already give it, passes the daemon's log to its
+// stderr, and passes the agent's pipes to the daemon unless told to relay.
 func TestRelayOptions(t *testing.T) {
 	st := policy.Default()
 	st.Metrics.Listen = "127.0.0.1:9090"
@@ -372,9 +372,13 @@ func TestRelayOptions(t *testing.T) {
 	}
 	var stderr strings.Builder
 	st.MaxMessageBytes = 1234
-	o := relayOptions(f, st, t.TempDir(), "cfg@abc", &stderr, discard())
-	if o.Config != "cfg@abc" || o.MaxMessageBytes != 1234 || o.Stderr != &stderr || o.Dial == nil || o.WaitExit == nil {
+	o := relayOptions(f, st, t.TempDir(), "cfg@abc", &stderr, discard(), func(string) string { return "" })
+	if o.Config != "cfg@abc" || o.MaxMessageBytes != 1234 || o.Stderr != &stderr || o.Dial == nil || o.WaitExit == nil || !o.PassFDs {
 		t.Errorf("relayOptions = %+v", o)
+	}
+	env := map[string]string{attachEnv: "relay"}
+	if o := relayOptions(f, st, t.TempDir(), "cfg@abc", &stderr, discard(), func(k string) string { return env[k] }); o.PassFDs {
+		t.Errorf("with %s=relay, relayOptions passes the descriptors", attachEnv)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func gz(t *testing.T, s string) *bytes.Buffer {
@@ -73,5 +74,26 @@ func TestLoad(t *testing.T) {
 	trajs, err := LoadRepo()
 	if err != nil || len(trajs) == 0 || len(trajs[0].Steps) == 0 {
 		t.Fatalf("LoadRepo: %d trajectories, %v", len(trajs), err)
+	}
+}
+
+// TestMixed: the mixed corpus is deterministic, of about the size asked,
+// valid UTF-8, and holds each kind of text.
+func TestMixed(t *testing.T) {
+	outs := []string{"$ ls\nREADME.md\n", "PASS\nok  \tpkg\t0.01s\n"}
+	a, b := Mixed(outs, 200<<10), Mixed(outs, 200<<10)
+	if a != b {
+		t.Fatal("Mixed is not deterministic")
+	}
+	if len(a) < 200<<10 || len(a) > 250<<10 {
+		t.Errorf("Mixed(200 KiB) has %d bytes", len(a))
+	}
+	for _, want := range []string{"README.md", "func ", `{"id":`, " status=", "\n"} {
+		if !strings.Contains(a, want) {
+			t.Errorf("Mixed holds no %q", want)
+		}
+	}
+	if !utf8.ValidString(a) {
+		t.Error("Mixed is not valid UTF-8")
 	}
 }

@@ -32,7 +32,14 @@ type IO struct {
 	rc syscall.RawConn
 }
 
-func (r *IO) Read(p []byte) (int, error) {
+func (r *IO) Read(p []byte) (int, error) { return r.ReadFunc(p, nil) }
+
+// ReadFunc is Read, calling got (when not nil) with the number of bytes
+// read as soon as read(2) returns them, before the descriptor is let go:
+// closing the descriptor's file waits for it, so that once Close has
+// returned nothing read is left unrecorded (the attached daemon's journal
+// records what it took from the agent's stdin this way).
+func (r *IO) ReadFunc(p []byte, got func(n int)) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -42,6 +49,9 @@ func (r *IO) Read(p []byte) (int, error) {
 		for {
 			n, rerr = read(int(fd), p)
 			if !errors.Is(rerr, syscall.EINTR) {
+				if n > 0 && got != nil {
+					got(n)
+				}
 				return !errors.Is(rerr, syscall.EAGAIN)
 			}
 		}
@@ -57,7 +67,11 @@ func (r *IO) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (r *IO) Write(p []byte) (int, error) {
+func (r *IO) Write(p []byte) (int, error) { return r.WriteFunc(p, nil) }
+
+// WriteFunc is Write, calling wrote (when not nil) with the number of
+// bytes each write(2) took, as soon as it returns.
+func (r *IO) WriteFunc(p []byte, wrote func(n int)) (int, error) {
 	written := 0
 	var werr error
 	err := r.rc.Write(func(fd uintptr) bool {
@@ -73,6 +87,9 @@ func (r *IO) Write(p []byte) (int, error) {
 				return true
 			}
 			written += n
+			if wrote != nil && n > 0 {
+				wrote(n)
+			}
 		}
 		return true
 	})

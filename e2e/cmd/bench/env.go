@@ -31,13 +31,19 @@ const protocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
 // env is what every section shares: the repository, the binaries built for
 // this run, a scratch folder and the logger.
 type env struct {
-	repo     string // repository root (holds go.mod)
-	data     string // the trajectory file
-	tmp      string // scratch folder, removed at the end
-	proxy    string // foldproxy built with -tags gore2regex
-	replay   string // the replay helper server
-	model    string // the scripted model server (e2e/servers/model)
-	relay    string // the bare byte-copying stdio relay (e2e/servers/relay)
+	repo   string // repository root (holds go.mod)
+	data   string // the trajectory file
+	tmp    string // scratch folder, removed at the end
+	proxy  string // foldproxy built with -tags gore2regex
+	replay string // the replay helper server
+	model  string // the scripted model server (e2e/servers/model)
+	relay  string // the bare byte-copying stdio relay (e2e/servers/relay)
+	fast   string // the fast stdio server of realistic text (e2e/servers/fast)
+	// base is foldproxy built from another worktree (-base), measured
+	// beside this one in the overhead, archive and start-up sections; ""
+	// when none.
+	base     string
+	baseRepo string // the worktree base is built from
 	node     string // e2e/node_modules/node/bin/node, "" when absent
 	fsScript string // server-filesystem's entry point, "" when absent
 	log      *slog.Logger
@@ -86,14 +92,20 @@ func (e *env) buildBinaries(ctx context.Context) error {
 	e.replay = filepath.Join(e.tmp, "replay")
 	e.model = filepath.Join(e.tmp, "model")
 	e.relay = filepath.Join(e.tmp, "relay")
+	e.fast = filepath.Join(e.tmp, "fast")
 	var wg sync.WaitGroup
-	var perr, rerr, merr, lerr error
+	var perr, rerr, merr, lerr, ferr, berr error
 	wg.Go(func() { perr = goBuild(ctx, e.repo, e.proxy, "-tags", "gore2regex", "./cmd/foldproxy") })
 	wg.Go(func() { rerr = goBuild(ctx, e.repo, e.replay, "./e2e/servers/replay") })
 	wg.Go(func() { merr = goBuild(ctx, e.repo, e.model, "./e2e/servers/model") })
 	wg.Go(func() { lerr = goBuild(ctx, e.repo, e.relay, "./e2e/servers/relay") })
+	wg.Go(func() { ferr = goBuild(ctx, e.repo, e.fast, "./e2e/servers/fast") })
+	if e.baseRepo != "" {
+		e.base = filepath.Join(e.tmp, "foldproxy-base")
+		wg.Go(func() { berr = goBuild(ctx, e.baseRepo, e.base, "-tags", "gore2regex", "./cmd/foldproxy") })
+	}
 	wg.Wait()
-	return errors.Join(perr, rerr, merr, lerr)
+	return errors.Join(perr, rerr, merr, lerr, ferr, berr)
 }
 
 // loadOutputs returns the output of every step of the trajectories.
@@ -346,6 +358,25 @@ func procStatus(pid int, fields ...string) (map[string]int64, error) {
 		if _, ok := out[f]; !ok {
 			return nil, fmt.Errorf("/proc/%d/status: no %s", pid, f)
 		}
+	}
+	return out, nil
+}
+
+// timeCalls calls tool(bytes) n times in a row and returns each latency.
+func timeCalls(ctx context.Context, p *mcpPeer, tool string, bytes, n int) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, n)
+	args := map[string]any{"bytes": bytes}
+	for range n {
+		t0 := time.Now()
+		r, err := p.call(ctx, tool, args)
+		d := time.Since(t0)
+		if err != nil {
+			return nil, err
+		}
+		if got := len(resultText(r)); got != bytes {
+			return nil, fmt.Errorf("%s: %s(%d) returned %d bytes of text", p.name, tool, bytes, got)
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }

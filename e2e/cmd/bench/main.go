@@ -78,6 +78,12 @@ func run() int {
 	data := flag.String("data", "", "trajectory file (default e2e/testdata/trajectories/swe-dev.jsonl.gz from the repository root)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process sections: pipeline, cut) to this file")
 	worker := flag.Bool("scrub-worker", false, "internal: run as the stdlib-regexp scrub child of the pipeline section")
+	base := flag.String("base", "", "another worktree of foldproxy (say, the main branch's) whose binary is measured beside this one's in the overhead section")
+	profSize := flag.Int("profile", 0, "instead of the sections: make -profile-calls calls of this many bytes through foldproxy (default mode) in front of the fast server, each foldproxy process writing a CPU profile into -profile-out")
+	profCalls := flag.Int("profile-calls", 100, "with -profile: how many calls")
+	profOut := flag.String("profile-out", "profiles", "with -profile: the folder for the profiles")
+	profBase := flag.Bool("profile-base", false, "with -profile and -base: profile the base binary")
+	profArgs := flag.String("profile-args", "", "with -profile: extra arguments to foldproxy serve, space-separated (say, --standalone)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 
@@ -118,13 +124,29 @@ func run() int {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
 	defer cancel()
 
-	e, err := setup(ctx, log, *data)
+	e, err := setup(ctx, log, *data, *base)
 	if err != nil {
 		log.Error("setup", "err", err)
 		return 1
 	}
 	defer os.RemoveAll(e.tmp)
 	e.quick, e.rounds = *quick, *rounds
+
+	if *profSize > 0 {
+		bin := e.proxy
+		if *profBase {
+			if e.base == "" {
+				log.Error("-profile-base needs -base")
+				return 2
+			}
+			bin = e.base
+		}
+		if err := runProfile(ctx, e, bin, *profSize, *profCalls, *profOut, strings.Fields(*profArgs)); err != nil {
+			log.Error("profile", "err", err)
+			return 1
+		}
+		return 0
+	}
 
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -194,12 +216,20 @@ func isFlagSet(name string) bool {
 
 // setup finds the repository and the data, builds the binaries and locates
 // the Node servers.
-func setup(ctx context.Context, log *slog.Logger, data string) (*env, error) {
+func setup(ctx context.Context, log *slog.Logger, data, base string) (*env, error) {
 	repo, err := findRepo()
 	if err != nil {
 		return nil, err
 	}
 	e := &env{repo: repo, log: log}
+	if base != "" {
+		if e.baseRepo, err = filepath.Abs(base); err != nil {
+			return nil, err
+		}
+		if !fileExists(filepath.Join(e.baseRepo, "go.mod")) {
+			return nil, fmt.Errorf("-base %s: no go.mod there", base)
+		}
+	}
 	e.data = data
 	if e.data == "" {
 		e.data = filepath.Join(repo, dataRel)

@@ -255,7 +255,7 @@ func runPipeline(ctx context.Context, e *env, res *results) error {
 				}
 			}
 			if m == "full chain" && (p > 1 || len(cpuRates) == 0) {
-				x.Target, x.Met = ">= 30 MB/s per core", met(v/float64(p) >= 30)
+				x.Target, x.Met = ">= 60 MB/s per core", met(v/float64(p) >= 60)
 			}
 			if p > 1 && m != "full chain" {
 				x.Note = fmt.Sprintf("%.1f MB/s per core", v/float64(p))
@@ -265,7 +265,7 @@ func runPipeline(ctx context.Context, e *env, res *results) error {
 				// The target's row: MB per second of a core's time.
 				c := median(cpuRates)
 				res.add(row{Section: sec, Metric: "full chain, GOMAXPROCS 1, per CPU second", Value: fmt.Sprintf("%.1f MB/s", c),
-					Num: c, Unit: "MB/s", Target: ">= 30 MB/s per core", Met: met(c >= 30),
+					Num: c, Unit: "MB/s", Target: ">= 60 MB/s per core", Met: met(c >= 60),
 					Note: fmt.Sprintf("bytes over the process's CPU time (getrusage) in the passes above, %.1f MB/s by the wall clock", v)})
 			}
 		}

@@ -18,24 +18,31 @@ func (e *env) startProxy(ctx context.Context, name string, servers map[string]an
 // startProxyArgs is startProxy with extra arguments to serve (such as
 // --standalone).
 func (e *env) startProxyArgs(ctx context.Context, name string, servers map[string]any, extra []string, want ...string) (*mcpPeer, error) {
+	p, _, err := e.startProxyBin(ctx, name, e.proxy, servers, extra, want...)
+	return p, err
+}
+
+// startProxyBin is startProxyArgs with the foldproxy binary bin, and
+// returns the state folder too.
+func (e *env) startProxyBin(ctx context.Context, name, bin string, servers map[string]any, extra []string, want ...string) (*mcpPeer, string, error) {
 	cfg, err := e.writeConfig(name+".json", servers, benchSettings())
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	state, err := e.stateDir(name)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	args := append([]string{"serve", "--config", cfg, "--state", state, "--log-level", "warn"}, extra...)
-	p, err := connectStdio(ctx, "foldproxy "+name, e.proxy, args...)
+	p, err := connectStdio(ctx, "foldproxy "+name, bin, args...)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := waitTools(ctx, p, want...); err != nil {
 		p.close()
-		return nil, err
+		return nil, "", err
 	}
-	return p, nil
+	return p, state, nil
 }
 
 // waitTools polls tools/list until every tool in want is listed.

@@ -22,12 +22,16 @@ type row struct {
 	// ratio; FloorNum is its value in Unit.
 	Floor    string  `json:"floor,omitempty"`
 	FloorNum float64 `json:"floorNum,omitempty"`
-	Target   string  `json:"target,omitempty"`
-	Met      string  `json:"met,omitempty"` // "yes", "NO" or "" (no target)
-	Note     string  `json:"note,omitempty"`
-	Num      float64 `json:"num"`  // the value as a number, in Unit
-	Base     float64 `json:"base"` // the baseline as a number, 0 when none
-	Unit     string  `json:"unit"` // ms, MB/s, MiB, KiB
+	// Floor2 is the same for two bare relays in series, the floor of a
+	// stdio process relaying to the daemon.
+	Floor2    string  `json:"floor2,omitempty"`
+	Floor2Num float64 `json:"floor2Num,omitempty"`
+	Target    string  `json:"target,omitempty"`
+	Met       string  `json:"met,omitempty"` // "yes", "NO" or "" (no target)
+	Note      string  `json:"note,omitempty"`
+	Num       float64 `json:"num"`  // the value as a number, in Unit
+	Base      float64 `json:"base"` // the baseline as a number, 0 when none
+	Unit      string  `json:"unit"` // ms, MB/s, MiB, KiB
 }
 
 // results gathers the rows of every section.
@@ -62,18 +66,18 @@ func met(ok bool) string {
 func (r *results) print(w io.Writer, header string) {
 	fmt.Fprintln(w, header)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "section\tmetric\tfoldproxy\tbaseline\tratio\tbare relay\ttarget\tmet\tnote")
-	fmt.Fprintln(tw, "-------\t------\t---------\t--------\t-----\t----------\t------\t---\t----")
+	fmt.Fprintln(tw, "section\tmetric\tfoldproxy\tbaseline\tratio\tbare relay\ttwo relays\ttarget\tmet\tnote")
+	fmt.Fprintln(tw, "-------\t------\t---------\t--------\t-----\t----------\t----------\t------\t---\t----")
 	last := ""
 	for _, x := range r.rows {
 		sec := x.Section
 		if sec == last {
 			sec = ""
 		} else if last != "" {
-			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t")
+			fmt.Fprintln(tw, "\t\t\t\t\t\t\t\t\t")
 		}
 		last = x.Section
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sec, x.Metric, x.Value, dash(x.Baseline), dash(x.Ratio), dash(x.Floor), dash(x.Target), dash(x.Met), x.Note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sec, x.Metric, x.Value, dash(x.Baseline), dash(x.Ratio), dash(x.Floor), dash(x.Floor2), dash(x.Target), dash(x.Met), x.Note)
 	}
 	tw.Flush()
 }
