@@ -55,7 +55,7 @@ func playReplay(ctx context.Context, t testing.TB, trajs []trajectory.Trajectory
 		t.Fatal(err)
 	}
 	counter := &replay.Memo{C: c}
-	up := &replay.Upstream{Count: counter}
+	up := &replay.Upstream{}
 	srv := httptest.NewServer(up)
 	t.Cleanup(srv.Close)
 	up.URL = srv.URL

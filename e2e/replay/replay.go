@@ -28,6 +28,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/e2e/trajectory"
 	"github.com/foldproxy/foldproxy/fold/modelwire"
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // Counter counts tokens (o200k_base in the tests and the bench).
@@ -98,6 +99,8 @@ type Meter struct {
 	Billed                                 float64
 	Reads, Writes, ContextSum              int64
 	Last                                   int // the size of the last request
+
+	results []result // the last request's tool results
 }
 
 // Add measures one request.
@@ -105,10 +108,11 @@ func (m *Meter) Add(body []byte) error {
 	if m.ReadPrice == 0 {
 		m.ReadPrice, m.WritePrice = 0.1, 1.25
 	}
-	ps, err := layout(body, m.Count)
+	ps, rs, err := layout(body, m.Count)
 	if err != nil {
 		return err
 	}
+	m.results = rs
 	total := sumTokens(ps)
 	held, whole := heldTokens(m.prev, ps)
 	m.Requests++
@@ -217,14 +221,13 @@ func playOne(ctx context.Context, hc *http.Client, front string, up *Upstream, c
 	var c Conversation
 	meter := Meter{Count: opt.Count, ReadPrice: opt.ReadPrice, WritePrice: opt.WritePrice}
 	shown := map[string]string{} // tool-use id -> its text as the model first saw it
-	var last []byte
 	send := func() error {
 		body := c.body()
 		fwd, err := roundTrip(ctx, hc, front, up, conv, body, opt.Direct)
 		if err != nil {
 			return err
 		}
-		last = fwd
+
 		if err := modelwire.Check(modelwire.Anthropic, fwd); err != nil {
 			st.Invalid++
 			st.fail("%s request %d: invalid: %v", conv, len(c.msgs), err)
@@ -233,7 +236,7 @@ func playOne(ctx context.Context, hc *http.Client, front string, up *Upstream, c
 			return err
 		}
 		// What the model is shown of each result, the first time.
-		for _, r := range results(fwd) {
+		for _, r := range meter.results {
 			if _, ok := shown[r.id]; !ok && !stubOf(r.text) {
 				shown[r.id] = r.text
 			}
@@ -260,7 +263,7 @@ func playOne(ctx context.Context, hc *http.Client, front string, up *Upstream, c
 	st.EndSum += int64(meter.Last)
 	// The folds the last request carries.
 	var folds []result
-	for _, r := range results(last) {
+	for _, r := range meter.results {
 		if m := reStub.FindStringSubmatch(r.text); m != nil {
 			folds = append(folds, r)
 			st.ByKind[kindOf(m[1])]++
@@ -269,7 +272,7 @@ func playOne(ctx context.Context, hc *http.Client, front string, up *Upstream, c
 		}
 	}
 	st.Folds += len(folds)
-	for _, r := range results(last) {
+	for _, r := range meter.results {
 		if stubOf(r.text) {
 			st.EndStubs += int64(opt.Count.CountText(r.text))
 		} else {
@@ -355,11 +358,20 @@ type piece struct {
 }
 
 // Memo counts through a Counter, remembering the count of every text it
-// saw: a conversation resends its history on every request.
+// saw, and what it read of every message: a conversation resends its
+// history on every request.
 type Memo struct {
-	C  Counter
-	mu sync.Mutex
-	m  map[string]int
+	C    Counter
+	mu   sync.Mutex
+	m    map[string]int
+	msgs map[string]*parsed
+}
+
+// parsed is what the replay reads of one message (or of a request's head).
+type parsed struct {
+	sum     string // its bytes, cache_control markers left out
+	tokens  int
+	results []result
 }
 
 // CountText implements Counter.
@@ -380,42 +392,67 @@ func (m *Memo) CountText(s string) int {
 	return n
 }
 
-// layout splits a request into its pieces.
-func layout(body []byte, count Counter) ([]piece, error) {
-	var req struct {
-		System   json.RawMessage   `json:"system"`
-		Tools    json.RawMessage   `json:"tools"`
-		Messages []json.RawMessage `json:"messages"`
+// layout splits a request into its pieces, with its tool results. It
+// reads the request's structure with the one JSON scanner, and each
+// message once: a Memo remembers what it read of the messages it saw.
+func layout(body []byte, count Counter) ([]piece, []result, error) {
+	top, _, err := jsonscan.ObjectAt(body, jsonscan.SkipSpace(body, 0))
+	if err != nil {
+		return nil, nil, fmt.Errorf("the forwarded request is not a JSON object: %w", err)
 	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, fmt.Errorf("the forwarded request is not JSON: %w", err)
+	var system, tools []byte
+	var msgs []jsonscan.Span
+	for _, m := range top {
+		v := body[m.Value.Start:m.Value.End]
+		switch m.Key {
+		case "system":
+			system = v
+		case "tools":
+			tools = v
+		case "messages":
+			if msgs, _, err = jsonscan.ArrayAt(body[:m.Value.End], m.Value.Start); err != nil {
+				return nil, nil, fmt.Errorf("messages: %w", err)
+			}
+		}
 	}
-	head := append(append([]byte(nil), req.System...), req.Tools...)
-	out := []piece{{sum: string(stripCache(head)), tokens: countPiece(count, req.System) + count.CountText(string(req.Tools))}}
-	for _, m := range req.Messages {
-		out = append(out, piece{sum: string(stripCache(m)), tokens: countPiece(count, m)})
+	head := readPiece(count, append(append([]byte("h"), system...), tools...), func() (int, []result) {
+		return count.CountText(textOf(system)) + count.CountText(string(tools)), nil
+	})
+	ps := []piece{{sum: head.sum, tokens: head.tokens}}
+	var rs []result
+	for _, sp := range msgs {
+		raw := body[sp.Start:sp.End]
+		p := readPiece(count, raw, func() (int, []result) {
+			return count.CountText(textOf(raw)), results([]byte(`{"messages":[` + string(raw) + `]}`))
+		})
+		ps = append(ps, piece{sum: p.sum, tokens: p.tokens})
+		rs = append(rs, p.results...)
 	}
-	return out, nil
+	return ps, rs, nil
 }
 
-// countPiece counts a message's text; a Memo keeps the count by the
-// message's bytes, so a resent message is not decoded again.
-func countPiece(count Counter, raw json.RawMessage) int {
-	if m, ok := count.(*Memo); ok {
-		key := "\x00raw\x00" + string(raw)
+// readPiece reads one piece through read, or from the Memo.
+func readPiece(count Counter, raw []byte, read func() (int, []result)) *parsed {
+	m, ok := count.(*Memo)
+	if ok {
 		m.mu.Lock()
-		n, ok := m.m[key]
+		p := m.msgs[string(raw)]
 		m.mu.Unlock()
-		if ok {
-			return n
+		if p != nil {
+			return p
 		}
-		n = m.CountText(textOf(raw))
-		m.mu.Lock()
-		m.m[key] = n
-		m.mu.Unlock()
-		return n
 	}
-	return count.CountText(textOf(raw))
+	n, rs := read()
+	p := &parsed{sum: string(stripCache(raw)), tokens: n, results: rs}
+	if ok {
+		m.mu.Lock()
+		if m.msgs == nil {
+			m.msgs = map[string]*parsed{}
+		}
+		m.msgs[string(raw)] = p
+		m.mu.Unlock()
+	}
+	return p
 }
 
 var reCache = regexp.MustCompile(`,?"cache_control":\{[^}]*\}`)
@@ -563,14 +600,12 @@ const ConvHeader = convHeader
 
 // Upstream is the model API of a replay: it records the last body each
 // conversation sent and answers every request with a short streamed
-// message whose usage is the cache model of what it received.
+// message (the replay bills what it receives with its own Meter).
 type Upstream struct {
-	URL   string
-	Count Counter
+	URL string
 
 	mu     sync.Mutex
 	bodies map[string][]byte
-	prev   map[string][]piece
 }
 
 // ServeHTTP implements http.Handler.
@@ -581,19 +616,19 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conv := r.Header.Get(convHeader)
-	ps, err := layout(body, u.Count)
-	if err != nil {
+	if !jsonscan.Valid(body) {
 		http.Error(w, `{"type":"error","error":{"type":"invalid_request_error","message":"not JSON"}}`, http.StatusBadRequest)
 		return
 	}
 	u.mu.Lock()
 	if u.bodies == nil {
-		u.bodies, u.prev = map[string][]byte{}, map[string][]piece{}
+		u.bodies = map[string][]byte{}
 	}
-	held, _ := heldTokens(u.prev[conv], ps)
-	u.bodies[conv], u.prev[conv] = body, ps
+	u.bodies[conv] = body
 	u.mu.Unlock()
-	total := sumTokens(ps)
+	// The usage it reports is a rough one (the replay bills what it
+	// receives with its own Meter): a quarter of the bytes, uncached.
+	held, total := 0, len(body)/4
 	w.Header().Set("Content-Type", "text/event-stream")
 	fmt.Fprintf(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_replay\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-replay\",\"usage\":{\"input_tokens\":0,\"cache_creation_input_tokens\":%d,\"cache_read_input_tokens\":%d,\"output_tokens\":1}}}\n\n", total-held, held)
 	fmt.Fprint(w, "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")

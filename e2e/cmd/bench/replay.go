@@ -38,7 +38,7 @@ func runReplay(ctx context.Context, e *env, res *results) error {
 		return err
 	}
 	counter := &replay.Memo{C: c}
-	up := &replay.Upstream{Count: counter}
+	up := &replay.Upstream{}
 	srv := httptest.NewServer(up)
 	defer srv.Close()
 	up.URL = srv.URL
