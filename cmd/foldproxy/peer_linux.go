@@ -8,9 +8,11 @@ import (
 	"syscall"
 )
 
-// checkPeer refuses a connection to the daemon's socket from a process of
-// another user. The socket's mode (0600) already keeps them out; this is
-// the second lock on the door.
+// checkPeer refuses a unix socket connection whose peer runs as another
+// user (SO_PEERCRED). On the daemon's side the socket's mode (0600)
+// already keeps other users out and this is the second lock on the door;
+// a relay relies on it alone to know that the socket it found is its own
+// user's daemon's.
 func checkPeer(c net.Conn) error {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
@@ -31,7 +33,7 @@ func checkPeer(c net.Conn) error {
 		return cerr
 	}
 	if int(cred.Uid) != os.Getuid() {
-		return fmt.Errorf("peer pid %d runs as uid %d, not %d", cred.Pid, cred.Uid, os.Getuid())
+		return fmt.Errorf("the peer (pid %d) runs as uid %d, not %d", cred.Pid, cred.Uid, os.Getuid())
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/statedir"
 	"github.com/foldproxy/foldproxy/proxy"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
@@ -133,12 +134,20 @@ func stateDirOf(cfg *fileConfig, flagDir string) string {
 	return dir
 }
 
-// prepareStateDir creates the state folder (0700) and checks that foldproxy
-// can write in it, so that a folder it may not use is reported as what it
-// is, not as a store that cannot be locked.
+// prepareStateDir creates the state folder (0700) or checks the one there
+// is the user's own, nobody else's to write (statedir.Prepare), as are the
+// folders in it that Badger and the CA open by path, and checks that
+// foldproxy can write in it, so that a folder it may not use is reported
+// as what it is, not as a store that cannot be locked. Badger opens the
+// files of its folder itself: the folder is checked, not each file.
 func prepareStateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("state folder %s: %w (choose another with --state or foldproxy.stateDir)", dir, err)
+	if err := statedir.Prepare(dir); err != nil {
+		return err
+	}
+	for _, sub := range []struct{ name, what string }{{"badger", "the store's folder"}, {proxy.CADirName, "the CA's folder"}} {
+		if err := statedir.Check(filepath.Join(dir, sub.name), sub.what); err != nil {
+			return err
+		}
 	}
 	f, err := os.CreateTemp(dir, ".writable-*")
 	if err != nil {
