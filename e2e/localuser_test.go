@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,9 +31,9 @@ type intruder struct {
 	lines chan string // closed when its output ends
 }
 
-// startIntruder starts the intruder helper with args as uid otherUID, or
-// skips the test where a process cannot be started as another user.
-func startIntruder(t *testing.T, args ...string) *intruder {
+// intruderCmd is the intruder helper with args as uid otherUID, or skips
+// the test where a process cannot be started as another user.
+func intruderCmd(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
 	if os.Getuid() != 0 {
 		t.Skip("running a program as another local user needs root")
@@ -49,6 +52,41 @@ func startIntruder(t *testing.T, args ...string) *intruder {
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: otherUID, Gid: otherUID}}
+	return cmd
+}
+
+// runIntruder runs the intruder helper with args as uid otherUID to its
+// end and returns what it printed.
+func runIntruder(ctx context.Context, t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := intruderCmd(t, args...)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, syscall.EPERM) {
+			t.Skipf("cannot start a process as uid %d here: %v", otherUID, err)
+		}
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("intruder %v: %v\n%s", args, err, stderr.String())
+		}
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		t.Fatalf("intruder %v did not end: %v", args, ctx.Err())
+	}
+	return out.String()
+}
+
+// startIntruder starts the intruder helper with args as uid otherUID, or
+// skips the test where a process cannot be started as another user.
+func startIntruder(t *testing.T, args ...string) *intruder {
+	t.Helper()
+	cmd := intruderCmd(t, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -176,5 +214,70 @@ func TestRelayRefusesPlantedSocket(t *testing.T) {
 	}
 	if stdout.Len() != 0 {
 		t.Errorf("the relay answered the agent: %q", stdout.String())
+	}
+}
+
+// TestLoopbackRefusesOtherLocalUser: without a token, every loopback
+// listener of foldproxy (--listen: MCP, the model front, /metrics;
+// --metrics; --proxy-listen) answers another local user 403 saying why,
+// while its own user is served as before.
+func TestLoopbackRefusesOtherLocalUser(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	proxyAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := writeConfig(t, map[string]any{}, map[string]any{"scrub": map[string]any{"disabled": true}})
+	p := startProcess(t, "foldproxy", exec.Command(proxyBin(t), "serve", "--config", cfg, "--state", t.TempDir(),
+		"--listen", listen, "--proxy-listen", proxyAddr, "--metrics", metrics))
+	for _, a := range []string{listen, proxyAddr, metrics} {
+		waitListening(ctx, t, p, a)
+	}
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	requests := []struct {
+		name string
+		args []string
+	}{
+		{"MCP", []string{"http", "POST", "http://" + listen + "/mcp", initialize}},
+		{"model front", []string{"http", "POST", "http://" + listen + "/v1/messages", `{"model":"m","max_tokens":1,"messages":[]}`}},
+		{"/metrics", []string{"http", "GET", "http://" + listen + "/metrics"}},
+		{"/healthz", []string{"http", "GET", "http://" + listen + "/healthz"}},
+		{"--metrics", []string{"http", "GET", "http://" + metrics + "/metrics"}},
+		{"--proxy-listen", []string{"connect", proxyAddr, "api.anthropic.com:443"}},
+	}
+	for _, r := range requests {
+		got := runIntruder(ctx, t, r.args...)
+		if !strings.HasPrefix(got, "status 403\n") || !strings.Contains(got, "this connection is uid 4242's") ||
+			!strings.Contains(got, "foldproxy.authToken") {
+			t.Errorf("%s, another local user: %q; want 403 naming its uid and the token", r.name, truncate(got, 300))
+		}
+	}
+	// The user's own clients: served.
+	resp, err := http.Post("http://"+listen+"/mcp", "application/json", strings.NewReader(initialize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("MCP, the user's own: HTTP %d", resp.StatusCode)
+	}
+	for _, u := range []string{"http://" + listen + "/metrics", "http://" + metrics + "/metrics"} {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("%s, the user's own: HTTP %d", u, resp.StatusCode)
+		}
+	}
+	c, err := net.Dial("tcp", proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT api.anthropic.com:443 HTTP/1.1\r\nHost: api.anthropic.com:443\r\n\r\n")
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	if !strings.HasPrefix(line, "HTTP/1.1 200") {
+		t.Errorf("CONNECT, the user's own: %q", line)
 	}
 }

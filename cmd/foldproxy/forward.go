@@ -22,7 +22,7 @@ import (
 // stop closes it.
 func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 	newFront func(proxy.ModelOptions) (*proxy.ModelHandler, error),
-	newRemote func(http.RoundTripper) (*proxy.RemoteFront, error), logger *slog.Logger,
+	newRemote func(http.RoundTripper) (*proxy.RemoteFront, error), guard *localUsers, logger *slog.Logger,
 ) (stop func(), err error) {
 	ca, created, err := proxy.LoadOrCreateCA(stateDir)
 	if err != nil {
@@ -69,6 +69,7 @@ func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 		return nil, fmt.Errorf("--proxy-listen %s: %w", addr, err)
 	}
 	hs := &http.Server{Handler: fp, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute}
+	guard.apply(hs)
 	go func() { _ = hs.Serve(ln) }()
 	logger.Info("foldproxy serving transparent mode (forward proxy)", "HTTPS_PROXY", "http://"+ln.Addr().String(),
 		"NODE_EXTRA_CA_CERTS", ca.CertPath(), "intercept", ps.InterceptHosts, "allowPorts", ps.AllowPorts)

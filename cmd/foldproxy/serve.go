@@ -249,6 +249,12 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	if err := checkExposure(f.listen, f.proxyListen, token); err != nil {
 		return err
 	}
+	// Other local users are kept off the loopback listeners (localuser.go).
+	access, err := localAccessOf(dir, token, f.listen, f.proxyListen, f.metrics, logger)
+	if err != nil {
+		return err
+	}
+	token = access.token
 	auditPath := resolvePaths(&st, cfg.Dir, dir)
 	// Garbage left by a burst of calls is returned once the process goes
 	// quiet (trim.go).
@@ -271,14 +277,14 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	go core.warnLongNames(ctx, f.entry)
 
 	if f.metrics != "" {
-		stop, err := serveMetrics(f.metrics, core.metrics, logger)
+		stop, err := serveMetrics(f.metrics, core.metrics, access.guard, logger)
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
 	if f.proxyListen != "" {
-		stop, err := startForwardProxy(f.proxyListen, dir, cfg.Dir, token, st.Proxy, core.newModelFront, core.newRemoteFront, logger)
+		stop, err := startForwardProxy(f.proxyListen, dir, cfg.Dir, token, st.Proxy, core.newModelFront, core.newRemoteFront, access.guard, logger)
 		if err != nil {
 			return err
 		}
@@ -317,7 +323,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	logger.Info("foldproxy serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp", "upstreams", len(cfg.Servers), "state", dir)
 	logger.Info("foldproxy serving the model APIs", "ANTHROPIC_BASE_URL", "http://"+ln.Addr().String(),
 		"anthropic", st.Model.AnthropicURL, "openai", st.Model.OpenAIURL)
-	return serveHTTP(ctx, ln, handler, closeStreams)
+	return serveHTTP(ctx, ln, handler, closeStreams, access.guard)
 }
 
 // relay serves this stdio session through the project's daemon, starting

@@ -644,8 +644,9 @@ func (c *serveCore) newRemoteFront(tr http.RoundTripper) (*proxy.RemoteFront, er
 }
 
 // serveMetrics serves /metrics on addr, which must be a loopback address:
-// this listener checks no token.
-func serveMetrics(addr string, m *intercept.Metrics, logger *slog.Logger) (stop func(), err error) {
+// this listener checks no token, only, where guard is set, that the
+// client is the user's own.
+func serveMetrics(addr string, m *intercept.Metrics, guard *localUsers, logger *slog.Logger) (stop func(), err error) {
 	if !proxy.IsLoopback(addr) {
 		return nil, fmt.Errorf("--metrics %s is not a loopback address: the separate metrics listener has no token check; "+
 			"scrape /metrics on --listen (same token and Host rules as /mcp), or bind --metrics to 127.0.0.1", addr)
@@ -653,6 +654,7 @@ func serveMetrics(addr string, m *intercept.Metrics, logger *slog.Logger) (stop 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
 	ms := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	guard.apply(ms)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
@@ -779,9 +781,11 @@ func listenHTTP(addr string) (net.Listener, error) {
 
 // serveHTTP serves handler on ln until ctx ends (nil) or the server fails
 // (its error), then shuts the server down, calling onShutdown (when not
-// nil) first so that open streams do not hold the shutdown.
-func serveHTTP(ctx context.Context, ln net.Listener, handler http.Handler, onShutdown func()) error {
+// nil) first so that open streams do not hold the shutdown. guard, when
+// set, refuses other local users' connections.
+func serveHTTP(ctx context.Context, ln net.Listener, handler http.Handler, onShutdown func(), guard *localUsers) error {
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	guard.apply(hs)
 	if onShutdown != nil {
 		hs.RegisterOnShutdown(onShutdown)
 	}

@@ -4,13 +4,15 @@
 //
 //	intruder listen-unix PATH        listen on a unix socket planted at PATH
 //	intruder http METHOD URL [BODY]  send one HTTP request to foldproxy
+//	intruder connect PROXY HOST:PORT send CONNECT HOST:PORT to the proxy at PROXY
 //
 // listen-unix prints "listening" once it listens, then "accepted" for each
 // connection and "data <quoted bytes>" for everything it reads, until it
-// is killed. http prints "status <code>" and then the body.
+// is killed. http and connect print "status <code>" and then the body.
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -38,6 +40,12 @@ func main() {
 			body = os.Args[4]
 		}
 		err = request(os.Args[2], os.Args[3], body)
+	case "connect":
+		if len(os.Args) < 4 {
+			err = fmt.Errorf("connect needs PROXY and HOST:PORT")
+			break
+		}
+		err = connect(os.Args[2], os.Args[3])
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}
@@ -104,5 +112,31 @@ func request(method, url, body string) error {
 	b, _ := io.ReadAll(resp.Body)
 	say("status %d", resp.StatusCode)
 	_, _ = os.Stdout.Write(b)
+	return nil
+}
+
+func connect(proxy, target string) error {
+	c, err := net.Dial("tcp", proxy)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	req, err := http.NewRequest(http.MethodConnect, "http://"+target, nil)
+	if err != nil {
+		return err
+	}
+	req.Host = target
+	if err := req.Write(c); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), req)
+	if err != nil {
+		return err
+	}
+	say("status %d", resp.StatusCode)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		_, _ = os.Stdout.Write(b)
+	}
 	return nil
 }
