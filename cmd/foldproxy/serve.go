@@ -220,6 +220,11 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	// No credential of the configuration is logged or reported: neither
+	// in a log record nor in the error serve ends with.
+	red := configRedactor(cfg, authToken(cfg.Settings, os.Getenv))
+	logger = slog.New(red.Handler(logger.Handler()))
+	defer func() { err = red.Error(err) }()
 	st := cfg.Settings
 	listenDefaults(st, &f.listen, &f.metrics, &f.proxyListen)
 	ident, err := configIdentity(f.config)
@@ -239,6 +244,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 			return err
 		}
 		defer closeLog()
+		logger = slog.New(red.Handler(logger.Handler()))
 	}
 	release, err := lockStateFolder(ctx, dir, mode)
 	if err != nil {
