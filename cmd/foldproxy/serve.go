@@ -261,13 +261,19 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		return err
 	}
 	token = access.token
+	// A model or upstream URL set to foldproxy's own address is refused
+	// now; other loops when a connection reaches one of its listeners.
+	if err := checkLoops(f.listen, st, cfg.Servers); err != nil {
+		return err
+	}
+	loops := &selfListeners{}
 	auditPath := resolvePaths(&st, cfg.Dir, dir)
 	// Garbage left by a burst of calls is returned once the process goes
 	// quiet (trim.go).
 	go trimWhenIdle(ctx, logger)
 	core, err := openCore(ctx, coreConfig{
 		servers: cfg.Servers, settings: st, configDir: cfg.Dir, stateDir: dir, auditPath: auditPath,
-		resumable: mode == modeHTTP || mode == modeDaemon, logger: logger,
+		resumable: mode == modeHTTP || mode == modeDaemon, logger: logger, loops: loops,
 	})
 	if err != nil {
 		return err
@@ -290,7 +296,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		defer stop()
 	}
 	if f.proxyListen != "" {
-		stop, err := startForwardProxy(f.proxyListen, dir, cfg.Dir, token, st.Proxy, core.newModelFront, core.newRemoteFront, access.guard, logger)
+		stop, err := startForwardProxy(f.proxyListen, dir, cfg.Dir, token, st.Proxy, core.newModelFront, core.newRemoteFront, access.guard, loops, logger)
 		if err != nil {
 			return err
 		}
@@ -324,6 +330,11 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	}
 	ln, err := listenHTTP(f.listen)
 	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	loops.add(ln.Addr())
+	if err := checkLoops(ln.Addr().String(), st, cfg.Servers); err != nil {
 		return err
 	}
 	logger.Info("foldproxy serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp", "upstreams", len(cfg.Servers), "state", dir)

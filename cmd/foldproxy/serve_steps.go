@@ -254,6 +254,9 @@ type coreConfig struct {
 	// branches are kept; a plain stdio session's are closed as failed.
 	resumable bool
 	logger    *slog.Logger
+	// loops are foldproxy's own listeners, which the model front's
+	// connections must not reach (loop.go); nil: none checked.
+	loops *selfListeners
 }
 
 // serveCore is what every front serves from: the state store, the
@@ -274,13 +277,14 @@ type serveCore struct {
 	srv            *proxy.Server
 	closers        []func() // what is open, in the order it was opened
 	closeErr       error    // what closing the store reported
+	loops          *selfListeners
 }
 
 // openCore opens the core's parts in dependency order. When a part fails,
 // the parts already open are closed before it returns the error.
 func openCore(ctx context.Context, cc coreConfig) (_ *serveCore, err error) {
 	st, logger := cc.settings, cc.logger
-	c := &serveCore{st: st, logger: logger, metrics: intercept.NewMetrics()}
+	c := &serveCore{st: st, logger: logger, metrics: intercept.NewMetrics(), loops: cc.loops}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -617,6 +621,13 @@ func (c *serveCore) warnLongNames(ctx context.Context, entry string) {
 // the metrics. The HTTP front has one; the forward proxy one per
 // intercepted host.
 func (c *serveCore) newModelFront(o proxy.ModelOptions) (*proxy.ModelHandler, error) {
+	if o.Transport == nil {
+		// The HTTP front's: to model.anthropicURL and model.openaiURL,
+		// never back to foldproxy (loop.go).
+		t := proxy.NewModelTransport(nil)
+		t.DialContext = c.loops.guard(t.DialContext, "set model.anthropicURL and model.openaiURL to the model APIs, not to foldproxy")
+		o.Transport = t
+	}
 	o.MaxRequestBytes = c.st.Model.MaxRequestBytes
 	o.State = c.mgr.ModelState()
 	o.Wire = modelwire.Options{
