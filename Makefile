@@ -51,7 +51,7 @@ e2e/node_modules: $(NODE_STAMP)
 # The Inspector is run by its bin name: with --prefix, npm 11's npx does not
 # find "npx --prefix e2e @modelcontextprotocol/inspector" (its default bin).
 run: build e2e/node_modules
-	@mkdir -p bin/state
+	@mkdir -p -m 700 bin/state
 	@printf '{\n  "mcpServers": {\n    "fs": {\n      "type": "stdio",\n      "command": "%s",\n      "args": ["%s", "%s"]\n    }\n  }\n}\n' \
 		'$(E2E_NODE)' '$(FS_SERVER)' '$(CURDIR)' > bin/run.mcp.json
 	@echo "Wrote bin/run.mcp.json: server-filesystem on $(CURDIR)."
