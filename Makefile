@@ -114,7 +114,7 @@ export RUN_BANNER
 run: e2e/node_modules
 	@echo "==> building bin/foldproxy (the first build compiles every dependency: 2-3 minutes on two cores; go lists each package as it builds it)"
 	$(GO) build -v -tags $(TAGS) -o $(BIN) ./cmd/foldproxy
-	@mkdir -p bin/state
+	@mkdir -p -m 700 bin/state && chmod 700 bin/state
 	@printf '%s\n' "$$RUN_CONFIG" > bin/run.mcp.json
 	@echo "==> wrote bin/run.mcp.json: server-filesystem on $(CURDIR), state in bin/state, the model APIs' addresses"
 	@printf '%s\n' "$$RUN_BANNER"

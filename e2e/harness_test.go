@@ -42,7 +42,7 @@ var (
 )
 
 // helperServers are the Go helper upstreams under servers/.
-var helperServers = []string{"replay", "leaky", "flaky", "model", "script"}
+var helperServers = []string{"replay", "leaky", "flaky", "model", "script", "intruder"}
 
 // foldTools are foldproxy's own tools (the fold tools, the checkpoint
 // tools and the memory tools, on by default), listed beside the upstream

@@ -22,6 +22,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/statedir"
 	"github.com/foldproxy/foldproxy/proxy/rawio"
 )
 
@@ -228,7 +229,10 @@ func NewAuditor(a policy.Audit, path string, logger *slog.Logger) (*Auditor, err
 // crash in the middle of a write), a newline is added first so that the
 // next record starts a line of its own.
 func (a *Auditor) open() error {
-	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	// Not through a link, and only a file of this user's: a link or a
+	// file someone else left in the state folder would send the records
+	// to them.
+	f, err := statedir.OpenFile(a.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("audit log: %w", err)
 	}
@@ -259,7 +263,7 @@ func (a *Auditor) open() error {
 // endsTorn reports whether the file of the given size does not end with a
 // newline.
 func endsTorn(path string, size int64) (bool, error) {
-	r, err := os.Open(path)
+	r, err := statedir.Open(path)
 	if err != nil {
 		return false, fmt.Errorf("audit log: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -688,6 +689,15 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 	for i, r := range res {
 		all = appendMapped(all, jobs[i].t.v, r.fs, jobs[i].t.off)
 	}
+	// Compressed text (gzip+base64, scrub_split.go), looked for in the
+	// text as the client reads it.
+	if strings.Contains(first.text, gzipMagic64) {
+		gz, err := s.gzipFindings(ctx, first.text)
+		if err != nil {
+			return nil, nil, err
+		}
+		all = appendMapped(all, first, gz, 0)
+	}
 	if len(more) > 0 {
 		res2 := make([]jobResult, len(more))
 		if err := s.runJobs(ctx, more, res2); err != nil {
@@ -908,6 +918,16 @@ func Scrub(s *Scrubber) Interceptor {
 				}
 				ex.Result, ex.decoded = out, dec
 				addCounts(ex, counts)
+				// Secrets split across the result's text items.
+				out, counts, serr = s.scrubItems(ctx, deadline, ex.Result)
+				if serr != nil {
+					return s.withhold(ctx, ex, serr)
+				}
+				if len(counts) > 0 {
+					ex.decoded.release()
+					ex.Result, ex.decoded = out, nil
+					addCounts(ex, counts)
+				}
 			}
 			if ex.RPCError != nil {
 				rerr, counts, serr := s.scrubRPCError(ctx, deadline, ex.RPCError)

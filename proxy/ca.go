@@ -20,6 +20,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/foldproxy/foldproxy/policy/statedir"
 )
 
 // The local certificate authority of the forward proxy (transparent mode).
@@ -96,8 +98,11 @@ func LoadOrCreateCA(stateDir string) (ca *CA, created bool, err error) {
 
 func loadOrCreateCA(stateDir string, now func() time.Time) (*CA, bool, error) {
 	dir := filepath.Join(stateDir, CADirName)
+	if err := statedir.Check(dir, "the CA's folder"); err != nil {
+		return nil, false, err
+	}
 	keyPath := filepath.Join(dir, CAKeyFile)
-	_, err := os.Stat(keyPath)
+	_, err := os.Lstat(keyPath)
 	switch {
 	case err == nil:
 		ca, err := loadCA(dir, now)
@@ -198,14 +203,14 @@ func writeBundle(dir string, certPEM []byte) {
 func loadCA(dir string, now func() time.Time) (*CA, error) {
 	keyPath := filepath.Join(dir, CAKeyFile)
 	certPath := filepath.Join(dir, CACertFile)
-	fi, err := os.Stat(keyPath)
+	fi, err := os.Lstat(keyPath)
 	if err != nil {
 		return nil, fmt.Errorf("CA key %s: %w", keyPath, err)
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("CA key %s is readable by other users (mode %04o): run chmod 600 %s, or remove the folder %s to make a new CA", keyPath, fi.Mode().Perm(), keyPath, dir)
 	}
-	keyPEM, err := os.ReadFile(keyPath)
+	keyPEM, err := statedir.ReadFile(keyPath)
 	if err != nil {
 		return nil, fmt.Errorf("CA key %s: %w", keyPath, err)
 	}
@@ -221,7 +226,7 @@ func loadCA(dir string, now func() time.Time) (*CA, error) {
 	if !ok {
 		return nil, fmt.Errorf("CA key %s: not a signing key", keyPath)
 	}
-	certPEM, err := os.ReadFile(certPath)
+	certPEM, err := statedir.ReadFile(certPath)
 	if err != nil {
 		return nil, fmt.Errorf("CA certificate %s: %w (remove the folder %s to make a new CA)", certPath, err, dir)
 	}

@@ -10,11 +10,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -48,7 +48,12 @@ import (
 //     /sse stream (the legacy SSE transport).
 //   - Every other message from the server (notifications, its requests to
 //     the client, other results) is scrubbed; what cannot be scanned is
-//     withheld.
+//     withheld. Every answer of the MCP endpoint is read as clients read it
+//     (the media type before ';'): a 2xx JSON body or event stream message
+//     by message, anything else (error statuses, other content types or
+//     none, events of other names, comments) scrubbed as JSON or text.
+//     Nothing the server sends there reaches the client unscanned: a body
+//     that cannot be read whole, decoded or scanned is withheld.
 //   - With foldTools, the fold tools join the server's tools/list and are
 //     answered by foldproxy itself.
 //
@@ -211,7 +216,7 @@ func (f *RemoteFront) serve(w http.ResponseWriter, r *http.Request, target strin
 		case http.MethodDelete:
 			f.serveDelete(w, r, s, conn)
 		default:
-			f.relay.ServeHTTP(w, r)
+			f.serveOther(w, r, s)
 		}
 		return true
 	}
@@ -709,9 +714,11 @@ func (f *RemoteFront) forwardPost(w http.ResponseWriter, r *http.Request, sess *
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		// OAuth challenges (401 with WWW-Authenticate), expired sessions
-		// (404) and the like reach the client as the server sent them.
+		// (404) and the like reach the client with the server's status
+		// and headers, the body scrubbed: clients quote it in their
+		// errors.
 		fail(fmt.Errorf("the server answered HTTP %d", resp.StatusCode))
-		copyResponse(w, resp)
+		f.relayScrubbed(w, r.Context(), sess.srv, resp)
 		return
 	}
 	f.relayMessages(w, r, resp, sess)
@@ -722,32 +729,73 @@ func (f *RemoteFront) forwardPost(w http.ResponseWriter, r *http.Request, sess *
 	}
 }
 
-// copyResponse relays resp untouched.
-func copyResponse(w http.ResponseWriter, resp *http.Response) {
+// mediaType is the media type of h's Content-Type as clients read it (the
+// TypeScript SDK's mediaTypeEssence): the part before ';', trimmed, lower
+// case; "" when there is none. A strict parser would give up on
+// "application/json; charset=" where clients read JSON.
+func mediaType(h http.Header) string {
+	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	return strings.ToLower(strings.TrimSpace(mt))
+}
+
+// encoded reports whether resp's body is in a content coding foldproxy
+// does not read (it asks for identity; a server may send another anyway).
+func encoded(resp *http.Response) bool {
+	ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
+	return ce != "" && ce != "identity"
+}
+
+// withholdAnswer answers the client in place of a server's answer that
+// foldproxy could not scan: nothing of it is relayed.
+func (f *RemoteFront) withholdAnswer(w http.ResponseWriter, s *remoteServer, why string) {
+	f.log.Warn("transparent MCP: an answer of the server was withheld", "server", s.name, "why", why)
+	proxyRefusal(w, http.StatusBadGateway, "foldproxy withheld the server's answer: "+why)
+}
+
+// relayScrubbed relays an answer of a server's MCP endpoint that is not a
+// 2xx JSON body or event stream (an error status, another content type or
+// none): its status and headers as they are, its body scrubbed, as JSON
+// when it is JSON, as text otherwise. A body that cannot be read whole
+// (within foldproxy.maxMessageBytes), decoded or scanned is withheld.
+func (f *RemoteFront) relayScrubbed(w http.ResponseWriter, ctx context.Context, s *remoteServer, resp *http.Response) {
+	if encoded(resp) {
+		f.withholdAnswer(w, s, "it is in a content coding foldproxy does not read ("+resp.Header.Get("Content-Encoding")+")")
+		return
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, f.maxMsg+1))
+	if err != nil || int64(len(data)) > f.maxMsg {
+		f.withholdAnswer(w, s, "it could not be read whole (or it is larger than foldproxy.maxMessageBytes)")
+		return
+	}
+	clean := data
+	if len(bytes.TrimSpace(data)) > 0 {
+		if clean = f.scrubAny(ctx, s, "http "+strconv.Itoa(resp.StatusCode), data); clean == nil {
+			f.withholdAnswer(w, s, "it could not be scanned for secrets")
+			return
+		}
+	}
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
+	w.Header().Del("Content-Length")
 	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, resp.Body)
-}
-
-// mediaType is resp's Content-Type without parameters, lower case.
-func mediaType(h http.Header) string {
-	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
-	if err != nil {
-		return ""
-	}
-	return mt
+	_, _ = w.Write(clean)
 }
 
 // relayMessages relays a 2xx answer: a JSON body or an event stream, each
-// JSON-RPC message through transform; anything else untouched.
+// JSON-RPC message through transform; anything else scrubbed
+// (relayScrubbed).
 func (f *RemoteFront) relayMessages(w http.ResponseWriter, r *http.Request, resp *http.Response, sess *remoteSession) {
-	switch mediaType(resp.Header) {
+	mt := mediaType(resp.Header)
+	if (mt == "application/json" || mt == "text/event-stream") && encoded(resp) {
+		f.withholdAnswer(w, sess.srv, "it is in a content coding foldproxy does not read ("+resp.Header.Get("Content-Encoding")+")")
+		return
+	}
+	switch mt {
 	case "application/json":
 		data, err := io.ReadAll(io.LimitReader(resp.Body, f.maxMsg+1))
 		if err != nil || int64(len(data)) > f.maxMsg {
-			proxyRefusal(w, http.StatusBadGateway, "foldproxy could not read the server's answer (or it is larger than foldproxy.maxMessageBytes)")
+			f.withholdAnswer(w, sess.srv, "it could not be read whole (or it is larger than foldproxy.maxMessageBytes)")
 			return
 		}
 		out := f.transformBody(r.Context(), sess, data, false)
@@ -760,7 +808,7 @@ func (f *RemoteFront) relayMessages(w http.ResponseWriter, r *http.Request, resp
 	case "text/event-stream":
 		f.relayStream(w, r, resp, sess, nil)
 	default:
-		copyResponse(w, resp)
+		f.relayScrubbed(w, r.Context(), sess.srv, resp)
 	}
 }
 
@@ -834,6 +882,30 @@ func (f *RemoteFront) transform(ctx context.Context, sess *remoteSession, raw []
 
 // scrub scrubs a whole message; nil when it could not be scanned.
 func (f *RemoteFront) scrub(ctx context.Context, sess *remoteSession, method string, raw []byte) []byte {
+	return f.scrubJSON(ctx, sess.srv, method, raw)
+}
+
+// scrubAny scrubs data, as JSON when it is valid JSON, else as text; nil
+// when it could not be scanned.
+func (f *RemoteFront) scrubAny(ctx context.Context, s *remoteServer, what string, data []byte) []byte {
+	if jsonscan.Valid(data) {
+		return f.scrubJSON(ctx, s, what, data)
+	}
+	// The scrubber reads JSON: text goes in as one JSON string.
+	clean := f.scrubJSON(ctx, s, what, jsonscan.Quote(string(data)))
+	if clean == nil {
+		return nil
+	}
+	var text string
+	if json.Unmarshal(clean, &text) != nil {
+		return nil
+	}
+	return []byte(text)
+}
+
+// scrubJSON scrubs raw, a JSON value from server s; nil when it could not
+// be scanned.
+func (f *RemoteFront) scrubJSON(ctx context.Context, s *remoteServer, method string, raw []byte) []byte {
 	d := f.opts.Settings.Scrub.Timeout.D()
 	if d <= 0 {
 		d = policy.Default().Scrub.Timeout.D()
@@ -842,11 +914,11 @@ func (f *RemoteFront) scrub(ctx context.Context, sess *remoteSession, method str
 	defer cancel()
 	clean, red, err := f.opts.Scrubber.ScrubJSON(sctx, raw)
 	if err != nil {
-		f.log.Warn("transparent MCP: a message from the server was withheld: it could not be scanned for secrets", "server", sess.srv.name, "method", method, "err", err)
+		f.log.Warn("transparent MCP: a message from the server was withheld: it could not be scanned for secrets", "server", s.name, "method", method, "err", err)
 		return nil
 	}
 	if len(red) > 0 && f.opts.Observer != nil {
-		f.opts.Observer.Relayed(sess.srv.name, method, red)
+		f.opts.Observer.Relayed(s.name, method, red)
 	}
 	return clean
 }
@@ -911,7 +983,11 @@ func (f *RemoteFront) serveGet(w http.ResponseWriter, r *http.Request, s *remote
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 || mediaType(resp.Header) != "text/event-stream" {
-		copyResponse(w, resp)
+		f.relayScrubbed(w, r.Context(), s, resp)
+		return
+	}
+	if encoded(resp) {
+		f.withholdAnswer(w, s, "it is in a content coding foldproxy does not read ("+resp.Header.Get("Content-Encoding")+")")
 		return
 	}
 	var sess *remoteSession
@@ -937,5 +1013,31 @@ func (f *RemoteFront) serveDelete(w http.ResponseWriter, r *http.Request, s *rem
 			f.endSession(sess, "deleted by the client")
 		}
 	}
-	copyResponse(w, resp)
+	f.relayScrubbed(w, r.Context(), s, resp)
+}
+
+// serveOther forwards a request of another method to a server's MCP
+// endpoint (OPTIONS, say) and relays its answer scrubbed.
+func (f *RemoteFront) serveOther(w http.ResponseWriter, r *http.Request, s *remoteServer) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, f.maxMsg+1))
+	if err != nil || int64(len(body)) > f.maxMsg {
+		proxyRefusal(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("foldproxy could not read the request whole (or it is larger than foldproxy.maxMessageBytes, %d)", f.maxMsg))
+		return
+	}
+	if len(body) == 0 {
+		body = nil
+	}
+	target, _ := r.Context().Value(mitmTargetKey{}).(string)
+	req, err := upstreamRequest(r.Context(), r, target, body)
+	if err != nil {
+		proxyRefusal(w, http.StatusBadGateway, "foldproxy: "+err.Error())
+		return
+	}
+	resp, err := f.opts.Transport.RoundTrip(req)
+	if err != nil {
+		proxyRefusal(w, http.StatusBadGateway, "foldproxy could not reach "+r.Host+": "+err.Error())
+		return
+	}
+	defer resp.Body.Close()
+	f.relayScrubbed(w, r.Context(), s, resp)
 }

@@ -134,6 +134,10 @@ func (f *RemoteFront) relayStream(w http.ResponseWriter, r *http.Request, resp *
 		}
 	}()
 	target, _ := r.Context().Value(mitmTargetKey{}).(string)
+	srv := s
+	if srv == nil {
+		srv = sess.srv
+	}
 	for {
 		var ev *remoteEvent
 		select {
@@ -167,10 +171,12 @@ func (f *RemoteFront) relayStream(w http.ResponseWriter, r *http.Request, resp *
 				f.legacy[target+" "+ep.RequestURI()] = sess
 				f.mu.Unlock()
 			}
-			data = ev.data
+			data = f.scrubAny(r.Context(), srv, "event endpoint", ev.data)
 		case !ev.has:
 		case ev.event != "" && ev.event != "message":
-			data = ev.data
+			// Clients read only message events; these are scrubbed all
+			// the same, as text (or JSON).
+			data = f.scrubAny(r.Context(), srv, "event "+ev.event, ev.data)
 		case sess == nil:
 			// A stream of no known session (a stateless server's): still
 			// scrubbed, with a session of its own for pending lookups.
@@ -180,7 +186,7 @@ func (f *RemoteFront) relayStream(w http.ResponseWriter, r *http.Request, resp *
 		default:
 			data = f.transformOrDrop(r.Context(), sess, ev.data)
 		}
-		if ev.has && data == nil {
+		if ev.has && data == nil || !f.scrubLines(r.Context(), srv, ev) {
 			continue // withheld or dropped: nothing of it reaches the client
 		}
 		if err := ev.write(w, data); err != nil {
@@ -188,6 +194,24 @@ func (f *RemoteFront) relayStream(w http.ResponseWriter, r *http.Request, resp *
 		}
 		_ = rc.Flush()
 	}
+}
+
+// scrubLines scrubs the event's lines other than its data (its name, id,
+// retry and comments), which clients do not show the model but receive;
+// false when they could not be scanned (the event is then dropped).
+func (f *RemoteFront) scrubLines(ctx context.Context, s *remoteServer, ev *remoteEvent) bool {
+	if len(ev.lines) == 0 {
+		return true
+	}
+	joined := bytes.Join(ev.lines, []byte("\n"))
+	clean := f.scrubAny(ctx, s, "event fields", joined)
+	if clean == nil {
+		return false
+	}
+	if !bytes.Equal(clean, joined) {
+		ev.lines = [][]byte{clean}
+	}
+	return true
 }
 
 func (f *RemoteFront) transformOrDrop(ctx context.Context, sess *remoteSession, data []byte) []byte {

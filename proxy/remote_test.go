@@ -28,6 +28,9 @@ import (
 type wordScrubber struct{}
 
 func (wordScrubber) ScrubJSON(_ context.Context, raw json.RawMessage) (json.RawMessage, map[string]int, error) {
+	if bytes.Contains(raw, []byte("UNSCANNABLE")) {
+		return nil, nil, errors.New("scan failed")
+	}
 	n := bytes.Count(raw, []byte("SECRET"))
 	if n == 0 {
 		return raw, nil, nil
@@ -76,6 +79,9 @@ func (f *fakeRemote) serve(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"echo","description":"says SECRET","inputSchema":{"type":"object"}}]}}`, m.ID)
 		case "tools/call":
+			if f.oddAnswer(w, jsonscan.StringField(m.Params, "name"), m.ID) {
+				return
+			}
 			if jsonscan.StringField(m.Params, "name") == "json" {
 				w.Header().Set("Content-Type", "application/json")
 				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"json SECRET"}]}}`, m.ID)
@@ -88,6 +94,15 @@ func (f *fakeRemote) serve(w http.ResponseWriter, r *http.Request) {
 		default:
 			w.WriteHeader(http.StatusAccepted)
 		}
+	case r.URL.Path == "/mcp" && r.Method == http.MethodGet && r.Header.Get("Mcp-Session-Id") == "sid-odd":
+		// A standalone stream whose content type has an empty parameter.
+		w.Header().Set("Content-Type", "text/event-stream; charset=")
+		io.WriteString(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"data\":\"get SECRET\"}}\n\n")
+		io.WriteString(w, "event: other\n: note SECRET\ndata: other SECRET\n\n")
+	case r.URL.Path == "/mcp" && r.Method == http.MethodGet && r.Header.Get("Mcp-Session-Id") == "sid-405":
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		io.WriteString(w, "no stream here, SECRET")
 	case r.URL.Path == "/mcp" && r.Method == http.MethodDelete:
 		w.WriteHeader(http.StatusOK)
 	case r.URL.Path == "/sse":
@@ -112,6 +127,49 @@ func (f *fakeRemote) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		io.WriteString(w, "other path "+r.URL.Path)
 	}
+}
+
+// oddAnswer answers the tools/call of the tools named after the answers
+// clients accept that a strict parser of media types would not see as
+// JSON or an event stream: each carries SECRET. It reports whether name was
+// one of them.
+func (f *fakeRemote) oddAnswer(w http.ResponseWriter, name string, id json.RawMessage) bool {
+	result := fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"%s SECRET"}]}}`, id, name)
+	switch name {
+	case "emptycharset":
+		w.Header().Set("Content-Type", "application/json; charset=")
+		io.WriteString(w, result)
+	case "ssecharset":
+		w.Header().Set("Content-Type", "text/event-stream; charset=")
+		io.WriteString(w, "event: message\ndata: "+result+"\n\n")
+	case "upper":
+		w.Header().Set("Content-Type", "Application/JSON ; charset=utf-8")
+		io.WriteString(w, result)
+	case "err400":
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32602,"message":"bad SECRET"}}`, id)
+	case "err500":
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, "<p>crashed: SECRET</p>")
+	case "plain":
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "plain SECRET")
+	case "notype":
+		w.Header()["Content-Type"] = nil // no sniffing: no content type at all
+		io.WriteString(w, "untyped SECRET")
+	case "unscannable":
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "UNSCANNABLE SECRET")
+	case "encoded":
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "br")
+		io.WriteString(w, "compressed SECRET")
+	default:
+		return false
+	}
+	return true
 }
 
 // remoteRig is a forward proxy with a remote front for a fakeRemote, and a
@@ -387,4 +445,63 @@ type endingFold struct {
 func (f endingFold) EndSession(ctx context.Context, id string) error {
 	f.ended <- id
 	return f.fakeFold.EndSession(ctx, id)
+}
+
+// TestRemoteAnswersNeverRaw: every answer of the server's MCP endpoint
+// reaches the client scrubbed or through the chain, whatever its status
+// and content type; one that cannot be scanned is withheld.
+func TestRemoteAnswersNeverRaw(t *testing.T) {
+	rig := newRemoteRig(t)
+	call := func(name string) (*http.Response, string) {
+		t.Helper()
+		return rig.post(t, "/mcp", "Bearer good", "sid-1",
+			`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"`+name+`"}}`)
+	}
+	for _, c := range []struct {
+		tool   string
+		status int
+		want   string // in the body the client gets
+	}{
+		// Read as JSON or an event stream by clients (the part of the
+		// media type before ';'): through the chain.
+		{"emptycharset", 200, "emptycharset [chained]"},
+		{"ssecharset", 200, "ssecharset [chained]"},
+		{"upper", 200, "upper [chained]"},
+		// Quoted by clients in their errors: scrubbed.
+		{"err400", 400, "bad [REDACTED:word]"},
+		{"err500", 500, "crashed: [REDACTED:word]"},
+		{"plain", 200, "plain [REDACTED:word]"},
+		{"notype", 200, "untyped [REDACTED:word]"},
+		// Not scannable: withheld.
+		{"unscannable", 502, "withheld"},
+		{"encoded", 502, "withheld"},
+	} {
+		resp, got := call(c.tool)
+		if resp.StatusCode != c.status || !strings.Contains(got, c.want) || strings.Contains(got, "SECRET") {
+			t.Errorf("%s: HTTP %d %q; want HTTP %d with %q and no SECRET", c.tool, resp.StatusCode, got, c.status, c.want)
+		}
+	}
+
+	// The GET stream: the same reading of its content type, and events of
+	// other names scrubbed too; a refused GET's body scrubbed.
+	get := func(sid string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, rig.base+"/mcp", nil)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sid)
+		resp, err := rig.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	if resp, got := get("sid-odd"); resp.StatusCode != 200 || !strings.Contains(got, "get [REDACTED:word]") ||
+		!strings.Contains(got, "other [REDACTED:word]") || !strings.Contains(got, ": note [REDACTED:word]") || strings.Contains(got, "SECRET") {
+		t.Errorf("GET stream: HTTP %d %q", resp.StatusCode, got)
+	}
+	if resp, got := get("sid-405"); resp.StatusCode != 405 || !strings.Contains(got, "no stream here, [REDACTED:word]") || strings.Contains(got, "SECRET") {
+		t.Errorf("GET refused: HTTP %d %q", resp.StatusCode, got)
+	}
 }

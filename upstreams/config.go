@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
+	"github.com/foldproxy/foldproxy/policy/redact"
 )
 
 // ErrConfig is wrapped by every error ParseServers returns; the message names
@@ -38,6 +39,18 @@ type Entry struct {
 	Cwd     string
 	URL     string
 	Headers map[string]string
+}
+
+// Credentials are the values of e that are credentials and must never be
+// written anywhere foldproxy writes (policy/redact): its URL's userinfo and
+// query parameters named like keys or tokens, headers named like
+// credentials, environment variables and arguments named like credentials
+// and the credentials of URLs among them.
+func (e Entry) Credentials() []string {
+	out := redact.FromURL(e.URL)
+	out = append(out, redact.FromHeaders(e.Headers)...)
+	out = append(out, redact.FromEnv(e.Env)...)
+	return append(out, redact.FromArgs(e.Args)...)
 }
 
 // ParseServers reads a Claude Code mcpServers object, so that an existing

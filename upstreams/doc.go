@@ -19,6 +19,9 @@
 // JSON-RPC): logs, a child's stderr included, go to the slog.Logger passed
 // in. It never interprets or rewrites results, never hangs a call on a server
 // that is down (such calls fail with ErrUnavailable within a bounded time),
-// and leaves no goroutine or child process behind once closed. It imports
-// nothing else of foldproxy's.
+// and leaves no goroutine or child process behind once closed. The
+// credentials of an entry (Entry.Credentials) never leave it: they are
+// redacted from every error an Upstream returns and every line it logs.
+// It imports nothing else of foldproxy's but the leaves under policy/
+// (jsonscan, redact).
 package upstreams

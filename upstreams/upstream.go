@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/foldproxy/foldproxy/policy/redact"
 )
 
 // State is the state of an upstream's connection.
@@ -218,6 +220,9 @@ type Upstream struct {
 	entry Entry
 	opts  Options
 	log   *slog.Logger
+	// red redacts the entry's credentials from every error the upstream
+	// returns and every line it logs (Entry.Credentials).
+	red *redact.Redactor
 	// dial opens a transport; tests replace it.
 	dial func(ctx context.Context, c *conn) error
 
@@ -255,10 +260,12 @@ type Upstream struct {
 // New returns an upstream for e. It does nothing until Start.
 func New(e Entry, opts Options) *Upstream {
 	opts = opts.withDefaults()
+	red := redact.New(e.Credentials()...)
 	u := &Upstream{
 		entry:   e,
 		opts:    opts,
-		log:     opts.Logger.With("upstream", e.Name),
+		red:     red,
+		log:     slog.New(red.Handler(opts.Logger.Handler())).With("upstream", e.Name),
 		changed: make(chan struct{}),
 		state:   StateDown,
 		wake:    make(chan struct{}, 1),
@@ -439,7 +446,7 @@ func (u *Upstream) WaitReady(ctx context.Context) error {
 		case <-changed:
 		case <-ctx.Done():
 			if lastErr != nil {
-				return unavailable(ctx.Err(), "upstream %q is not ready: %v (last attempt: %v)", u.Name(), ctx.Err(), lastErr)
+				return unavailable(ctx.Err(), "upstream %q is not ready: %v (last attempt: %v)", u.Name(), ctx.Err(), u.clean(lastErr))
 			}
 			return unavailable(ctx.Err(), "upstream %q is not ready: %v", u.Name(), ctx.Err())
 		}
@@ -493,7 +500,29 @@ func (u *Upstream) Status() (State, error) {
 	if u.state == StateUp {
 		return StateUp, nil
 	}
-	return u.state, u.lastErr
+	return u.state, u.clean(u.lastErr)
+}
+
+// clean is err without the entry's credentials (an HTTP upstream's URL
+// with its password or api_key in a transport error, say): the errors of
+// an upstream reach the agent (instructions, tool errors) and the logs.
+// A JSON-RPC error keeps its type and code.
+func (u *Upstream) clean(err error) error {
+	if err == nil || u.red.Empty() {
+		return err
+	}
+	if re, ok := err.(*RPCError); ok {
+		msg, data := u.red.String(re.Message), u.red.String(string(re.Data))
+		if msg == re.Message && data == string(re.Data) {
+			return err
+		}
+		c := &RPCError{Code: re.Code, Message: msg}
+		if len(re.Data) > 0 && json.Valid([]byte(data)) {
+			c.Data = json.RawMessage(data)
+		}
+		return c
+	}
+	return u.red.Error(err)
 }
 
 // supervise runs the connection attempts: in the background while they
@@ -732,6 +761,11 @@ var (
 // next call. An HTTP upstream that has forgotten the session is initialized
 // again and the request retried once.
 func (u *Upstream) Call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+	res, err := u.call(ctx, method, params)
+	return res, u.clean(err)
+}
+
+func (u *Upstream) call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 	c, err := u.acquire(ctx, method)
 	if err != nil {
 		return nil, err
@@ -761,7 +795,7 @@ func (u *Upstream) Notify(ctx context.Context, method string, params json.RawMes
 	if c == nil {
 		return unavailable(nil, "upstream %q is down; %s was not sent", u.Name(), method)
 	}
-	return c.notify(ctx, method, params)
+	return u.clean(c.notify(ctx, method, params))
 }
 
 // Close stops the supervisor, closes the connection, ends a stdio server

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/foldproxy/foldproxy/policy/statedir"
 )
 
 // Many sessions, one project. Every agent session starts its own
@@ -34,6 +36,12 @@ import (
 //	spawn.lock     held by a relay while it starts a daemon, so that one starts
 //	foldproxy.sock the daemon's socket, mode 0600, in a 0700 folder
 //	foldproxy.log  the daemon's log (also copied to every relay's stderr)
+//
+// The folder is the user's own (statedir.Prepare, at start), every file in
+// it is opened without following links (statedir.OpenFile), and a relay
+// talks to the socket only once the peer's credentials say it runs as the
+// relay's own user (checkPeer): a socket someone else left there gets
+// nothing.
 //
 // A socket left by a daemon that died is stale: the next daemon holds the
 // lock, so it removes it and listens anew. When the daemon dies while
@@ -111,7 +119,7 @@ func flockWait(ctx context.Context, f *os.File, how int) error {
 // until release or the process's end.
 func lockDaemon(ctx context.Context, dir string, wait time.Duration) (release func(), err error) {
 	path := filepath.Join(dir, daemonLockName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := statedir.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("state folder %s: %w", dir, err)
 	}
@@ -120,7 +128,7 @@ func lockDaemon(ctx context.Context, dir string, wait time.Duration) (release fu
 	if err := flockWait(wctx, f, syscall.LOCK_EX); err != nil {
 		f.Close()
 		holder := "another foldproxy"
-		if b, rerr := os.ReadFile(path); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
+		if b, rerr := statedir.ReadFile(path); rerr == nil && len(strings.TrimSpace(string(b))) > 0 {
 			holder = "foldproxy (pid " + strings.TrimSpace(string(b)) + ")"
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -139,7 +147,7 @@ func lockDaemon(ctx context.Context, dir string, wait time.Duration) (release fu
 
 // waitDaemonExit waits until no daemon holds dir's lock (bounded).
 func waitDaemonExit(ctx context.Context, dir string) error {
-	f, err := os.OpenFile(filepath.Join(dir, daemonLockName), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := statedir.OpenFile(filepath.Join(dir, daemonLockName), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}
@@ -183,11 +191,10 @@ func dialDaemon(ctx context.Context, dir, configPath string, extraArgs []string)
 	if err != nil {
 		return nil, err
 	}
-	var d net.Dialer
-	if c, err := d.DialContext(ctx, "unix", sock); err == nil {
-		return c, nil
+	if c, err := dialOwn(ctx, sock); err == nil || errors.Is(err, errForeignPeer) {
+		return c, err
 	}
-	lf, err := os.OpenFile(filepath.Join(dir, spawnLockName), os.O_RDWR|os.O_CREATE, 0o600)
+	lf, err := statedir.OpenFile(filepath.Join(dir, spawnLockName), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("state folder %s: %w", dir, err)
 	}
@@ -198,15 +205,36 @@ func dialDaemon(ctx context.Context, dir, configPath string, extraArgs []string)
 		return nil, fmt.Errorf("waiting for another foldproxy to start the daemon of %s: %w", dir, err)
 	}
 	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
-	if c, err := d.DialContext(ctx, "unix", sock); err == nil {
-		return c, nil
+	if c, err := dialOwn(ctx, sock); err == nil || errors.Is(err, errForeignPeer) {
+		return c, err
 	}
 	if err := spawnDaemon(sctx, dir, configPath, extraArgs); err != nil {
 		return nil, err
 	}
+	c, err := dialOwn(ctx, sock)
+	if err != nil && !errors.Is(err, errForeignPeer) {
+		return nil, fmt.Errorf("the foldproxy daemon started but does not answer on %s: %w", sock, err)
+	}
+	return c, err
+}
+
+// errForeignPeer is wrapped by dialOwn's error for a socket served by
+// another user's process.
+var errForeignPeer = errors.New("the socket is served by another user")
+
+// dialOwn connects to the daemon's socket and checks, before anything is
+// sent, that the process serving it runs as this user (checkPeer): a
+// socket that another user planted in the state folder, or in the folder
+// of long socket paths, gets nothing of the agent's session.
+func dialOwn(ctx context.Context, sock string) (net.Conn, error) {
+	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", sock)
 	if err != nil {
-		return nil, fmt.Errorf("the foldproxy daemon started but does not answer on %s: %w", sock, err)
+		return nil, err
+	}
+	if err := checkPeer(c); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: %s (%v); foldproxy sent it nothing: remove the socket, and check who can write its folder", errForeignPeer, sock, err)
 	}
 	return c, nil
 }
@@ -278,10 +306,10 @@ func spawnDaemon(ctx context.Context, dir, configPath string, extraArgs []string
 // log past 16 MiB aside first.
 func openDaemonLog(dir string) (*os.File, error) {
 	path := filepath.Join(dir, daemonLogName)
-	if fi, err := os.Stat(path); err == nil && fi.Size() > 16<<20 {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() > 16<<20 {
 		_ = os.Rename(path, path+".1")
 	}
-	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	return statedir.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 }
 
 // readyPipe returns the pipe on which a daemon reports that it is ready.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/foldproxy/foldproxy/policy"
@@ -22,7 +23,7 @@ import (
 // stop closes it.
 func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 	newFront func(proxy.ModelOptions) (*proxy.ModelHandler, error),
-	newRemote func(http.RoundTripper) (*proxy.RemoteFront, error), logger *slog.Logger,
+	newRemote func(http.RoundTripper) (*proxy.RemoteFront, error), guard *localUsers, loops *selfListeners, logger *slog.Logger,
 ) (stop func(), err error) {
 	ca, created, err := proxy.LoadOrCreateCA(stateDir)
 	if err != nil {
@@ -36,6 +37,7 @@ func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 		return nil, err
 	}
 	transport := proxy.NewModelTransport(roots)
+	transport.DialContext = loops.guard(transport.DialContext, "an intercepted host must not resolve to foldproxy itself")
 	var remote *proxy.RemoteFront
 	if len(ps.MCP) > 0 {
 		if remote, err = newRemote(transport); err != nil {
@@ -49,6 +51,10 @@ func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 		Loopback:       proxy.IsLoopback(addr),
 		InterceptHosts: ps.InterceptHosts,
 		AllowPorts:     ps.AllowPorts,
+		// A CONNECT to foldproxy's own proxy port would nest tunnels
+		// without end (loop.go).
+		Dial: loops.guard((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			"foldproxy does not tunnel to itself: CONNECT to the real host"),
 		Model: func(base string) (http.Handler, error) {
 			return newFront(proxy.ModelOptions{AnthropicURL: base, OpenAIURL: base, Transparent: true, Transport: transport})
 		},
@@ -68,7 +74,12 @@ func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 		closeAll()
 		return nil, fmt.Errorf("--proxy-listen %s: %w", addr, err)
 	}
+	loops.add(ln.Addr())
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok && slices.Contains(ps.AllowPorts, ta.Port) {
+		logger.Warn("foldproxy.proxy.allowPorts holds the proxy's own port: a CONNECT to foldproxy itself is refused", "port", ta.Port)
+	}
 	hs := &http.Server{Handler: fp, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 5 * time.Minute}
+	guard.apply(hs)
 	go func() { _ = hs.Serve(ln) }()
 	logger.Info("foldproxy serving transparent mode (forward proxy)", "HTTPS_PROXY", "http://"+ln.Addr().String(),
 		"NODE_EXTRA_CA_CERTS", ca.CertPath(), "intercept", ps.InterceptHosts, "allowPorts", ps.AllowPorts)

@@ -21,6 +21,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/statedir"
 	"github.com/foldproxy/foldproxy/proxy"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
@@ -135,12 +136,20 @@ func stateDirOf(cfg *fileConfig, flagDir string) string {
 	return dir
 }
 
-// prepareStateDir creates the state folder (0700) and checks that foldproxy
-// can write in it, so that a folder it may not use is reported as what it
-// is, not as a store that cannot be locked.
+// prepareStateDir creates the state folder (0700) or checks the one there
+// is the user's own, nobody else's to write (statedir.Prepare), as are the
+// folders in it that Badger and the CA open by path, and checks that
+// foldproxy can write in it, so that a folder it may not use is reported
+// as what it is, not as a store that cannot be locked. Badger opens the
+// files of its folder itself: the folder is checked, not each file.
 func prepareStateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("state folder %s: %w (choose another with --state or foldproxy.stateDir)", dir, err)
+	if err := statedir.Prepare(dir); err != nil {
+		return err
+	}
+	for _, sub := range []struct{ name, what string }{{"badger", "the store's folder"}, {proxy.CADirName, "the CA's folder"}} {
+		if err := statedir.Check(filepath.Join(dir, sub.name), sub.what); err != nil {
+			return err
+		}
 	}
 	f, err := os.CreateTemp(dir, ".writable-*")
 	if err != nil {
@@ -213,6 +222,11 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	// No credential of the configuration is logged or reported: neither
+	// in a log record nor in the error serve ends with.
+	red := configRedactor(cfg, authToken(cfg.Settings, os.Getenv))
+	logger = slog.New(red.Handler(logger.Handler()))
+	defer func() { err = red.Error(err) }()
 	st := cfg.Settings
 	listenDefaults(st, &f.listen, &f.metrics, &f.proxyListen)
 	ident, err := configIdentity(f.config)
@@ -232,6 +246,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 			return err
 		}
 		defer closeLog()
+		logger = slog.New(red.Handler(logger.Handler()))
 	}
 	release, err := lockStateFolder(ctx, dir, mode)
 	if err != nil {
@@ -242,13 +257,25 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	if err := checkExposure(f.listen, f.proxyListen, token); err != nil {
 		return err
 	}
+	// Other local users are kept off the loopback listeners (localuser.go).
+	access, err := localAccessOf(dir, token, f.listen, f.proxyListen, f.metrics, logger)
+	if err != nil {
+		return err
+	}
+	token = access.token
+	// A model or upstream URL set to foldproxy's own address is refused
+	// now; other loops when a connection reaches one of its listeners.
+	if err := checkLoops(f.listen, st, cfg.Servers); err != nil {
+		return err
+	}
+	loops := &selfListeners{}
 	auditPath := resolvePaths(&st, cfg.Dir, dir)
 	// Garbage left by a burst of calls is returned once the process goes
 	// quiet (trim.go).
 	go trimWhenIdle(ctx, logger)
 	core, err := openCore(ctx, coreConfig{
 		servers: cfg.Servers, settings: st, configDir: cfg.Dir, stateDir: dir, auditPath: auditPath,
-		resumable: mode == modeHTTP || mode == modeDaemon, logger: logger,
+		resumable: mode == modeHTTP || mode == modeDaemon, logger: logger, loops: loops,
 	})
 	if err != nil {
 		return err
@@ -264,14 +291,14 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	go core.warnLongNames(ctx, f.entry)
 
 	if f.metrics != "" {
-		stop, err := serveMetrics(f.metrics, core.metrics, logger)
+		stop, err := serveMetrics(f.metrics, core.metrics, access.guard, logger)
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
 	if f.proxyListen != "" {
-		stop, err := startForwardProxy(f.proxyListen, dir, cfg.Dir, token, st.Proxy, core.newModelFront, core.newRemoteFront, logger)
+		stop, err := startForwardProxy(f.proxyListen, dir, cfg.Dir, token, st.Proxy, core.newModelFront, core.newRemoteFront, access.guard, loops, logger)
 		if err != nil {
 			return err
 		}
@@ -315,7 +342,13 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	case modeDaemon:
 		logger.Info("foldproxy daemon serving the project's stdio sessions", "upstreams", len(cfg.Servers), "state", dir, "config", f.config)
 		if daemonLn != nil {
-			stop, err := core.serveDaemonHTTP(ctx, daemonLn, token)
+			// The daemon's listener keeps other local users off as
+			// --listen does (localuser.go).
+			guard := access.guard
+			if guard == nil && token == "" && tcpPeerSupported {
+				guard = &localUsers{uid: os.Getuid(), lookup: tcpPeerUID, logger: logger}
+			}
+			stop, err := core.serveDaemonHTTP(ctx, daemonLn, token, guard)
 			if err != nil {
 				return err
 			}
@@ -338,12 +371,17 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	defer ln.Close()
+	loops.add(ln.Addr())
+	if err := checkLoops(ln.Addr().String(), st, cfg.Servers); err != nil {
+		return err
+	}
 	a := ln.Addr().String()
 	httpAddr.Store(&a)
 	logger.Info("foldproxy serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp", "upstreams", len(cfg.Servers), "state", dir)
 	logger.Info("foldproxy serving the model APIs", "ANTHROPIC_BASE_URL", "http://"+ln.Addr().String(),
 		"anthropic", st.Model.AnthropicURL, "openai", st.Model.OpenAIURL)
-	return serveHTTP(ctx, ln, handler, closeStreams)
+	return serveHTTP(ctx, ln, handler, closeStreams, access.guard)
 }
 
 // relay serves this stdio session through the project's daemon, starting

@@ -265,6 +265,9 @@ type coreConfig struct {
 	// branches are kept; a plain stdio session's are closed as failed.
 	resumable bool
 	logger    *slog.Logger
+	// loops are foldproxy's own listeners, which the model front's
+	// connections must not reach (loop.go); nil: none checked.
+	loops *selfListeners
 }
 
 // serveCore is what every front serves from: the state store, the
@@ -286,13 +289,14 @@ type serveCore struct {
 	srv            *proxy.Server
 	closers        []func() // what is open, in the order it was opened
 	closeErr       error    // what closing the store reported
+	loops          *selfListeners
 }
 
 // openCore opens the core's parts in dependency order. When a part fails,
 // the parts already open are closed before it returns the error.
 func openCore(ctx context.Context, cc coreConfig) (_ *serveCore, err error) {
 	st, logger := cc.settings, cc.logger
-	c := &serveCore{st: st, logger: logger, metrics: intercept.NewMetrics(), auditPath: cc.auditPath}
+	c := &serveCore{st: st, logger: logger, metrics: intercept.NewMetrics(), auditPath: cc.auditPath, loops: cc.loops}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -644,6 +648,13 @@ func (c *serveCore) waitUpstreams(ctx context.Context) {
 // the metrics. The HTTP front has one; the forward proxy one per
 // intercepted host.
 func (c *serveCore) newModelFront(o proxy.ModelOptions) (*proxy.ModelHandler, error) {
+	if o.Transport == nil {
+		// The HTTP front's: to model.anthropicURL and model.openaiURL,
+		// never back to foldproxy (loop.go).
+		t := proxy.NewModelTransport(nil)
+		t.DialContext = c.loops.guard(t.DialContext, "set model.anthropicURL and model.openaiURL to the model APIs, not to foldproxy")
+		o.Transport = t
+	}
 	o.MaxRequestBytes = c.st.Model.MaxRequestBytes
 	o.State = c.mgr.ModelState()
 	o.Wire = modelwire.Options{
@@ -701,8 +712,9 @@ func (c *serveCore) newRemoteFront(tr http.RoundTripper) (*proxy.RemoteFront, er
 }
 
 // serveMetrics serves /metrics on addr, which must be a loopback address:
-// this listener checks no token.
-func serveMetrics(addr string, m *intercept.Metrics, logger *slog.Logger) (stop func(), err error) {
+// this listener checks no token, only, where guard is set, that the
+// client is the user's own.
+func serveMetrics(addr string, m *intercept.Metrics, guard *localUsers, logger *slog.Logger) (stop func(), err error) {
 	if !proxy.IsLoopback(addr) {
 		return nil, fmt.Errorf("--metrics %s is not a loopback address: the separate metrics listener has no token check; "+
 			"scrape /metrics on --listen (same token and Host rules as /mcp), or bind --metrics to 127.0.0.1", addr)
@@ -710,6 +722,7 @@ func serveMetrics(addr string, m *intercept.Metrics, logger *slog.Logger) (stop 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
 	ms := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	guard.apply(ms)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
@@ -839,9 +852,11 @@ func listenHTTP(addr string) (net.Listener, error) {
 
 // serveHTTP serves handler on ln until ctx ends (nil) or the server fails
 // (its error), then shuts the server down, calling onShutdown (when not
-// nil) first so that open streams do not hold the shutdown.
-func serveHTTP(ctx context.Context, ln net.Listener, handler http.Handler, onShutdown func()) error {
+// nil) first so that open streams do not hold the shutdown. guard, when
+// set, refuses other local users' connections.
+func serveHTTP(ctx context.Context, ln net.Listener, handler http.Handler, onShutdown func(), guard *localUsers) error {
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	guard.apply(hs)
 	if onShutdown != nil {
 		hs.RegisterOnShutdown(onShutdown)
 	}
@@ -917,7 +932,7 @@ func prevHostMatches(prev, host string) bool {
 // serveDaemonHTTP serves the daemon's HTTP front on ln (the same handler
 // as --listen: /mcp, the model APIs, /metrics, /healthz, /ui) until stop,
 // which shuts it down.
-func (c *serveCore) serveDaemonHTTP(ctx context.Context, ln net.Listener, token string) (stop func(), err error) {
+func (c *serveCore) serveDaemonHTTP(ctx context.Context, ln net.Listener, token string, guard *localUsers) (stop func(), err error) {
 	handler, closeStreams, err := c.httpHandler(ln.Addr().String(), token)
 	if err != nil {
 		return nil, err
@@ -927,7 +942,7 @@ func (c *serveCore) serveDaemonHTTP(ctx context.Context, ln net.Listener, token 
 		"OPENAI_BASE_URL", base+"/v1", "mcp", base+"/mcp", "anthropic", c.st.Model.AnthropicURL, "openai", c.st.Model.OpenAIURL)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- serveHTTP(ctx, ln, handler, closeStreams) }()
+	go func() { done <- serveHTTP(ctx, ln, handler, closeStreams, guard) }()
 	return func() {
 		cancel()
 		if err := <-done; err != nil {

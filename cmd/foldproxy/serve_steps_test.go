@@ -153,7 +153,7 @@ func TestOpenStore(t *testing.T) {
 
 func TestServeMetrics(t *testing.T) {
 	m := intercept.NewMetrics()
-	if _, err := serveMetrics("0.0.0.0:0", m, discard()); err == nil || !strings.Contains(err.Error(), "--metrics 0.0.0.0:0 is not a loopback address") {
+	if _, err := serveMetrics("0.0.0.0:0", m, nil, discard()); err == nil || !strings.Contains(err.Error(), "--metrics 0.0.0.0:0 is not a loopback address") {
 		t.Errorf("non-loopback metrics address: %v", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -161,11 +161,11 @@ func TestServeMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if _, err := serveMetrics(ln.Addr().String(), m, discard()); err == nil || !strings.Contains(err.Error(), "--metrics "+ln.Addr().String()) {
+	if _, err := serveMetrics(ln.Addr().String(), m, nil, discard()); err == nil || !strings.Contains(err.Error(), "--metrics "+ln.Addr().String()) {
 		t.Errorf("metrics address in use: %v, want it named", err)
 	}
 	addr := freeAddr(t)
-	stop, err := serveMetrics(addr, m, discard())
+	stop, err := serveMetrics(addr, m, nil, discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestServeHTTP(t *testing.T) {
 	shut := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- serveHTTP(ctx, ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "served") }), func() { close(shut) })
+		done <- serveHTTP(ctx, ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "served") }), func() { close(shut) }, nil)
 	}()
 	resp, err := http.Get("http://" + ln.Addr().String() + "/")
 	if err != nil {
@@ -265,7 +265,7 @@ func TestServeHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed.Close()
-	if err := serveHTTP(context.Background(), closed, http.NotFoundHandler(), nil); err == nil || errors.Is(err, http.ErrServerClosed) {
+	if err := serveHTTP(context.Background(), closed, http.NotFoundHandler(), nil, nil); err == nil || errors.Is(err, http.ErrServerClosed) {
 		t.Errorf("serveHTTP on a closed listener: %v, want its error", err)
 	}
 }
