@@ -14,7 +14,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/foldproxy/foldproxy/proxy/rawio"
+	"github.com/foldproxy/foldproxy/policy/rawio"
 )
 
 // archiveFiles keeps the raw bytes of large archived results and cut

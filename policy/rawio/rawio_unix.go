@@ -16,6 +16,11 @@
 // non-blocking descriptor never blocks (EAGAIN instead), so nothing is
 // lost by not announcing it: waiting is done in the poller, with the P
 // idle.
+//
+// It lives under policy/ because policy is at the bottom of the dependency
+// table: fold, intercept, upstreams, proxy and cmd all import it, and it
+// imports nothing of foldproxy's. Only import paths changed when it moved
+// here from proxy/rawio.
 package rawio
 
 import (
