@@ -1,4 +1,4 @@
-package fold
+package store
 
 import (
 	"bytes"
@@ -80,12 +80,6 @@ type BadgerStore struct {
 	dirInfo os.FileInfo
 	flushes *flushWatch
 }
-
-var (
-	_ Store        = (*BadgerStore)(nil)
-	_ Batcher      = (*BadgerStore)(nil)
-	_ RecordReader = (*BadgerStore)(nil)
-)
 
 // OpenBadger opens (creating if needed) the store in dir for reading and
 // writing. Only one process may hold it open this way. Badger's own

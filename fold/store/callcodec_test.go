@@ -1,4 +1,4 @@
-package fold
+package store
 
 import (
 	"bytes"
@@ -84,7 +84,7 @@ func FuzzEncodeBranch(f *testing.F) {
 	f.Add("b-0123456789abcdef", "s1", "root-1", 1, "find <the> bug & fix", "prompt\n\"q\"", "active", "", 4000, 120, "normal",
 		int64(1767225600123456789), int64(1767225700000000000), int64(0), 3600, "b-1,b-2", "", 3, "fs/read_file=40,fs/list=2", "b-1~ab",
 		"msg", `{"k":1}`, "", "m-1", false, false)
-	f.Add("root-x", "\xff\u2028", "", 0, "", "", "forced", ReasonBudget, 0, 0, "critical",
+	f.Add("root-x", "\xff\u2028", "", 0, "", "", "forced", "budget exhausted", 0, 0, "critical",
 		int64(0), int64(0), int64(-1), -7*3600-1, "", "a,,b", 0, "=1,\x00=2,é=3", "", "", "", "s", "", true, true)
 	f.Add("b", "s", "p", 2, "d", "p", "returned", "r", 1, 2, "l", int64(-1e18), int64(1<<62), int64(1), 86400, "c", "d", 1, "a=1", "x",
 		"m", "v", "s", "i", false, true)
@@ -140,10 +140,10 @@ func FuzzEncodeBranch(f *testing.F) {
 // a main thread's, as each branch_create and branch_return writes it.
 func BenchmarkEncodeBranch(b *testing.B) {
 	now := time.Now()
-	small := &Branch{ID: newID("b-", 8), Session: "s1", Parent: RootID("s1"), Depth: 1, Description: "find where results are cut",
+	small := &Branch{ID: "b-0123456789abcdef", Session: "s1", Parent: "root-0123456789abcdef", Depth: 1, Description: "find where results are cut",
 		Status: StatusActive, Budget: 32768, Used: 1200, Level: "normal", Created: now, Deadline: now.Add(time.Hour), Calls: 12,
 		ByTool: map[string]int{"fs/read_file": 1000, "fs/list_directory": 200}, ByUpstream: map[string]int{"fs": 1200}}
-	root := &Branch{ID: RootID("s1"), Session: "s1", Status: StatusActive, Level: "normal", Created: now, Calls: 800,
+	root := &Branch{ID: "root-0123456789abcdef", Session: "s1", Status: StatusActive, Level: "normal", Created: now, Calls: 800,
 		ByTool: map[string]int{"foldproxy/branch_create": 30000, "foldproxy/branch_return": 20000}, ByUpstream: map[string]int{"foldproxy": 50000}}
 	for _, br := range []struct {
 		name string

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package fold
+package store
 
 // freeBytes is not measured on this platform: writes are never refused
 // for space.

@@ -1,6 +1,6 @@
 //go:build unix && !(linux && (amd64 || arm64))
 
-package fold
+package store
 
 import "golang.org/x/sys/unix"
 

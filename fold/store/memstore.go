@@ -1,4 +1,4 @@
-package fold
+package store
 
 import (
 	"context"
@@ -36,12 +36,6 @@ type memArchived struct {
 	data []byte
 	keep bool // never pruned
 }
-
-var (
-	_ Store        = (*MemStore)(nil)
-	_ Batcher      = (*MemStore)(nil)
-	_ RecordReader = (*MemStore)(nil)
-)
 
 // NewMemStore returns an empty in-memory store.
 func NewMemStore() *MemStore {
@@ -471,8 +465,8 @@ func decodeBranch(data []byte) (*Branch, error) {
 	}
 	// A record written before CutCount was kept lists every cut.
 	b.CutCount = max(b.CutCount, len(b.Cuts))
-	if len(b.Cuts) > listedCuts {
-		b.Cuts = slices.Clone(b.Cuts[len(b.Cuts)-listedCuts:])
+	if len(b.Cuts) > ListedCuts {
+		b.Cuts = slices.Clone(b.Cuts[len(b.Cuts)-ListedCuts:])
 	}
 	return &b, nil
 }

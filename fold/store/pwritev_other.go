@@ -1,6 +1,6 @@
 //go:build !linux
 
-package fold
+package store
 
 import "os"
 

@@ -1,4 +1,4 @@
-package fold
+package store
 
 import (
 	"errors"
@@ -56,7 +56,7 @@ func TestOpenBadgerReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer live.Close()
-	want := &Branch{ID: "b-1", Session: "s1", Parent: RootID("s1"), Depth: 1, Status: StatusActive, Budget: 500, Used: 123, Created: time.Unix(1, 0).UTC()}
+	want := &Branch{ID: "b-1", Session: "s1", Parent: "root-s1", Depth: 1, Status: StatusActive, Budget: 500, Used: 123, Created: time.Unix(1, 0).UTC()}
 	if err := live.PutBranch(ctx, want); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package fold
+package store
 
 import (
 	"cmp"
@@ -855,6 +855,11 @@ func (s *BadgerStore) committer() {
 		failed = s.commitPending() != nil // logged, and kept for the next write
 	}
 }
+
+// CommitPending applies to Badger now what the write-ahead log holds
+// (what every read does first): the benchmarks of fold/ measure the
+// commit's cost with it.
+func (s *BadgerStore) CommitPending() error { return s.barrier() }
 
 // barrier commits what is pending, so that a read sees every write that
 // returned before it.

@@ -1,4 +1,4 @@
-package fold
+package store
 
 import (
 	"bytes"
@@ -16,8 +16,6 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
-
-	"github.com/foldproxy/foldproxy/policy"
 )
 
 // logBuffer is a log sink safe for the committer's goroutine.
@@ -151,17 +149,34 @@ func TestWALReplaysUncommittedWrites(t *testing.T) {
 	ctx := t.Context()
 	s := openWALStore(t, dir, nil)
 	s.holdCommitter()
-	e := newEnvStore(t, s, nil)
-	br := e.create(t, map[string]any{"budget": 1000})
+	// The writes a Manager makes for a branch_create and two charges, the
+	// second cut to the budget (a remainder, and the branch forced).
+	br := "b-1"
+	b0 := &Branch{ID: br, Session: "s1", Parent: "root-s1", Depth: 1, Status: StatusActive, Budget: 1000, Level: "normal", Created: time.Now()}
+	if err := s.PutBranch(ctx, b0); err != nil {
+		t.Fatal(err)
+	}
 	// The first write to a branch's calls reads its last sequence number,
 	// which commits what is pending; the ones after stay pending.
 	if _, err := s.AppendCall(ctx, "b-other", &CallRecord{Result: "small"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.charge(t, "s1", br, 7); err != nil {
+	b1 := b0.Clone()
+	b1.Used, b1.Calls = 7, 1
+	if err := s.Batch(ctx, &Batch{
+		Calls:    []BatchCall{{Branch: br, Rec: &CallRecord{Upstream: "up", Method: "tools/call", Name: "read", Result: `{"n":1}`, Tokens: 7}}},
+		Branches: []*Branch{b1},
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.charge(t, "s1", br, 5000); err != nil { // cut: a remainder, and the branch forced
+	handle := br + "~000000000001"
+	b2 := b1.Clone()
+	b2.Used, b2.Calls, b2.Status, b2.Reason, b2.Cuts, b2.CutCount = 1000, 2, StatusForced, "budget exhausted", []string{handle}, 1
+	if err := s.Batch(ctx, &Batch{
+		Cuts:     []BatchCut{{Handle: handle, Rest: []byte("the rest")}},
+		Calls:    []BatchCall{{Branch: br, Rec: &CallRecord{Upstream: "up", Method: "tools/call", Name: "read", Result: `{"n":1}`, Tokens: 993, Handle: handle}}},
+		Branches: []*Branch{b2},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	big := strings.Repeat("x", archiveInlineMax+100) // its bytes in the archive files
@@ -178,7 +193,6 @@ func TestWALReplaysUncommittedWrites(t *testing.T) {
 	if n := s.wal.npending.Load(); n == 0 {
 		t.Fatal("nothing is pending: the committer was not held")
 	}
-	e.m.Close()
 	s.crashForTest(t)
 
 	files, size := walBytes(t, dir)
@@ -338,64 +352,6 @@ func TestWALReadsSeeWrites(t *testing.T) {
 	if n := s.wal.npending.Load(); n != 0 {
 		t.Errorf("%d records pending after the reads", n)
 	}
-}
-
-// Charges to different branches run concurrently, each one's records in
-// order with no sequence number lost or doubled, through the background
-// committer, and all of it is there after a restart.
-func TestWALConcurrentCharges(t *testing.T) {
-	const branches, charges = 6, 25
-	dir := t.TempDir()
-	ctx := t.Context()
-	s := openWALStore(t, dir, nil)
-	e := newEnvStore(t, s, func(f *policy.Fold) { f.CreatesPerMinute = 100 })
-	ids := make([]string, branches)
-	for i := range ids {
-		ids[i] = e.create(t, map[string]any{"budget": 30000, "parent_branch_id": RootID("s1")})
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, branches*charges)
-	for _, id := range ids {
-		wg.Go(func() {
-			for range charges {
-				if _, err := e.m.Charge(ctx, "s1", id, func(Budget) (Charge, error) {
-					return Charge{Upstream: "up", Method: "tools/call", Name: "read", Result: []byte("r"), Tokens: 2}, nil
-				}); err != nil {
-					errs <- err
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	check := func(st Store, when string) {
-		for _, id := range ids {
-			calls, err := st.Calls(ctx, id, 0, 0)
-			if err != nil || len(calls) != charges {
-				t.Fatalf("%s: %s has %d calls (%v), want %d", when, id, len(calls), err, charges)
-			}
-			for i, c := range calls {
-				if c.Seq != i+1 {
-					t.Fatalf("%s: %s call %d has seq %d", when, id, i, c.Seq)
-				}
-			}
-			b, err := st.GetBranch(ctx, id)
-			if err != nil || b.Used != 2*charges || b.Calls != charges {
-				t.Fatalf("%s: branch %s: %+v, %v", when, id, b, err)
-			}
-		}
-	}
-	check(s, "before the restart")
-	e.m.Close()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s2 := openWALStore(t, dir, nil)
-	defer s2.Close()
-	check(s2, "after the restart")
 }
 
 // Close commits what the held committer had not, and leaves no log: the

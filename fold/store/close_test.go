@@ -1,4 +1,4 @@
-package fold
+package store
 
 import (
 	"context"
@@ -171,7 +171,7 @@ func TestBadgerFlushFailedText(t *testing.T) {
 		t.Fatal("Badger's flush failure line was not reported")
 	}
 
-	mod, err := os.ReadFile("../go.mod")
+	mod, err := os.ReadFile("../../go.mod")
 	if err != nil {
 		t.Fatal(err)
 	}
