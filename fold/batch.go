@@ -9,7 +9,7 @@ import (
 
 // Batcher is an optional extension of Store: Batch applies the writes of
 // one operation in a single durable commit, all or nothing. The Manager
-// uses it when its store has it (both stores of this package do), so that
+// uses it when its store has it (both stores of fold/store do), so that
 // a charge or a creation costs one fsync, and otherwise makes the writes
 // one by one in the order cuts, calls, branches.
 type Batcher interface {
@@ -17,7 +17,7 @@ type Batcher interface {
 }
 
 // RecordReader is implemented by the stores that keep Batch.Records (both
-// stores of this package): the records of Store.PutRecord, read many at
+// stores of fold/store): the records of Store.PutRecord, read many at
 // once (Store.Records lists a kind's).
 type RecordReader interface {
 	// GetRecords returns the records of kind among ids that exist, by id.
