@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
 )
 
@@ -252,7 +253,7 @@ func kill9CheckAudit(t *testing.T, audit *kill9Audit, ledgers []*kill9Ledger) st
 // have run.
 func kill9WALBytes(t *testing.T, state string) int64 {
 	t.Helper()
-	n, err := fold.WALBytes(filepath.Join(state, "badger"))
+	n, err := store.WALBytes(filepath.Join(state, "badger"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 
 	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
 )
 
@@ -400,7 +401,7 @@ func TestFoldRestartStdioFailsOrphans(t *testing.T) {
 	}
 
 	// The archive is readable: the outer branch's call holds what it got.
-	st, err := fold.OpenBadgerReadOnly(filepath.Join(state, "badger"), nil)
+	st, err := store.OpenBadgerReadOnly(filepath.Join(state, "badger"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

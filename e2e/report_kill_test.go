@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/fold/store"
 )
 
 // TestReportAfterKill9: foldproxy report --state reads a store that a
@@ -124,7 +124,7 @@ func TestKill9BetweenReplyAndCommit(t *testing.T) {
 			t.Errorf("write-ahead log %s has mode %v, want 0600", f, fi.Mode().Perm())
 		}
 	}
-	walBytes, err := fold.WALBytes(filepath.Join(state, "badger"))
+	walBytes, err := store.WALBytes(filepath.Join(state, "badger"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestKill9BetweenReplyAndCommit(t *testing.T) {
 	if !found {
 		t.Fatalf("the report does not list branch %s (its creation was answered): %+v", br.BranchID, rep.Store.Branches)
 	}
-	if left, err := fold.WALBytes(filepath.Join(state, "badger")); err != nil || left > 0 {
+	if left, err := store.WALBytes(filepath.Join(state, "badger")); err != nil || left > 0 {
 		t.Errorf("the write-ahead log still holds %d bytes (%v) after the report replayed and closed the store", left, err)
 	}
 	if !t.Failed() {

@@ -312,7 +312,7 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	// Once decided, the writes complete even if the caller goes away, so
 	// that the store never holds half a creation.
 	wctx := context.WithoutCancel(ctx)
-	npb := pb.clone()
+	npb := pb.Clone()
 	npb.Used += tokens
 	npb.Calls++
 	addUsage(npb, "foldproxy", ToolCreate, tokens)
@@ -572,7 +572,7 @@ func (m *Manager) ret(ctx context.Context, sess string, a returnArgs) (*returnAn
 	// Charge the parent what it receives, and archive it there: nothing a
 	// branch received is lost.
 	parentCharge := func(tokens int) (batch *Batch, npb *Branch, forceParent bool, err error) {
-		npb = pb.clone()
+		npb = pb.Clone()
 		npb.Used += tokens
 		npb.Calls++
 		addUsage(npb, "foldproxy", ToolReturn, tokens)
@@ -724,7 +724,7 @@ func (m *Manager) closeWithLocked(ctx context.Context, n *node, st Status, reaso
 			return closed, err
 		}
 	}
-	nb := b.clone()
+	nb := b.Clone()
 	if apply != nil {
 		apply(nb)
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -106,11 +107,11 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 	}
 	delivered := make([]*Branch, len(kids))
 	for i, c := range kids {
-		delivered[i] = c.cur.Load().clone()
+		delivered[i] = c.cur.Load().Clone()
 		delivered[i].SummaryDelivered = true
 		batch.Branches = append(batch.Branches, delivered[i])
 	}
-	nb := b.clone()
+	nb := b.Clone()
 	nb.Used += ch.Tokens
 	nb.Calls++
 	addUsage(nb, ch.Upstream, ch.Name, ch.Tokens)
@@ -162,8 +163,8 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 }
 
 // listedCuts is how many handles of its latest cut results a branch's
-// record lists (Branch.Cuts).
-const listedCuts = 16
+// record lists (store.ListedCuts, the store trims older records to it).
+const listedCuts = store.ListedCuts
 
 // addCut returns the list of a branch's latest cut handles with handle
 // added, the oldest dropped past listedCuts. cuts is the branch's clone's

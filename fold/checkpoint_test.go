@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/foldproxy/foldproxy/fold/store"
 )
 
 // clockAt is a settable clock.
@@ -20,7 +22,7 @@ func (c *clockAt) now() time.Time { return c.t }
 // same store cannot see or resume it; the texts are scrubbed; a save past
 // the size bound is refused and nothing is stored.
 func TestCheckpointSaveResume(t *testing.T) {
-	store := NewMemStore()
+	store := store.NewMemStore()
 	clk := &clockAt{time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
 	newMgr := func(principal string) *Manager {
 		m, err := NewManager(t.Context(), Options{Store: store, Scanner: fakeScanner{}, Counter: wordCounter{}, PruneInterval: -1, Principal: principal, Now: clk.now})

@@ -1,12 +1,13 @@
 // Package fold owns branches: the tree of branches of each downstream
 // session, their budgets and deadlines, forced returns, the archive of every
 // call made inside a branch, and the durable state of all of it behind the
-// Store interface (Badger in production).
+// Store interface it declares (types.go), which the storage engine in
+// fold/store implements (Badger in production, MemStore in tests).
 //
 // The rule fold never breaks: a state change is in the store before the
 // caller, and so the agent, hears of it (in the Badger store: appended to
 // its write-ahead log, which a background committer applies to Badger and
-// the next open replays after a crash; see wal.go). fold never sees raw secrets: what it
+// the next open replays after a crash; see fold/store). fold never sees raw secrets: what it
 // is handed has already been scrubbed by the intercept chain, and it scans
 // return messages again through the Scanner it is given (fold-time scan).
 package fold
@@ -49,9 +50,18 @@ package fold
 // budget interceptor for MCP results and ModelState for the model wire's.
 // No caller may decide a budget, a cut or a warning by itself.
 //
-// Other exported helpers: OpenBadger and OpenBadgerReadOnly (the durable
-// store), NewMemStore (tests), the optional Batcher extension of Store,
-// ToolNames, IsTool and ChargedTool, and (*Manager).Prune.
+// Other exported helpers: the optional Batcher and RecordReader extensions
+// of Store, ToolNames, IsTool and ChargedTool, and (*Manager).Prune.
+//
+// fold decides what is kept; fold/store keeps it. The storage engine
+// (store.OpenBadger and its variants, store.NewMemStore,
+// store.NewUnwritableStore) is imported by fold and never imports it. The
+// records it persists (Branch, CallRecord, SessionRecord, Record,
+// ModelContext, Status, the Batch types) and its sentinel errors
+// (ErrBranchNotFound, ErrSessionNotFound, ErrCutNotFound, ErrStoreFull,
+// ErrRecordNotFound, ErrInvalidArgument) are declared there and named
+// here by alias, so fold.Branch is store.Branch and errors.Is matches
+// either name.
 //
 // Beside the branch tools, the Manager serves checkpoints
 // (checkpoint.go: checkpoint_save, checkpoint_list, checkpoint_resume, kept

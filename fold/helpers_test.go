@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -66,10 +67,10 @@ type testEnv struct {
 // adjusts the settings.
 func newEnv(t testing.TB, mod func(*policy.Fold)) *testEnv {
 	t.Helper()
-	return newEnvStore(t, NewMemStore(), mod)
+	return newEnvStore(t, store.NewMemStore(), mod)
 }
 
-func newEnvStore(t testing.TB, store Store, mod func(*policy.Fold)) *testEnv {
+func newEnvStore(t testing.TB, st Store, mod func(*policy.Fold)) *testEnv {
 	t.Helper()
 	set := policy.Default().Fold
 	if mod != nil {
@@ -77,7 +78,7 @@ func newEnvStore(t testing.TB, store Store, mod func(*policy.Fold)) *testEnv {
 	}
 	ev := &events{}
 	m, err := NewManager(t.Context(), Options{
-		Settings: set, Store: store, Scanner: fakeScanner{}, Counter: wordCounter{},
+		Settings: set, Store: st, Scanner: fakeScanner{}, Counter: wordCounter{},
 		Events: ev, PruneInterval: -1,
 	})
 	if err != nil {
@@ -87,7 +88,7 @@ func newEnvStore(t testing.TB, store Store, mod func(*policy.Fold)) *testEnv {
 	if err := m.OpenSession(t.Context(), SessionRecord{ID: "s1", Transport: "stdio"}); err != nil {
 		t.Fatalf("OpenSession: %v", err)
 	}
-	return &testEnv{m: m, store: store, events: ev}
+	return &testEnv{m: m, store: st, events: ev}
 }
 
 // call runs a fold tool and returns its structured answer, or the text of

@@ -377,16 +377,6 @@ func (m *Manager) children(n *node) []string {
 	return slices.Clip(n.kids)
 }
 
-// clone returns a deep copy of b.
-func (b *Branch) clone() *Branch {
-	c := *b
-	c.DependsOn = slices.Clone(b.DependsOn)
-	c.Cuts = slices.Clone(b.Cuts)
-	c.ByTool = maps.Clone(b.ByTool)
-	c.ByUpstream = maps.Clone(b.ByUpstream)
-	return &c
-}
-
 func (m *Manager) emit(ctx context.Context, ev Event) {
 	if m.events == nil {
 		return
@@ -785,7 +775,7 @@ func (m *Manager) failSession(ctx context.Context, id string, active []*Branch, 
 	sort.SliceStable(active, func(i, j int) bool { return active[i].Depth > active[j].Depth })
 	now := m.now()
 	for _, b := range active {
-		nb := b.clone()
+		nb := b.Clone()
 		nb.Status, nb.Reason, nb.Closed = StatusFailed, ReasonProxyRestarted, now
 		if nb.Depth > 0 {
 			nb.Summary = m.summarize(nb, nil)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/foldproxy/foldproxy/fold/modelwire"
@@ -50,16 +49,6 @@ type modelDecisions struct {
 	endMark bool   // endCall was set by MarkEnd (it carries the notice)
 }
 
-// ModelContext is the size of a session's main-thread context as the model
-// last saw it, before and after folding.
-type ModelContext struct {
-	TokensBefore int       `json:"tokens_before"`
-	TokensAfter  int       `json:"tokens_after"`
-	Folded       int       `json:"branches_folded"`
-	Requests     int       `json:"requests"`
-	At           time.Time `json:"at"`
-}
-
 // Observe records the context size of a model request in the root of the
 // session its branches belong to (modelwire.Observer). The root's record
 // is written when the figures change, and at most every touchEvery
@@ -94,7 +83,7 @@ func (s modelState) Observe(ctx context.Context, r modelwire.Result) error {
 			return nil
 		}
 	}
-	nb := b.clone()
+	nb := b.Clone()
 	nb.ModelContext = &mc
 	if err := m.put(context.WithoutCancel(ctx), root, nb); err != nil {
 		return fmt.Errorf("fold: record the model context of %s: %w", sess, err)

@@ -87,7 +87,7 @@ func (m *Manager) acknowledge(ctx context.Context, os []orphan) error {
 	for _, o := range os {
 		b, err := m.store.GetBranch(ctx, o.id)
 		if err == nil && !b.Acknowledged {
-			nb := b.clone()
+			nb := b.Clone()
 			nb.Acknowledged = true
 			// The orphan's session is gone: nothing else writes its record.
 			if err := m.store.PutBranch(context.WithoutCancel(ctx), nb); err != nil {

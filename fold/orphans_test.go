@@ -3,6 +3,8 @@ package fold
 import (
 	"testing"
 	"time"
+
+	"github.com/foldproxy/foldproxy/fold/store"
 )
 
 // TestOrphansListedAcknowledgedAged: branches that ended without a return
@@ -10,7 +12,7 @@ import (
 // branch_status of a later session of the same principal, not of another
 // principal, until acknowledged or older than fold.orphanMaxAge.
 func TestOrphansListedAcknowledgedAged(t *testing.T) {
-	store := NewMemStore()
+	store := store.NewMemStore()
 	clk := &clockAt{time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
 	newMgr := func(principal string) *Manager {
 		m, err := NewManager(t.Context(), Options{Store: store, Counter: wordCounter{}, PruneInterval: -1, Principal: principal, Now: clk.now})

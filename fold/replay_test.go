@@ -12,6 +12,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/fold/memory"
 	membadger "github.com/foldproxy/foldproxy/fold/memory/badger"
+	"github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -164,7 +165,7 @@ func (e *replayEnv) open(t testing.TB, mod ...func(*policy.Memory)) (*fold.Manag
 func (e *replayEnv) openWith(t testing.TB, memories bool, mod ...func(*policy.Memory)) (*fold.Manager, *memory.Service, func()) {
 	t.Helper()
 	ctx := context.Background()
-	store, err := fold.OpenBadger(e.dir, nil)
+	store, err := store.OpenBadger(e.dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

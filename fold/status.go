@@ -336,7 +336,7 @@ func (m *Manager) chargeOwn(ctx context.Context, sess, named, name, args, text s
 		if rem := remaining(b); rem >= 0 {
 			tokens = min(tokens, rem)
 		}
-		nb := b.clone()
+		nb := b.Clone()
 		nb.Used += tokens
 		nb.Calls++
 		addUsage(nb, "foldproxy", name, tokens)

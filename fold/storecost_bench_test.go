@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/e2e/trajectory"
+	"github.com/foldproxy/foldproxy/fold/store"
 )
 
 // The store's cost per call (issue 13): the Manager's Charge of the
@@ -64,7 +65,7 @@ func storeCostStores() []struct {
 		store func(b *testing.B) Store
 	}{
 		{"badger", func(b *testing.B) Store { return openBadgerNoFsyncT(b, b.TempDir()) }},
-		{"mem", func(*testing.B) Store { return NewMemStore() }},
+		{"mem", func(*testing.B) Store { return store.NewMemStore() }},
 	}
 }
 
@@ -124,7 +125,7 @@ func BenchmarkStoreChargeTinyCommitted(b *testing.B) {
 	cpu0 := cpuTime(b)
 	for b.Loop() {
 		chargeOne(b, e, root, result)
-		if err := s.barrier(); err != nil {
+		if err := s.CommitPending(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -152,7 +153,7 @@ func BenchmarkStoreChargeFsync(b *testing.B) {
 				if !each {
 					continue
 				}
-				if err := s.barrier(); err != nil {
+				if err := s.CommitPending(); err != nil {
 					b.Fatal(err)
 				}
 			}

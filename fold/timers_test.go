@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -59,7 +60,7 @@ func TestDeadline(t *testing.T) {
 }
 
 func TestRecoverNotResumable(t *testing.T) {
-	store := NewMemStore()
+	store := store.NewMemStore()
 	e := newEnvStore(t, store, nil)
 	a := e.create(t, map[string]any{})
 	a1 := e.create(t, map[string]any{})
@@ -119,7 +120,7 @@ func TestRecoverNotResumable(t *testing.T) {
 
 func TestRecoverResumable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := NewMemStore()
+		store := store.NewMemStore()
 		e := newEnvStore(t, store, nil)
 		late := e.create(t, map[string]any{"timeout_seconds": 60})
 		past := e.create(t, map[string]any{"timeout_seconds": 5, "parent_branch_id": RootID("s1")})

@@ -4,20 +4,21 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/foldproxy/foldproxy/fold/store"
 )
 
-// Status of a branch.
-type Status string
+// Status of a branch (the store keeps it in the branch's record).
+type Status = store.Status
 
 // Branch statuses. Active is the only open status; the rest are final.
 const (
-	StatusActive   Status = "active"
-	StatusReturned Status = "returned" // the branch called branch_return
-	StatusForced   Status = "forced"   // force-returned: budget, deadline, parent returning, session end
-	StatusFailed   Status = "failed"   // closed without a return, e.g. "proxy restarted"
+	StatusActive   = store.StatusActive
+	StatusReturned = store.StatusReturned
+	StatusForced   = store.StatusForced
+	StatusFailed   = store.StatusFailed
 )
 
 // Reasons for a forced return or failure.
@@ -35,96 +36,33 @@ var (
 	ErrMaxDepthExceeded = errors.New("ErrMaxDepthExceeded")
 	ErrBudgetExceeded   = errors.New("ErrBudgetExceeded")   // requested budget above max or above parent's remaining
 	ErrBranchClosed     = errors.New("ErrBranchClosed")     // call attributed to a closed branch
-	ErrBranchNotFound   = errors.New("ErrBranchNotFound")   // unknown id, or one of another session
+	ErrBranchNotFound   = store.ErrBranchNotFound           // unknown id, or one of another session
 	ErrTooManyBranches  = errors.New("ErrTooManyBranches")  // per-session or per-instance active limit
 	ErrRateLimited      = errors.New("ErrRateLimited")      // creations per minute
-	ErrInvalidArgument  = errors.New("ErrInvalidArgument")  // bad tool arguments
+	ErrInvalidArgument  = store.ErrInvalidArgument          // bad tool arguments
 	ErrDependencyFailed = errors.New("ErrDependencyFailed") // depends_on branch failed or did not finish in time
-	ErrSessionNotFound  = errors.New("ErrSessionNotFound")
-	ErrCutNotFound      = errors.New("ErrCutNotFound") // unknown or pruned recall handle
-	ErrStoreFull        = errors.New("ErrStoreFull")   // the store's disk is (nearly) full: nothing was written
-	ErrRecordNotFound   = errors.New("ErrRecordNotFound")
+	ErrSessionNotFound  = store.ErrSessionNotFound
+	ErrCutNotFound      = store.ErrCutNotFound // unknown or pruned recall handle
+	ErrStoreFull        = store.ErrStoreFull   // the store's disk is (nearly) full: nothing was written
+	ErrRecordNotFound   = store.ErrRecordNotFound
 	// ErrCheckpointNotFound: an unknown checkpoint, or one of another
 	// principal, which this principal's sessions cannot see.
 	ErrCheckpointNotFound = errors.New("ErrCheckpointNotFound")
 )
 
-// Branch is the durable record of one branch. The root of a session is a
-// Branch too, with Depth 0 and ID RootID(session).
-type Branch struct {
-	ID          string    `json:"id"`
-	Session     string    `json:"session"`
-	Parent      string    `json:"parent,omitempty"`
-	Depth       int       `json:"depth"`
-	Description string    `json:"description,omitempty"`
-	Prompt      string    `json:"prompt,omitempty"`
-	Status      Status    `json:"status"`
-	Reason      string    `json:"reason,omitempty"`
-	Budget      int       `json:"budget"` // 0: unlimited (the root by default)
-	Used        int       `json:"used"`
-	Level       string    `json:"level"` // last warning level reached
-	Created     time.Time `json:"created"`
-	Deadline    time.Time `json:"deadline,omitzero"`
-	Closed      time.Time `json:"closed,omitzero"`
-	// Ord is the branch's place among its parent's children, from 1 in
-	// creation order; 0 in records written before it was kept, which are
-	// ordered by creation time. A parent's record does not list its
-	// children (it would grow with every child and be rewritten whole by
-	// every branch_create and branch_return): the Manager keeps the list
-	// in memory and rebuilds it from the children's Parent and Ord when a
-	// session is loaded (childrenFromParents).
-	Ord        int            `json:"ord,omitempty"`
-	DependsOn  []string       `json:"dependsOn,omitempty"`
-	Calls      int            `json:"calls"`
-	ByTool     map[string]int `json:"byTool,omitempty"`     // tokens by "<upstream>/<tool>"
-	ByUpstream map[string]int `json:"byUpstream,omitempty"` // tokens by upstream
-	// Cuts lists the recall handles of the branch's latest cut results,
-	// oldest first, at most listedCuts of them; CutCount counts them all.
-	// The record is rewritten whole by every charge, so it does not list
-	// every cut: a main thread that cut hundreds of results would pay for
-	// the whole list on every call, and branch_status would show it all.
-	// Every cut call's archived record keeps its handle (CallRecord.Handle).
-	// Records written before CutCount was kept list every cut and have no
-	// count: decodeBranch turns them into this form.
-	Cuts        []string `json:"cuts,omitempty"`
-	CutCount    int      `json:"cutCount,omitempty"`
-	Message     string   `json:"message,omitempty"`     // the return message as the parent sees it
-	ReturnValue string   `json:"returnValue,omitempty"` // compact JSON text of the value returned
-	Summary     string   `json:"summary,omitempty"`     // automatic summary of a forced return
-	// Injected lists the memories injected into the branch at its
-	// creation, whose confidence its outcome moves.
-	Injected []string `json:"injected,omitempty"`
-	// SummaryDelivered is set once the forced-return summary has been
-	// appended to a result of the parent.
-	SummaryDelivered bool `json:"summaryDelivered,omitempty"`
-	// ModelContext (roots only) is the size of the main thread's context
-	// as the model last saw it on the model wire, before and after folding.
-	ModelContext *ModelContext `json:"modelContext,omitempty"`
-	// Principal (roots only) is who the session acted for: the orphans of
-	// a session are shown to later sessions of the same principal only.
-	Principal string `json:"principal,omitempty"`
-	// Acknowledged is set on an orphaned branch (closed because its
-	// session went away) once a later session acknowledged it.
-	Acknowledged bool `json:"acknowledged,omitempty"`
-	// Reasoning is the model's own output on the model wire while the
-	// branch was the innermost, in tokens (RecordModelOutput): shown in
-	// the usage breakdown, never charged to the budget.
-	Reasoning int `json:"reasoning,omitempty"`
-}
-
-// CallRecord is one call archived inside a branch: what went up and, already
-// scrubbed, what came back.
-type CallRecord struct {
-	Seq      int       `json:"seq"`
-	Time     time.Time `json:"time"`
-	Upstream string    `json:"upstream"`
-	Method   string    `json:"method"`
-	Name     string    `json:"name"`
-	Args     string    `json:"args,omitempty"`
-	Result   string    `json:"result"` // the full result JSON as the upstream sent it, after scrubbing
-	Tokens   int       `json:"tokens"`
-	Handle   string    `json:"handle,omitempty"` // set when the result was cut
-}
+// The records the store keeps are declared by fold/store; fold names
+// them here so that its callers need only fold.
+type (
+	Branch        = store.Branch
+	CallRecord    = store.CallRecord
+	SessionRecord = store.SessionRecord
+	Record        = store.Record
+	ModelContext  = store.ModelContext
+	Batch         = store.Batch
+	BatchRecord   = store.BatchRecord
+	BatchCut      = store.BatchCut
+	BatchCall     = store.BatchCall
+)
 
 // Store keeps branches, archives and sessions durably. Implementations must
 // be safe for concurrent use, and a successful write must survive kill -9.
@@ -161,12 +99,6 @@ type Store interface {
 	Close() error
 }
 
-// Record is one of fold's own records (Store.Records).
-type Record struct {
-	ID   string
-	Data []byte
-}
-
 // Event is a branch lifecycle event, handed to the EventSink (audit, metrics).
 type Event struct {
 	Time    time.Time
@@ -201,17 +133,6 @@ type Scanner interface {
 // Counter counts tokens of text (the session's configured encoding).
 type Counter interface {
 	CountText(text string) int
-}
-
-// SessionRecord is the durable record of a downstream session.
-type SessionRecord struct {
-	ID              string          `json:"id"`
-	Transport       string          `json:"transport"` // stdio or http
-	ProtocolVersion string          `json:"protocolVersion,omitempty"`
-	ClientInfo      json.RawMessage `json:"clientInfo,omitempty"`
-	ClientCaps      json.RawMessage `json:"clientCaps,omitempty"`
-	Created         time.Time       `json:"created"`
-	LastSeen        time.Time       `json:"lastSeen"`
 }
 
 // RootID returns the id of a session's root branch.
@@ -277,3 +198,7 @@ type ChargeResult struct {
 	Forced bool // the branch was force-returned (budget exhausted)
 	Handle string
 }
+
+// storeFull reports whether err means the store could not be written for
+// lack of space: what a session can live through in memory.
+func storeFull(err error) bool { return errors.Is(err, ErrStoreFull) }

@@ -90,7 +90,7 @@ func (m *Manager) RecordModelOutput(ctx context.Context, branchID string, tokens
 			n.unlock() // it closed meanwhile: go up again
 			continue
 		}
-		nb := b.clone()
+		nb := b.Clone()
 		nb.Reasoning += tokens
 		err := m.put(context.WithoutCancel(ctx), n, nb)
 		n.unlock()

@@ -22,8 +22,8 @@ import (
 
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/rawio"
 	"github.com/foldproxy/foldproxy/policy/statedir"
-	"github.com/foldproxy/foldproxy/proxy/rawio"
 )
 
 // Record kinds written by foldproxy.

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -31,7 +32,7 @@ func realParts(t *testing.T) (Parts, *fold.Manager, string) {
 	}
 	t.Cleanup(func() { auditor.Close() })
 	mgr, err := fold.NewManager(context.Background(), fold.Options{
-		Settings: set.Fold, Store: fold.NewMemStore(), Scanner: scrubber, Counter: counter, PruneInterval: -1,
+		Settings: set.Fold, Store: store.NewMemStore(), Scanner: scrubber, Counter: counter, PruneInterval: -1,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/e2e/trajectory"
 	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -85,7 +86,7 @@ func newPipeStack(tb testing.TB) *pipeStack {
 		tb.Fatal(err)
 	}
 	dir := tb.TempDir()
-	store, err := fold.OpenBadgerFsync(filepath.Join(dir, "badger"), nil, false) // as serve does by default
+	store, err := store.OpenBadgerFsync(filepath.Join(dir, "badger"), nil, false) // as serve does by default
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func newPipeStack(tb testing.TB) *pipeStack {
 func (s *pipeStack) memStore(tb testing.TB) {
 	tb.Helper()
 	mgr, err := fold.NewManager(context.Background(), fold.Options{
-		Settings: s.set.Fold, Store: fold.NewMemStore(), Scanner: s.scrub, Counter: s.counter, PruneInterval: -1,
+		Settings: s.set.Fold, Store: store.NewMemStore(), Scanner: s.scrub, Counter: s.counter, PruneInterval: -1,
 	})
 	if err != nil {
 		tb.Fatal(err)

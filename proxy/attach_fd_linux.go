@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/foldproxy/foldproxy/proxy/rawio"
+	"github.com/foldproxy/foldproxy/policy/rawio"
 	"golang.org/x/sys/unix"
 )
 

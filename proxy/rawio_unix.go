@@ -9,7 +9,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/foldproxy/foldproxy/proxy/rawio"
+	"github.com/foldproxy/foldproxy/policy/rawio"
 )
 
 // The default mode's second hop (relay <-> daemon over the attach socket)

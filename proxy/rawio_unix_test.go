@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldproxy/foldproxy/proxy/rawio"
+	"github.com/foldproxy/foldproxy/policy/rawio"
 )
 
 // unixPair returns the two ends of a connected unix socket.

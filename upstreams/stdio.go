@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/foldproxy/foldproxy/proxy/rawio"
+	"github.com/foldproxy/foldproxy/policy/rawio"
 )
 
 const (
@@ -42,7 +42,7 @@ type stdioWire struct {
 	stdout *os.File
 	stderr *os.File
 	// in and out are stdin's writer and stdout's reader: raw system calls
-	// through the poller (proxy/rawio), which spare the scheduler's work
+	// through the poller (policy/rawio), which spare the scheduler's work
 	// around a system call, twice per message each way.
 	in  io.Writer
 	out io.Reader

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/fold/store"
 )
 
 // checkpointCommand lets a person see and remove the checkpoints sessions
@@ -92,12 +93,12 @@ func (c *checkpointCommand) Run(ctx context.Context, args []string) error {
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("the state folder %s holds no store (%s): %w", dir, path, err)
 	}
-	var st *fold.BadgerStore
+	var st *store.BadgerStore
 	var err error
 	if verb == "delete" {
-		st, err = fold.OpenBadger(path, nil)
+		st, err = store.OpenBadger(path, nil)
 	} else {
-		st, _, err = fold.OpenBadgerReader(path, nil)
+		st, _, err = store.OpenBadgerReader(path, nil)
 	}
 	if err != nil {
 		return err

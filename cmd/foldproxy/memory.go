@@ -16,6 +16,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/fold/memory"
+	foldstore "github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -132,12 +133,12 @@ func (c *memoryCommand) Run(ctx context.Context, args []string) error {
 	var store fold.Store
 	if set.Backend == "badger" {
 		path := filepath.Join(dir, "badger")
-		var bs *fold.BadgerStore
+		var bs *foldstore.BadgerStore
 		var err error
 		if writes {
-			bs, err = fold.OpenBadger(path, logger)
+			bs, err = foldstore.OpenBadger(path, logger)
 		} else {
-			bs, err = fold.OpenBadgerReadOnly(path, logger)
+			bs, err = foldstore.OpenBadgerReadOnly(path, logger)
 		}
 		if err != nil {
 			return err

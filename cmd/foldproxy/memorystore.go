@@ -13,6 +13,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold/memory"
 	membadger "github.com/foldproxy/foldproxy/fold/memory/badger"
 	memqdrant "github.com/foldproxy/foldproxy/fold/memory/qdrant"
+	foldstore "github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -46,7 +47,7 @@ func memoryDefaults(m policy.Memory, cfgDir string) policy.Memory {
 // memoryDeps are what the memory service needs from the rest of the
 // binary; scrub may be nil when scrubbing is off.
 type memoryDeps struct {
-	store  fold.Store // the embedded backend needs a *fold.BadgerStore
+	store  fold.Store // the embedded backend needs a *foldstore.BadgerStore
 	scrub  func(ctx context.Context, text string) (string, error)
 	count  func(string) int
 	logger *slog.Logger
@@ -67,7 +68,7 @@ func openMemory(ctx context.Context, set policy.Memory, d memoryDeps) (*memory.S
 		}
 		store = qs
 	default:
-		db, ok := d.store.(*fold.BadgerStore)
+		db, ok := d.store.(*foldstore.BadgerStore)
 		if !ok {
 			d.logger.Warn("memories are off: the state store cannot hold them", "backend", set.Backend)
 			return nil, nil

@@ -17,6 +17,7 @@ import (
 	"unicode"
 
 	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
 )
 
@@ -175,7 +176,7 @@ type repStoreBranch struct {
 const reportArchivePage = 64
 
 // readStore opens the Badger store of the state folder dir for reading
-// (fold.OpenBadgerReader: read-only, or recovered first after a crash) and
+// (store.OpenBadgerReader: read-only, or recovered first after a crash) and
 // reads its branch records, of session only when not empty. dir may also
 // be the Badger folder itself.
 func readStore(ctx context.Context, dir, session string) (*repStore, error) {
@@ -186,7 +187,7 @@ func readStore(ctx context.Context, dir, session string) (*repStore, error) {
 		}
 		bdir = dir
 	}
-	st, recovered, err := fold.OpenBadgerReader(bdir, nil)
+	st, recovered, err := store.OpenBadgerReader(bdir, nil)
 	if err != nil {
 		return nil, fmt.Errorf("--state %s: %w", dir, err)
 	}

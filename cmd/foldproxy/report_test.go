@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -334,7 +335,7 @@ func repSameRatio(a, b *float64) bool {
 func writeStoreFixture(tb testing.TB) string {
 	tb.Helper()
 	dir := tb.TempDir()
-	st, err := fold.OpenBadger(filepath.Join(dir, "badger"), nil)
+	st, err := store.OpenBadger(filepath.Join(dir, "badger"), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -448,13 +449,13 @@ func TestReportStateErrors(t *testing.T) {
 	}
 	// A store held open by a running proxy cannot be read.
 	dir := t.TempDir()
-	st, err := fold.OpenBadger(filepath.Join(dir, "badger"), nil)
+	st, err := store.OpenBadger(filepath.Join(dir, "badger"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
 	_, _, err = runReport(t, "--state", dir)
-	if !errors.Is(err, fold.ErrStoreBusy) || !strings.Contains(err.Error(), fmt.Sprintf("process %d", os.Getpid())) {
+	if !errors.Is(err, store.ErrStoreBusy) || !strings.Contains(err.Error(), fmt.Sprintf("process %d", os.Getpid())) {
 		t.Errorf("report --state on a store in use: %v, want ErrStoreBusy naming process %d", err, os.Getpid())
 	}
 }

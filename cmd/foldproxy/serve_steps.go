@@ -21,6 +21,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/fold/memory"
 	"github.com/foldproxy/foldproxy/fold/modelwire"
+	foldstore "github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
@@ -396,7 +397,7 @@ func buildScrubber(s policy.Scrub, logger *slog.Logger) (wait func() (*intercept
 // fatal: foldproxy starts with a store that answers every write with the
 // reason, so the agent keeps its catalogue.
 func openStore(dir string, fsync bool, logger *slog.Logger) (fold.Store, error) {
-	store, err := fold.OpenBadgerWith(filepath.Join(dir, "badger"), logger, fold.BadgerOptions{
+	store, err := foldstore.OpenBadgerWith(filepath.Join(dir, "badger"), logger, foldstore.BadgerOptions{
 		Fsync: fsync,
 		// Only in the binary the e2e tests build (testhooks_e2e.go):
 		// false in the one that ships.
@@ -405,7 +406,7 @@ func openStore(dir string, fsync bool, logger *slog.Logger) (fold.Store, error) 
 	switch {
 	case errors.Is(err, fold.ErrStoreFull):
 		logger.Error("foldproxy cannot write its state store: serving without it until restarted; calls that need the store will fail with this reason", "state", dir, "err", err)
-		return fold.NewUnwritableStore(err), nil
+		return foldstore.NewUnwritableStore(err), nil
 	case err != nil:
 		return nil, fmt.Errorf("opening the state store in %s: %w", dir, err)
 	}

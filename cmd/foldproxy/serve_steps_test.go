@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
@@ -212,7 +213,7 @@ func TestBuildChains(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer auditor.Close()
-	mgr, err := fold.NewManager(context.Background(), fold.Options{Settings: st.Fold, Store: fold.NewMemStore(), Scanner: scrubber, Counter: counter, PruneInterval: -1})
+	mgr, err := fold.NewManager(context.Background(), fold.Options{Settings: st.Fold, Store: store.NewMemStore(), Scanner: scrubber, Counter: counter, PruneInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -570,7 +571,7 @@ func TestNewFoldManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, resumable := range []bool{true, false} {
-		store := fold.NewMemStore()
+		store := store.NewMemStore()
 		for _, rec := range []fold.SessionRecord{{ID: "s-http", Transport: "http"}, {ID: "s-stdio", Transport: "stdio"}} {
 			if err := store.PutSession(ctx, &rec); err != nil {
 				t.Fatal(err)
@@ -590,7 +591,7 @@ func TestNewFoldManager(t *testing.T) {
 	if _, err := newFoldManager(ctx, fold.Options{Settings: st.Fold, Counter: counter}, false); err == nil || !strings.HasPrefix(err.Error(), "fold manager: ") || !strings.Contains(err.Error(), "Store is nil") {
 		t.Errorf("newFoldManager without a store: %v", err)
 	}
-	if _, err := newFoldManager(ctx, fold.Options{Settings: st.Fold, Store: sessionsFail{fold.NewMemStore()}, Counter: counter, PruneInterval: -1}, false); err == nil || !strings.Contains(err.Error(), "recovering branches from the store: ") || !strings.Contains(err.Error(), "disk on fire") {
+	if _, err := newFoldManager(ctx, fold.Options{Settings: st.Fold, Store: sessionsFail{store.NewMemStore()}, Counter: counter, PruneInterval: -1}, false); err == nil || !strings.Contains(err.Error(), "recovering branches from the store: ") || !strings.Contains(err.Error(), "disk on fire") {
 		t.Errorf("newFoldManager over a failing store: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/fold/store"
 )
 
 // testGuard stands for the HTTP front's guard: the bearer token "tok".
@@ -43,7 +44,7 @@ func TestUIHandler(t *testing.T) {
 	if err := os.WriteFile(audit, []byte(strings.Join(recs, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st := fold.NewMemStore()
+	st := store.NewMemStore()
 	now := time.Now()
 	for _, b := range []*fold.Branch{
 		{ID: "b-2", Session: "s1", Parent: "root-1", Depth: 1, Status: fold.StatusActive, Budget: 8192, Used: 10, Created: now.Add(2 * time.Second), Ord: 2, Deadline: now.Add(time.Minute)},

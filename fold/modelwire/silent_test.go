@@ -10,6 +10,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/fold/modelwire"
+	"github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -94,7 +95,7 @@ func replayManager(t testing.TB, counter fold.Counter, id string) (*fold.Manager
 	t.Helper()
 	ctx := context.Background()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	m, err := fold.NewManager(ctx, fold.Options{Store: fold.NewMemStore(), Counter: counter, PruneInterval: -1,
+	m, err := fold.NewManager(ctx, fold.Options{Store: store.NewMemStore(), Counter: counter, PruneInterval: -1,
 		Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)

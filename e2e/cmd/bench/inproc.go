@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/foldproxy/foldproxy/fold"
+	foldstore "github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 )
@@ -18,7 +19,7 @@ import (
 // scrubber, a real audit log and the metrics.
 type stack struct {
 	set     policy.Settings
-	store   *fold.BadgerStore
+	store   *foldstore.BadgerStore
 	mgr     *fold.Manager
 	counter *intercept.Counter
 	scrub   *intercept.Scrubber
@@ -46,9 +47,9 @@ func newStackOn(ctx context.Context, dir string, scrub *intercept.Scrubber, mem 
 		return nil, err
 	}
 	s := &stack{set: set}
-	var store fold.Store = fold.NewMemStore()
+	var store fold.Store = foldstore.NewMemStore()
 	if !mem {
-		if s.store, err = fold.OpenBadgerFsync(filepath.Join(dir, "badger"), nil, false); err != nil { // as serve does by default
+		if s.store, err = foldstore.OpenBadgerFsync(filepath.Join(dir, "badger"), nil, false); err != nil { // as serve does by default
 			return nil, err
 		}
 		store = s.store
