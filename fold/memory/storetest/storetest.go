@@ -1,5 +1,9 @@
 // Package storetest is the test suite every memory backend passes: the
-// same calls, the same answers, the same ranking.
+// same calls, the same answers, the same ranking. It also gives the tests
+// and benchmarks of the backends a corpus of real tool output
+// (Trajectories, Corpus), read from the repository's trajectory data
+// file. It must never import the e2e tree: a library package's tests do
+// not depend on the end-to-end harness.
 package storetest
 
 import (
