@@ -44,23 +44,7 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 		return nil, closedErr(b)
 	}
 
-	// Forced summaries of children not yet delivered. Closed children only
-	// change under this (their parent's) lock, which is held.
-	m.mu.Lock()
-	pendingIDs := slices.Clone(n.pending)
-	m.mu.Unlock()
-	var kids []*node
-	var summaries []string
-	for _, id := range pendingIDs {
-		c := m.lookup(id)
-		if c == nil {
-			continue
-		}
-		if cb := c.cur.Load(); !cb.SummaryDelivered && cb.Summary != "" {
-			kids = append(kids, c)
-			summaries = append(summaries, cb.Summary)
-		}
-	}
+	kids, summaries := m.pendingSummaries(n)
 	rem := remaining(b)
 	if b.Depth == 0 && rem >= 0 {
 		// The main thread keeps enough for the answers of a branch it
@@ -111,18 +95,7 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 		delivered[i].SummaryDelivered = true
 		batch.Branches = append(batch.Branches, delivered[i])
 	}
-	nb := b.Clone()
-	nb.Used += ch.Tokens
-	nb.Calls++
-	addUsage(nb, ch.Upstream, ch.Name, ch.Tokens)
-	nb.Level = ch.Level
-	if levelRank(nb.Level) < 0 {
-		nb.Level = policy.LevelOf(nb.Used, nb.Budget, m.set.Thresholds).String()
-	}
-	if ch.Cut {
-		nb.Cuts = addCut(nb.Cuts, bud.Handle)
-		nb.CutCount++
-	}
+	nb := m.charged(b, ch, bud.Handle)
 	forced := b.Depth > 0 && (ch.Cut || (nb.Budget > 0 && nb.Used >= nb.Budget))
 	if forced {
 		// The branch's record is written once, closed, with the charge.
@@ -135,16 +108,7 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 			return nil, fmt.Errorf("fold: charge %s: %w", b.ID, err)
 		}
 	}
-	if len(kids) > 0 {
-		done := make(map[string]bool, len(kids))
-		for i, c := range kids {
-			c.cur.Store(delivered[i])
-			done[c.id] = true
-		}
-		m.mu.Lock()
-		n.pending = slices.DeleteFunc(n.pending, func(id string) bool { return done[id] })
-		m.mu.Unlock()
-	}
+	m.markDelivered(n, kids, delivered)
 	if !forced {
 		n.cur.Store(nb)
 	}
@@ -160,6 +124,60 @@ func (m *Manager) Charge(ctx context.Context, session, branch string, fit func(B
 		res.Handle = bud.Handle
 	}
 	return res, nil
+}
+
+// pendingSummaries lists the children of n whose forced summaries are not
+// yet delivered, and those summaries. Closed children only change under
+// their parent's lock, which the caller holds.
+func (m *Manager) pendingSummaries(n *node) (kids []*node, summaries []string) {
+	m.mu.Lock()
+	pendingIDs := slices.Clone(n.pending)
+	m.mu.Unlock()
+	for _, id := range pendingIDs {
+		c := m.lookup(id)
+		if c == nil {
+			continue
+		}
+		if cb := c.cur.Load(); !cb.SummaryDelivered && cb.Summary != "" {
+			kids = append(kids, c)
+			summaries = append(summaries, cb.Summary)
+		}
+	}
+	return kids, summaries
+}
+
+// charged is branch b once charged ch, its cut remainder (if any) under
+// handle.
+func (m *Manager) charged(b *Branch, ch Charge, handle string) *Branch {
+	nb := b.Clone()
+	nb.Used += ch.Tokens
+	nb.Calls++
+	addUsage(nb, ch.Upstream, ch.Name, ch.Tokens)
+	nb.Level = ch.Level
+	if levelRank(nb.Level) < 0 {
+		nb.Level = policy.LevelOf(nb.Used, nb.Budget, m.set.Thresholds).String()
+	}
+	if ch.Cut {
+		nb.Cuts = addCut(nb.Cuts, handle)
+		nb.CutCount++
+	}
+	return nb
+}
+
+// markDelivered stores the children kids of n as written with their
+// summaries delivered, and drops them from n's pending list.
+func (m *Manager) markDelivered(n *node, kids []*node, delivered []*Branch) {
+	if len(kids) == 0 {
+		return
+	}
+	done := make(map[string]bool, len(kids))
+	for i, c := range kids {
+		c.cur.Store(delivered[i])
+		done[c.id] = true
+	}
+	m.mu.Lock()
+	n.pending = slices.DeleteFunc(n.pending, func(id string) bool { return done[id] })
+	m.mu.Unlock()
 }
 
 // listedCuts is how many handles of its latest cut results a branch's

@@ -95,21 +95,10 @@ func run() int {
 		return 0
 	}
 
-	want := map[string]bool{}
-	if *only != "" {
-		for _, s := range strings.Split(*only, ",") {
-			s = strings.TrimSpace(s)
-			if !slices.ContainsFunc(sections[:], func(x struct {
-				name string
-				run  func(context.Context, *env, *results) error
-			}) bool {
-				return x.name == s
-			}) {
-				log.Error("unknown section", "section", s)
-				return 2
-			}
-			want[s] = true
-		}
+	want, unknown := parseOnly(*only)
+	if unknown != "" {
+		log.Error("unknown section", "section", unknown)
+		return 2
 	}
 	if *rounds < 1 {
 		log.Error("-rounds must be at least 1")
@@ -164,22 +153,7 @@ func run() int {
 
 	start := time.Now()
 	loadStart := loadAvg()
-	res := &results{}
-	for _, s := range sections {
-		if len(want) > 0 && !want[s.name] {
-			continue
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		log.Info("section", "name", s.name)
-		t0 := time.Now()
-		if err := s.run(ctx, e, res); err != nil {
-			log.Error("section failed", "name", s.name, "err", err)
-			res.fail(s.name, err)
-		}
-		log.Info("section done", "name", s.name, "seconds", time.Since(t0).Seconds())
-	}
+	res := runSections(ctx, log, e, want)
 
 	addTargets(res)
 	loadEnd := loadAvg()
@@ -202,6 +176,50 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// parseOnly parses -only: the sections to run (none: all), or the first
+// name that is no section.
+func parseOnly(only string) (want map[string]bool, unknown string) {
+	want = map[string]bool{}
+	if only == "" {
+		return want, ""
+	}
+	for _, s := range strings.Split(only, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.ContainsFunc(sections[:], func(x struct {
+			name string
+			run  func(context.Context, *env, *results) error
+		}) bool {
+			return x.name == s
+		}) {
+			return nil, s
+		}
+		want[s] = true
+	}
+	return want, ""
+}
+
+// runSections runs the sections in want (every one when want is empty)
+// until ctx ends; a section that fails is recorded and the next one runs.
+func runSections(ctx context.Context, log *slog.Logger, e *env, want map[string]bool) *results {
+	res := &results{}
+	for _, s := range sections {
+		if len(want) > 0 && !want[s.name] {
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		log.Info("section", "name", s.name)
+		t0 := time.Now()
+		if err := s.run(ctx, e, res); err != nil {
+			log.Error("section failed", "name", s.name, "err", err)
+			res.fail(s.name, err)
+		}
+		log.Info("section done", "name", s.name, "seconds", time.Since(t0).Seconds())
+	}
+	return res
 }
 
 func isFlagSet(name string) bool {

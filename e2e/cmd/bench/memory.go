@@ -211,6 +211,67 @@ func runMemory(ctx context.Context, e *env, res *results) error {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers * 2}, Timeout: 60 * time.Second}
 	url := "http://" + addr + "/mcp"
 	// Wait for the front, then for the upstream to be in the catalogue.
+	if err := waitMemoryFront(ctx, hc, addr, exited, stderr); err != nil {
+		return err
+	}
+	time.Sleep(500 * time.Millisecond)
+	before, err := procStatus(pid, "VmRSS", "VmHWM")
+	if err != nil {
+		return err
+	}
+
+	e.log.Info("memory: opening sessions", "sessions", sessions, "branches each", perSession, "workers", workers)
+	t0 := time.Now()
+	var next, done atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(sessions) {
+					return
+				}
+				if err := memorySession(ctx, hc, url, int(i), perSession); err != nil {
+					errs[w] = err
+					return
+				}
+				if n := done.Add(1); n%200 == 0 {
+					e.log.Info("memory: sessions open", "n", n)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(t0)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w%s", err, stderr.tail())
+	}
+	time.Sleep(500 * time.Millisecond)
+	after, err := procStatus(pid, "VmRSS", "VmHWM")
+	if err != nil {
+		return err
+	}
+	branches := int64(sessions * perSession)
+	delta := after["VmRSS"] - before["VmRSS"]
+	note := fmt.Sprintf("%d sessions x %d branch_create in %.1fs (%d workers)", sessions, perSession, elapsed.Seconds(), workers)
+	res.add(row{Section: sec, Metric: fmt.Sprintf("VmRSS with %d branches", branches), Value: mib(after["VmRSS"]),
+		Baseline: mib(before["VmRSS"]) + " idle", Ratio: ratio(float64(after["VmRSS"]), float64(before["VmRSS"])),
+		Num: float64(after["VmRSS"]) / (1 << 20), Base: float64(before["VmRSS"]) / (1 << 20), Unit: "MiB",
+		Target: "<= 300 MB", Met: met(after["VmRSS"] <= 300e6), Note: note})
+	res.add(row{Section: sec, Metric: "VmHWM (peak)", Value: mib(after["VmHWM"]), Baseline: mib(before["VmHWM"]) + " idle",
+		Num: float64(after["VmHWM"]) / (1 << 20), Base: float64(before["VmHWM"]) / (1 << 20), Unit: "MiB"})
+	res.add(row{Section: sec, Metric: "RSS growth per branch", Value: fmt.Sprintf("%.1f KiB", float64(delta)/1024/float64(branches)),
+		Num: float64(delta) / 1024 / float64(branches), Unit: "KiB",
+		Note: fmt.Sprintf("(after - idle) / %d; includes the %d HTTP sessions", branches, sessions)})
+	return nil
+}
+
+// waitMemoryFront waits for the proxy on addr to answer /healthz, then
+// for the replay upstream's tools in its catalogue; it gives up when the
+// proxy exits or after a minute.
+func waitMemoryFront(ctx context.Context, hc *http.Client, addr string, exited <-chan error, stderr *tailBuffer) error {
+	url := "http://" + addr + "/mcp"
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := hc.Get("http://" + addr + "/healthz")
@@ -247,85 +308,42 @@ func runMemory(ctx context.Context, e *env, res *results) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond)
-	before, err := procStatus(pid, "VmRSS", "VmHWM")
-	if err != nil {
-		return err
-	}
+	return nil
+}
 
-	e.log.Info("memory: opening sessions", "sessions", sessions, "branches each", perSession, "workers", workers)
-	t0 := time.Now()
-	var next, done atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for w := range workers {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(sessions) {
-					return
-				}
-				h := &httpPeer{hc: hc, url: url}
-				if err := h.open(ctx); err != nil {
-					errs[w] = fmt.Errorf("session %d: %w", i, err)
-					return
-				}
-				// Siblings under the root: without parent_branch_id a new
-				// branch nests under the innermost active one, and depth is
-				// capped. branch_status names the root.
-				var root string
-				{
-					st, err := h.callTool(ctx, "branch_status", map[string]any{})
-					var ans struct {
-						Content []struct{ Text string } `json:"content"`
-					}
-					var tree struct {
-						Tree struct {
-							ID string `json:"branch_id"`
-						} `json:"tree"`
-					}
-					if err != nil || json.Unmarshal(st, &ans) != nil || len(ans.Content) == 0 ||
-						json.Unmarshal([]byte(ans.Content[0].Text), &tree) != nil || tree.Tree.ID == "" {
-						errs[w] = fmt.Errorf("session %d: branch_status: no tree in %s (%v)", i, truncate(string(st), 300), err)
-						return
-					}
-					root = tree.Tree.ID
-				}
-				for j := range perSession {
-					args := map[string]any{"description": fmt.Sprintf("bench branch %d of session %d", j, i), "timeout_seconds": 600}
-					args["parent_branch_id"] = root
-					if _, err := h.callTool(ctx, "branch_create", args); err != nil {
-						errs[w] = fmt.Errorf("session %d, branch %d: %w", i, j, err)
-						return
-					}
-				}
-				if n := done.Add(1); n%200 == 0 {
-					e.log.Info("memory: sessions open", "n", n)
-				}
-			}
-		})
+// memorySession opens session i over HTTP and creates perSession
+// sibling branches under its root.
+func memorySession(ctx context.Context, hc *http.Client, url string, i, perSession int) error {
+	h := &httpPeer{hc: hc, url: url}
+	if err := h.open(ctx); err != nil {
+		return fmt.Errorf("session %d: %w", i, err)
 	}
-	wg.Wait()
-	elapsed := time.Since(t0)
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w%s", err, stderr.tail())
+	// Siblings under the root: without parent_branch_id a new
+	// branch nests under the innermost active one, and depth is
+	// capped. branch_status names the root.
+	var root string
+	{
+		st, err := h.callTool(ctx, "branch_status", map[string]any{})
+		var ans struct {
+			Content []struct{ Text string } `json:"content"`
+		}
+		var tree struct {
+			Tree struct {
+				ID string `json:"branch_id"`
+			} `json:"tree"`
+		}
+		if err != nil || json.Unmarshal(st, &ans) != nil || len(ans.Content) == 0 ||
+			json.Unmarshal([]byte(ans.Content[0].Text), &tree) != nil || tree.Tree.ID == "" {
+			return fmt.Errorf("session %d: branch_status: no tree in %s (%v)", i, truncate(string(st), 300), err)
+		}
+		root = tree.Tree.ID
 	}
-	time.Sleep(500 * time.Millisecond)
-	after, err := procStatus(pid, "VmRSS", "VmHWM")
-	if err != nil {
-		return err
+	for j := range perSession {
+		args := map[string]any{"description": fmt.Sprintf("bench branch %d of session %d", j, i), "timeout_seconds": 600}
+		args["parent_branch_id"] = root
+		if _, err := h.callTool(ctx, "branch_create", args); err != nil {
+			return fmt.Errorf("session %d, branch %d: %w", i, j, err)
+		}
 	}
-	branches := int64(sessions * perSession)
-	delta := after["VmRSS"] - before["VmRSS"]
-	note := fmt.Sprintf("%d sessions x %d branch_create in %.1fs (%d workers)", sessions, perSession, elapsed.Seconds(), workers)
-	res.add(row{Section: sec, Metric: fmt.Sprintf("VmRSS with %d branches", branches), Value: mib(after["VmRSS"]),
-		Baseline: mib(before["VmRSS"]) + " idle", Ratio: ratio(float64(after["VmRSS"]), float64(before["VmRSS"])),
-		Num: float64(after["VmRSS"]) / (1 << 20), Base: float64(before["VmRSS"]) / (1 << 20), Unit: "MiB",
-		Target: "<= 300 MB", Met: met(after["VmRSS"] <= 300e6), Note: note})
-	res.add(row{Section: sec, Metric: "VmHWM (peak)", Value: mib(after["VmHWM"]), Baseline: mib(before["VmHWM"]) + " idle",
-		Num: float64(after["VmHWM"]) / (1 << 20), Base: float64(before["VmHWM"]) / (1 << 20), Unit: "MiB"})
-	res.add(row{Section: sec, Metric: "RSS growth per branch", Value: fmt.Sprintf("%.1f KiB", float64(delta)/1024/float64(branches)),
-		Num: float64(delta) / 1024 / float64(branches), Unit: "KiB",
-		Note: fmt.Sprintf("(after - idle) / %d; includes the %d HTTP sessions", branches, sessions)})
 	return nil
 }

@@ -111,15 +111,6 @@ func runOverhead(ctx context.Context, e *env, res *results) error {
 		}
 		add(v.label, p, "fast__emit", proxyPIDs(p.pid(), state))
 	}
-	find := func(label string) *overheadSide {
-		for _, s := range sides {
-			if s.label == label {
-				return s
-			}
-		}
-		return nil
-	}
-
 	for ci, c := range cases {
 		e.log.Info("overhead", "size", c.label, "calls", c.calls, "rounds", e.rounds)
 		for _, s := range sides {
@@ -146,56 +137,73 @@ func runOverhead(ctx context.Context, e *env, res *results) error {
 				s.st[ci].add(samples)
 			}
 		}
-		d, f, g := find("direct").st[ci], find("bare relay").st[ci], find("two bare relays").st[ci]
-		d50, f50, g50 := d.P50(), f.P50(), g.P50()
-		for _, s := range sides {
-			if s.pids == nil {
-				continue
-			}
-			p50, p99 := s.st[ci].P50(), s.st[ci].P99()
-			suffix := ""
-			if s.label != "" {
-				suffix = ", " + s.label
-			}
-			x := row{Section: sec, Metric: c.label + " p50" + suffix, Value: ms(p50), Baseline: ms(d50) + " direct",
-				Ratio: ratio(float64(p50), float64(d50)), Floor: ratio(float64(f50), float64(d50)), Floor2: ratio(float64(g50), float64(d50)),
-				Num: msf(p50), Base: msf(d50), FloorNum: msf(f50), Floor2Num: msf(g50), Unit: "ms",
-				Note: fmt.Sprintf("%d calls x %d rounds; bare relay %s, two in series %s; foldproxy's CPU %s a call",
-					c.calls, e.rounds, ms(f50), ms(g50), ms(s.cpu[ci]/time.Duration(max(s.n[ci], 1))))}
-			if s.label == "" || s.label == "--standalone" || s.label == "base" {
-				switch c.bytes {
-				case 10:
-					x.Target, x.Met = "<= 1.50x direct", met(float64(p50) <= 1.5*float64(d50))
-				case 100_000:
-					x.Target, x.Met = "<= 2.00x direct", met(float64(p50) <= 2*float64(d50))
-				case 1_000_000:
-					x.Target, x.Met = "<= 2.50x direct", met(float64(p50) <= 2.5*float64(d50))
-				}
-			}
-			res.add(x)
-			if s.label == "" {
-				res.add(row{Section: sec, Metric: c.label + " p99", Value: ms(p99), Baseline: ms(d.P99()) + " direct",
-					Ratio: ratio(float64(p99), float64(d.P99())), Floor: ratio(float64(f.P99()), float64(d.P99())),
-					Floor2: ratio(float64(g.P99()), float64(d.P99())),
-					Num:    msf(p99), Base: msf(d.P99()), FloorNum: msf(f.P99()), Floor2Num: msf(g.P99()), Unit: "ms",
-					Note: fmt.Sprintf("+%s per call at p50 (bare relay +%s)", ms(p50-d50), ms(f50-d50))})
-			}
-			if c.bytes >= 100_000 && s.cpu[ci] > 0 {
-				v := mbps(int64(c.bytes)*int64(s.n[ci]), s.cpu[ci])
-				y := row{Section: sec, Metric: c.label + " results per CPU second" + suffix, Value: fmt.Sprintf("%.1f MB/s", v),
-					Num: v, Unit: "MB/s", Note: "the result bytes over the CPU time of foldproxy's processes (relay and daemon) during the calls"}
-				if b := find("base"); b != nil && s != b && b.cpu[ci] > 0 {
-					bv := mbps(int64(c.bytes)*int64(b.n[ci]), b.cpu[ci])
-					y.Baseline, y.Base, y.Ratio = fmt.Sprintf("%.1f MB/s base", bv), bv, ratio(v, bv)
-				}
-				if s.label == "" || s.label == "base" {
-					y.Target, y.Met = ">= 60 MB/s per core", met(v >= 60)
-				}
-				res.add(y)
-			}
+		overheadRows(res, sec, e.rounds, c, ci, sides)
+	}
+	return nil
+}
+
+// findSide is the side labelled label, nil if none.
+func findSide(sides []*overheadSide, label string) *overheadSide {
+	for _, s := range sides {
+		if s.label == label {
+			return s
 		}
 	}
 	return nil
+}
+
+// overheadRows adds section sec's rows for size case c (index ci): each
+// foldproxy side's p50 (and p99) against the direct and bare-relay sides,
+// and its results per CPU second for large results.
+func overheadRows(res *results, sec string, rounds int, c sizeCase, ci int, sides []*overheadSide) {
+	d, f, g := findSide(sides, "direct").st[ci], findSide(sides, "bare relay").st[ci], findSide(sides, "two bare relays").st[ci]
+	d50, f50, g50 := d.P50(), f.P50(), g.P50()
+	for _, s := range sides {
+		if s.pids == nil {
+			continue
+		}
+		p50, p99 := s.st[ci].P50(), s.st[ci].P99()
+		suffix := ""
+		if s.label != "" {
+			suffix = ", " + s.label
+		}
+		x := row{Section: sec, Metric: c.label + " p50" + suffix, Value: ms(p50), Baseline: ms(d50) + " direct",
+			Ratio: ratio(float64(p50), float64(d50)), Floor: ratio(float64(f50), float64(d50)), Floor2: ratio(float64(g50), float64(d50)),
+			Num: msf(p50), Base: msf(d50), FloorNum: msf(f50), Floor2Num: msf(g50), Unit: "ms",
+			Note: fmt.Sprintf("%d calls x %d rounds; bare relay %s, two in series %s; foldproxy's CPU %s a call",
+				c.calls, rounds, ms(f50), ms(g50), ms(s.cpu[ci]/time.Duration(max(s.n[ci], 1))))}
+		if s.label == "" || s.label == "--standalone" || s.label == "base" {
+			switch c.bytes {
+			case 10:
+				x.Target, x.Met = "<= 1.50x direct", met(float64(p50) <= 1.5*float64(d50))
+			case 100_000:
+				x.Target, x.Met = "<= 2.00x direct", met(float64(p50) <= 2*float64(d50))
+			case 1_000_000:
+				x.Target, x.Met = "<= 2.50x direct", met(float64(p50) <= 2.5*float64(d50))
+			}
+		}
+		res.add(x)
+		if s.label == "" {
+			res.add(row{Section: sec, Metric: c.label + " p99", Value: ms(p99), Baseline: ms(d.P99()) + " direct",
+				Ratio: ratio(float64(p99), float64(d.P99())), Floor: ratio(float64(f.P99()), float64(d.P99())),
+				Floor2: ratio(float64(g.P99()), float64(d.P99())),
+				Num:    msf(p99), Base: msf(d.P99()), FloorNum: msf(f.P99()), Floor2Num: msf(g.P99()), Unit: "ms",
+				Note: fmt.Sprintf("+%s per call at p50 (bare relay +%s)", ms(p50-d50), ms(f50-d50))})
+		}
+		if c.bytes >= 100_000 && s.cpu[ci] > 0 {
+			v := mbps(int64(c.bytes)*int64(s.n[ci]), s.cpu[ci])
+			y := row{Section: sec, Metric: c.label + " results per CPU second" + suffix, Value: fmt.Sprintf("%.1f MB/s", v),
+				Num: v, Unit: "MB/s", Note: "the result bytes over the CPU time of foldproxy's processes (relay and daemon) during the calls"}
+			if b := findSide(sides, "base"); b != nil && s != b && b.cpu[ci] > 0 {
+				bv := mbps(int64(c.bytes)*int64(b.n[ci]), b.cpu[ci])
+				y.Baseline, y.Base, y.Ratio = fmt.Sprintf("%.1f MB/s base", bv), bv, ratio(v, bv)
+			}
+			if s.label == "" || s.label == "base" {
+				y.Target, y.Met = ">= 60 MB/s per core", met(v >= 60)
+			}
+			res.add(y)
+		}
+	}
 }
 
 // msf is a duration in milliseconds as a float.

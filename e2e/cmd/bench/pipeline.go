@@ -128,6 +128,70 @@ func runPipeline(ctx context.Context, e *env, res *results) error {
 	}
 	const memChain = "full chain, in-memory store"
 	modes := []string{"scrub", "count", "scrub+count", "full chain", memChain}
+	work := pipelineWork(ctx, st, stm, memChain)
+
+	// Warm up every path once (tokenizer tables, regexp compilation,
+	// Badger's first writes).
+	runtime.GOMAXPROCS(2)
+	for _, m := range modes {
+		if _, err := c.pass(2, work[m](2)); err != nil {
+			return fmt.Errorf("warm-up %s: %w", m, err)
+		}
+	}
+
+	rounds := e.rounds
+	times := map[string][]float64{} // mode@p -> MB/s per round
+	// The full chain at GOMAXPROCS 1 by the CPU time the process used
+	// (every thread: the store's background work included), besides
+	// the wall clock: what a core does, whatever the machine's
+	// neighbours take of it meanwhile.
+	var cpuRates []float64
+	for r := range rounds {
+		for _, p := range procs {
+			runtime.GOMAXPROCS(p)
+			for _, m := range modes {
+				timed := m == "full chain" && p == 1
+				var c0 time.Duration
+				if timed {
+					c0, timed = selfCPU()
+				}
+				d, err := c.pass(p, work[m](p))
+				if err != nil {
+					return fmt.Errorf("%s at GOMAXPROCS %d: %w", m, p, err)
+				}
+				if timed {
+					if c1, ok := selfCPU(); ok {
+						cpuRates = append(cpuRates, mbps(c.bytes, c1-c0))
+					}
+				}
+				times[pipeKey(m, p)] = append(times[pipeKey(m, p)], mbps(c.bytes, d))
+			}
+			if child != nil {
+				d, err := child.round(p)
+				if err != nil {
+					e.log.Warn("pipeline: the stdlib-regexp scrub child failed; its row is skipped", "err", err)
+					child.close()
+					child = nil
+				} else {
+					times[pipeKey("scrub stdlib", p)] = append(times[pipeKey("scrub stdlib", p)], mbps(c.bytes, d))
+				}
+			}
+		}
+		e.log.Info("pipeline round", "round", r+1, "of", rounds)
+	}
+	runtime.GOMAXPROCS(prev)
+
+	pipelineRows(res, sec, memChain, c, rounds, modes, procs, times, cpuRates)
+	return nil
+}
+
+// pipeKey names the figures of mode m at GOMAXPROCS p.
+func pipeKey(m string, p int) string { return fmt.Sprintf("%s@%d", m, p) }
+
+// pipelineWork is the work of each mode of section 2, by mode: given p
+// workers, a function that runs worker w on one result. st is the stack on
+// Badger, stm the one on the in-memory store (mode memChain).
+func pipelineWork(ctx context.Context, st, stm *stack, memChain string) map[string]func(p int) func(w int, r json.RawMessage) error {
 	fullChain := func(x *stack) func(p int) func(int, json.RawMessage) error {
 		return func(p int) func(int, json.RawMessage) error {
 			// One chain per worker around an in-memory upstream that hands
@@ -157,7 +221,7 @@ func runPipeline(ctx context.Context, e *env, res *results) error {
 			}
 		}
 	}
-	work := map[string]func(p int) func(w int, r json.RawMessage) error{
+	return map[string]func(p int) func(w int, r json.RawMessage) error{
 		"scrub": func(int) func(int, json.RawMessage) error {
 			return func(_ int, r json.RawMessage) error { _, _, err := st.scrub.ScrubJSON(ctx, r); return err }
 		},
@@ -180,63 +244,16 @@ func runPipeline(ctx context.Context, e *env, res *results) error {
 		"full chain": fullChain(st),
 		memChain:     fullChain(stm),
 	}
+}
 
-	// Warm up every path once (tokenizer tables, regexp compilation,
-	// Badger's first writes).
-	runtime.GOMAXPROCS(2)
-	for _, m := range modes {
-		if _, err := c.pass(2, work[m](2)); err != nil {
-			return fmt.Errorf("warm-up %s: %w", m, err)
-		}
-	}
-
-	rounds := e.rounds
-	times := map[string][]float64{} // mode@p -> MB/s per round
-	// The full chain at GOMAXPROCS 1 by the CPU time the process used
-	// (every thread: the store's background work included), besides
-	// the wall clock: what a core does, whatever the machine's
-	// neighbours take of it meanwhile.
-	var cpuRates []float64
-	key := func(m string, p int) string { return fmt.Sprintf("%s@%d", m, p) }
-	for r := range rounds {
-		for _, p := range procs {
-			runtime.GOMAXPROCS(p)
-			for _, m := range modes {
-				timed := m == "full chain" && p == 1
-				var c0 time.Duration
-				if timed {
-					c0, timed = selfCPU()
-				}
-				d, err := c.pass(p, work[m](p))
-				if err != nil {
-					return fmt.Errorf("%s at GOMAXPROCS %d: %w", m, p, err)
-				}
-				if timed {
-					if c1, ok := selfCPU(); ok {
-						cpuRates = append(cpuRates, mbps(c.bytes, c1-c0))
-					}
-				}
-				times[key(m, p)] = append(times[key(m, p)], mbps(c.bytes, d))
-			}
-			if child != nil {
-				d, err := child.round(p)
-				if err != nil {
-					e.log.Warn("pipeline: the stdlib-regexp scrub child failed; its row is skipped", "err", err)
-					child.close()
-					child = nil
-				} else {
-					times[key("scrub stdlib", p)] = append(times[key("scrub stdlib", p)], mbps(c.bytes, d))
-				}
-			}
-		}
-		e.log.Info("pipeline round", "round", r+1, "of", rounds)
-	}
-	runtime.GOMAXPROCS(prev)
-
+// pipelineRows adds the rows of section sec: the median MB/s of each mode
+// at each GOMAXPROCS in procs over the rounds (times), the full chain's
+// per CPU second (cpuRates), and the stdlib-regexp scrub child's.
+func pipelineRows(res *results, sec, memChain string, c *corpus, rounds int, modes []string, procs []int, times map[string][]float64, cpuRates []float64) {
 	note := fmt.Sprintf("%.1f MB, %d results x %d rounds", float64(c.bytes)/1e6, len(c.results), rounds)
 	for _, m := range modes {
 		for _, p := range procs {
-			v := median(times[key(m, p)])
+			v := median(times[pipeKey(m, p)])
 			x := row{Section: sec, Metric: fmt.Sprintf("%s, GOMAXPROCS %d", m, p), Value: fmt.Sprintf("%.1f MB/s", v),
 				Num: v, Unit: "MB/s", Note: fmt.Sprintf("%.1f MB/s per core", v/float64(p))}
 			if p == 1 {
@@ -244,13 +261,13 @@ func runPipeline(ctx context.Context, e *env, res *results) error {
 			}
 			if m == "scrub" {
 				x.Metric = fmt.Sprintf("scrub (%s), GOMAXPROCS %d", regexEngine, p)
-				if s := times[key("scrub stdlib", p)]; len(s) > 0 {
+				if s := times[pipeKey("scrub stdlib", p)]; len(s) > 0 {
 					b := median(s)
 					x.Baseline, x.Base, x.Ratio = fmt.Sprintf("%.1f MB/s stdlib", b), b, ratio(v, b)
 				}
 			}
 			if m == memChain && p == 1 {
-				if b := median(times[key("full chain", p)]); b > 0 {
+				if b := median(times[pipeKey("full chain", p)]); b > 0 {
 					x.Baseline, x.Base, x.Ratio = fmt.Sprintf("%.1f MB/s on Badger", b), b, ratio(v, b)
 				}
 			}
@@ -271,13 +288,12 @@ func runPipeline(ctx context.Context, e *env, res *results) error {
 		}
 	}
 	for _, p := range procs {
-		if s := times[key("scrub stdlib", p)]; len(s) > 0 {
+		if s := times[pipeKey("scrub stdlib", p)]; len(s) > 0 {
 			v := median(s)
 			res.add(row{Section: sec, Metric: fmt.Sprintf("scrub (stdlib regexp), GOMAXPROCS %d", p), Value: fmt.Sprintf("%.1f MB/s", v),
 				Num: v, Unit: "MB/s", Note: "child process built without -tags gore2regex, rounds interleaved"})
 		}
 	}
-	return nil
 }
 
 // scrubChild is this harness built without the gore2regex tag, running in

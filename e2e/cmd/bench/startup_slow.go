@@ -39,70 +39,13 @@ func runStartupSlow(ctx context.Context, e *env, res *results, threeCfg string, 
 	if err != nil {
 		return err
 	}
-	type round struct {
-		init, list time.Duration
-		ready      bool // the first tools/list had the ready upstream's tools
-		mem        map[string]int64
-		relayCPU   time.Duration // user+system time of the relay at its first tools/list
-		daemonCPU  time.Duration // and of the daemon
+	first := func(state string, keep bool) (slowRound, *mcpPeer, error) {
+		return e.startupFirst(ctx, cfg, state, keep)
 	}
-	// first runs a relay on state to its first tools/list, as an agent
-	// does: initialize (declaring roots, as Claude Code does), then
-	// tools/list at once.
-	first := func(state string, keep bool) (round, *mcpPeer, error) {
-		var r round
-		t0 := time.Now()
-		p, err := startStdio("foldproxy startup-slow", e.proxy, "serve", "--config", cfg, "--state", state, "--log-level", "warn")
-		if err != nil {
-			return r, nil, err
-		}
-		_, err = p.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{
-			ProtocolVersion: protocolVersion,
-			ClientInfo:      mcp.Implementation{Name: "foldproxy-bench", Version: "1.0.0"},
-			Capabilities: mcp.ClientCapabilities{Roots: &struct {
-				ListChanged bool `json:"listChanged,omitempty"`
-			}{ListChanged: true}},
-		}})
-		if err != nil {
-			p.close()
-			return r, nil, fmt.Errorf("%s: initialize: %w%s", p.name, err, p.stderr.tail())
-		}
-		r.init = time.Since(t0)
-		names, err := listTools(ctx, p)
-		if err != nil {
-			p.close()
-			return r, nil, fmt.Errorf("%s: tools/list: %w%s", p.name, err, p.stderr.tail())
-		}
-		r.list = time.Since(t0)
-		r.ready = slices.Contains(names, "ready__emit")
-		if slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "slow__") }) {
-			p.close()
-			return r, nil, fmt.Errorf("the slow upstream's tools are listed, but it cannot have started: %v", names)
-		}
-		if r.mem, err = procMemory(p.pid()); err != nil {
-			p.close()
-			return r, nil, err
-		}
-		// CPU time does not grow with the machine's load as wall time
-		// does: the relay's, and the daemon's (which on a cold start
-		// is all start-up).
-		if r.relayCPU, err = procCPU(p.pid()); err != nil {
-			p.close()
-			return r, nil, err
-		}
-		if pid, err := daemonPid(state); err == nil {
-			r.daemonCPU, _ = procCPU(pid)
-		}
-		if !keep {
-			p.close()
-			p = nil
-		}
-		return r, p, nil
-	}
-	cold := func() (round, error) {
+	cold := func() (slowRound, error) {
 		state, err := e.stateDir("startup-slow")
 		if err != nil {
-			return round{}, err
+			return slowRound{}, err
 		}
 		r, _, err := first(state, false)
 		return r, err
@@ -117,7 +60,7 @@ func runStartupSlow(ctx context.Context, e *env, res *results, threeCfg string, 
 		return err
 	}
 	defer holder.close()
-	warm := func() (round, error) {
+	warm := func() (slowRound, error) {
 		r, _, err := first(warmState, false)
 		return r, err
 	}
@@ -140,7 +83,7 @@ func runStartupSlow(ctx context.Context, e *env, res *results, threeCfg string, 
 	if _, err := direct(); err != nil {
 		return err
 	}
-	var colds, warms []round
+	var colds, warms []slowRound
 	var dx []time.Duration
 	for r := range e.rounds {
 		steps := []func() error{
@@ -156,14 +99,85 @@ func runStartupSlow(ctx context.Context, e *env, res *results, threeCfg string, 
 		}
 	}
 	d50 := median(dx)
-	pick := func(rs []round, f func(round) time.Duration) time.Duration {
+	startupSlowRows(res, sec, colds, warms, d50)
+	return runThreeSessions(ctx, e, res, threeCfg, threeWant)
+}
+
+// slowRound is one measured start of a relay (section 6).
+type slowRound struct {
+	init, list time.Duration
+	ready      bool // the first tools/list had the ready upstream's tools
+	mem        map[string]int64
+	relayCPU   time.Duration // user+system time of the relay at its first tools/list
+	daemonCPU  time.Duration // and of the daemon
+}
+
+// startupFirst runs a relay on cfg and state to its first tools/list, as
+// an agent does: initialize (declaring roots, as Claude Code does), then
+// tools/list at once. With keep, the relay is left running and returned.
+func (e *env) startupFirst(ctx context.Context, cfg, state string, keep bool) (slowRound, *mcpPeer, error) {
+	var r slowRound
+	t0 := time.Now()
+	p, err := startStdio("foldproxy startup-slow", e.proxy, "serve", "--config", cfg, "--state", state, "--log-level", "warn")
+	if err != nil {
+		return r, nil, err
+	}
+	_, err = p.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{
+		ProtocolVersion: protocolVersion,
+		ClientInfo:      mcp.Implementation{Name: "foldproxy-bench", Version: "1.0.0"},
+		Capabilities: mcp.ClientCapabilities{Roots: &struct {
+			ListChanged bool `json:"listChanged,omitempty"`
+		}{ListChanged: true}},
+	}})
+	if err != nil {
+		p.close()
+		return r, nil, fmt.Errorf("%s: initialize: %w%s", p.name, err, p.stderr.tail())
+	}
+	r.init = time.Since(t0)
+	names, err := listTools(ctx, p)
+	if err != nil {
+		p.close()
+		return r, nil, fmt.Errorf("%s: tools/list: %w%s", p.name, err, p.stderr.tail())
+	}
+	r.list = time.Since(t0)
+	r.ready = slices.Contains(names, "ready__emit")
+	if slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "slow__") }) {
+		p.close()
+		return r, nil, fmt.Errorf("the slow upstream's tools are listed, but it cannot have started: %v", names)
+	}
+	if r.mem, err = procMemory(p.pid()); err != nil {
+		p.close()
+		return r, nil, err
+	}
+	// CPU time does not grow with the machine's load as wall time
+	// does: the relay's, and the daemon's (which on a cold start
+	// is all start-up).
+	if r.relayCPU, err = procCPU(p.pid()); err != nil {
+		p.close()
+		return r, nil, err
+	}
+	if pid, err := daemonPid(state); err == nil {
+		r.daemonCPU, _ = procCPU(pid)
+	}
+	if !keep {
+		p.close()
+		p = nil
+	}
+	return r, p, nil
+}
+
+// startupSlowRows adds section sec's rows: the cold and warm rounds'
+// times against d50, the direct start's median, their CPU time and the
+// relay's memory.
+func startupSlowRows(res *results, sec string, colds, warms []slowRound, d50 time.Duration) {
+	pick := func(rs []slowRound, f func(slowRound) time.Duration) time.Duration {
 		xs := make([]time.Duration, len(rs))
 		for i, r := range rs {
 			xs[i] = f(r)
 		}
 		return median(xs)
 	}
-	readyIn := func(rs []round) int {
+	readyIn := func(rs []slowRound) int {
 		n := 0
 		for _, r := range rs {
 			if r.ready {
@@ -174,19 +188,19 @@ func runStartupSlow(ctx context.Context, e *env, res *results, threeCfg string, 
 	}
 	for _, c := range []struct {
 		name string
-		rs   []round
+		rs   []slowRound
 	}{{"cold (the relay starts the daemon)", colds}, {"warm (daemon up)", warms}} {
-		l50, i50 := pick(c.rs, func(r round) time.Duration { return r.list }), pick(c.rs, func(r round) time.Duration { return r.init })
+		l50, i50 := pick(c.rs, func(r slowRound) time.Duration { return r.list }), pick(c.rs, func(r slowRound) time.Duration { return r.init })
 		res.add(row{Section: sec, Metric: "exec to first tools/list, 1 dead + 1 slow + 1 ready upstream, " + c.name + ", median",
 			Value: ms(l50), Baseline: ms(d50) + " direct (ready server)", Ratio: ratio(float64(l50), float64(d50)),
 			Num: msf(l50), Base: msf(d50), Unit: "ms", Target: "<= 1000 ms", Met: met(l50 <= time.Second),
 			Note: fmt.Sprintf("initialize answered at %s; the ready upstream's tools were in the first list in %d of %d rounds; the slow one's in none", ms(i50), readyIn(c.rs), len(c.rs))})
 	}
-	c50 := func(rs []round, f func(round) time.Duration) string { return ms(pick(rs, f)) }
+	c50 := func(rs []slowRound, f func(slowRound) time.Duration) string { return ms(pick(rs, f)) }
 	res.add(row{Section: sec, Metric: "CPU time at the first tools/list (user+system), median",
-		Value:    "relay " + c50(colds, func(r round) time.Duration { return r.relayCPU }) + ", daemon " + c50(colds, func(r round) time.Duration { return r.daemonCPU }) + " (cold)",
-		Baseline: "relay " + c50(warms, func(r round) time.Duration { return r.relayCPU }) + " (warm)",
-		Num:      msf(pick(colds, func(r round) time.Duration { return r.relayCPU + r.daemonCPU })), Unit: "ms",
+		Value:    "relay " + c50(colds, func(r slowRound) time.Duration { return r.relayCPU }) + ", daemon " + c50(colds, func(r slowRound) time.Duration { return r.daemonCPU }) + " (cold)",
+		Baseline: "relay " + c50(warms, func(r slowRound) time.Duration { return r.relayCPU }) + " (warm)",
+		Num:      msf(pick(colds, func(r slowRound) time.Duration { return r.relayCPU + r.daemonCPU })), Unit: "ms",
 		Note: "what an idle machine would wait for, roughly: the wall times above grow with the load, CPU time does not (10 ms ticks)"})
 	// The relay's memory, after its first tools/list (cold rounds). VmRSS
 	// counts the binary's pages in the page cache, which every foldproxy
@@ -214,7 +228,6 @@ func runStartupSlow(ctx context.Context, e *env, res *results, threeCfg string, 
 	for _, x := range []row{vm, memRow("VmHWM"), own, pss} {
 		res.add(x)
 	}
-	return runThreeSessions(ctx, e, res, threeCfg, threeWant)
 }
 
 // runThreeSessions starts three stdio sessions on one project (three

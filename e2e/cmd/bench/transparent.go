@@ -142,6 +142,12 @@ func runTransparent(ctx context.Context, e *env, res *results) error {
 	for _, s := range sides {
 		s.hc.CloseIdleConnections()
 	}
+	return tunnelRows(ctx, res, sec, fp, modelPort, testRoots, tunnels)
+}
+
+// tunnelRows adds the row of the proxy fp's memory with tunnels CONNECT
+// tunnels held open to 127.0.0.1:modelPort, against its idle memory.
+func tunnelRows(ctx context.Context, res *results, sec string, fp *transparentProxy, modelPort string, testRoots *x509.CertPool, tunnels int) error {
 	time.Sleep(500 * time.Millisecond) // let closed connections go before the idle reading
 	idle, err := procStatus(fp.pid, "VmRSS")
 	if err != nil {

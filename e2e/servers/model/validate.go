@@ -32,18 +32,8 @@ func validate(body []byte, needMaxTokens bool) error {
 	if len(req.Messages) == 0 {
 		return errNoMessages
 	}
-	type message struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	}
-	type block struct {
-		Type      string `json:"type"`
-		Text      string `json:"text"`
-		ID        string `json:"id"`
-		ToolUseID string `json:"tool_use_id"`
-	}
-	msgs := make([]message, len(req.Messages))
-	blocks := make([][]block, len(req.Messages))
+	msgs := make([]reqMessage, len(req.Messages))
+	blocks := make([][]reqBlock, len(req.Messages))
 	for i, raw := range req.Messages {
 		if err := json.Unmarshal(raw, &msgs[i]); err != nil {
 			return fmt.Errorf("messages.%d: %v", i, err)
@@ -74,6 +64,43 @@ func validate(body []byte, needMaxTokens bool) error {
 			}
 		}
 	}
+	if err := checkToolPairs(msgs, blocks); err != nil {
+		return err
+	}
+	n := countCacheControl(req.System) + countCacheControl(req.Tools)
+	for _, raw := range req.Messages {
+		var m struct {
+			Content json.RawMessage `json:"content"`
+		}
+		if json.Unmarshal(raw, &m) == nil {
+			n += countCacheControl(m.Content)
+		}
+	}
+	if n > 4 {
+		return fmt.Errorf("a maximum of 4 blocks with cache_control may be provided. Found %d", n)
+	}
+	return nil
+}
+
+// reqMessage is a message of a request, as validate reads it.
+type reqMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// reqBlock is a content block of a message, as validate reads it.
+type reqBlock struct {
+	Type      string `json:"type"`
+	Text      string `json:"text"`
+	ID        string `json:"id"`
+	ToolUseID string `json:"tool_use_id"`
+}
+
+// checkToolPairs checks, as the API does, that tool_use blocks are the
+// assistant's, with unique ids, each answered by a tool_result in the next
+// message, and that every tool_result answers a tool_use of the previous
+// one.
+func checkToolPairs(msgs []reqMessage, blocks [][]reqBlock) error {
 	seen := map[string]bool{}
 	for i := range msgs {
 		var uses []string
@@ -123,18 +150,6 @@ func validate(body []byte, needMaxTokens bool) error {
 				}
 			}
 		}
-	}
-	n := countCacheControl(req.System) + countCacheControl(req.Tools)
-	for _, raw := range req.Messages {
-		var m struct {
-			Content json.RawMessage `json:"content"`
-		}
-		if json.Unmarshal(raw, &m) == nil {
-			n += countCacheControl(m.Content)
-		}
-	}
-	if n > 4 {
-		return fmt.Errorf("a maximum of 4 blocks with cache_control may be provided. Found %d", n)
 	}
 	return nil
 }

@@ -75,7 +75,7 @@ type index struct {
 // Write makes changes to the database durable for the store, in place of
 // a Badger transaction: the sets (key, value), then the deletes, all or
 // nothing, in the order of the calls. The proxy passes its state store's
-// fold.BadgerStore.WriteKeys: a record of its write-ahead log, in the
+// store.BadgerStore.WriteKeys: a record of its write-ahead log, in the
 // operating system (on disk with fold.fsync) when it returns and replayed
 // by the next open, instead of a commit that waits for Badger's writer
 // goroutine on the reply path of every branch_create that injects
