@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
-	"github.com/foldproxy/foldproxy/upstreams"
 )
 
 // Upstreams are shared by every downstream session, so messages coming back
@@ -242,18 +241,18 @@ func (s *Server) UpstreamRequest(ctx context.Context, upstream, method string, p
 	case "ping":
 		return json.RawMessage("{}"), nil
 	default:
-		return nil, &upstreams.RPCError{Code: CodeMethodNotFound, Message: "method not found: " + method}
+		return nil, &Error{Code: CodeMethodNotFound, Message: "method not found: " + method}
 	}
 	sess, out, err := s.pickSession(ctx, upstream, capName)
 	if err != nil {
-		return nil, &upstreams.RPCError{Code: CodeInternalError, Message: fmt.Sprintf("%s: %v", method, err)}
+		return nil, &Error{Code: CodeInternalError, Message: fmt.Sprintf("%s: %v", method, err)}
 	}
 	if !sess.hasCapability(capName) {
-		return nil, &upstreams.RPCError{Code: CodeMethodNotFound, Message: fmt.Sprintf("the client does not support %s", capName)}
+		return nil, &Error{Code: CodeMethodNotFound, Message: fmt.Sprintf("the client does not support %s", capName)}
 	}
 	p, ok := s.scrub(ctx, upstream, method, params)
 	if !ok {
-		return nil, &upstreams.RPCError{Code: CodeInternalError, Message: "foldproxy withheld this request: it could not be scanned for secrets"}
+		return nil, &Error{Code: CodeInternalError, Message: "foldproxy withheld this request: it could not be scanned for secrets"}
 	}
 	d := s.opts.Settings.CallTimeout(upstream)
 	ctx, cancel := context.WithTimeoutCause(ctx, d, fmt.Errorf(
@@ -261,11 +260,11 @@ func (s *Server) UpstreamRequest(ctx context.Context, upstream, method string, p
 	defer cancel()
 	res, err := s.request(ctx, sess, out, method, p)
 	if err != nil {
-		var re *upstreams.RPCError
+		var re *Error
 		if errors.As(err, &re) {
 			return nil, re
 		}
-		return nil, &upstreams.RPCError{Code: CodeInternalError, Message: fmt.Sprintf("%s: %v", method, err)}
+		return nil, &Error{Code: CodeInternalError, Message: fmt.Sprintf("%s: %v", method, err)}
 	}
 	return res, nil
 }

@@ -824,20 +824,14 @@ func (s *Server) finish(ctx context.Context, sess *Session, ex *intercept.Exchan
 	return ex.Result, nil
 }
 
-// rpcErrorOf turns an upstream's JSON-RPC error (possibly rewritten by the
-// scrubber) into the error sent downstream, code and data kept.
+// rpcErrorOf is the error sent downstream for an exchange's JSON-RPC
+// error: the same *Error, as the upstream sent it or as the scrubber
+// rewrote it; anything else (which no handler of ours stores) is an
+// internal error.
 func rpcErrorOf(err error) *Error {
-	var re *upstreams.RPCError
+	var re *Error
 	if errors.As(err, &re) {
-		return &Error{Code: re.Code, Message: re.Message, Data: re.Data, raw: re.Raw}
-	}
-	var coded interface {
-		RPCCode() int
-		RPCMessage() string
-		RPCData() json.RawMessage
-	}
-	if errors.As(err, &coded) {
-		return &Error{Code: coded.RPCCode(), Message: coded.RPCMessage(), Data: coded.RPCData()}
+		return re
 	}
 	return &Error{Code: CodeInternalError, Message: err.Error()}
 }
@@ -874,7 +868,7 @@ func (s *Server) callUpstream(ctx context.Context, ex *intercept.Exchange) error
 	res, err := u.Call(cctx, ex.Method, ex.Params)
 	ex.UpstreamLatency = time.Since(t0)
 	if err != nil {
-		var re *upstreams.RPCError
+		var re *Error
 		if errors.As(err, &re) {
 			ex.RPCError = re
 			ex.Outcome = intercept.OutcomeError
@@ -990,9 +984,9 @@ func (s *Server) subscribe(ctx context.Context, sess *Session, method string, pa
 	// after the last.
 	if (method == "resources/subscribe" && first) || (method == "resources/unsubscribe" && last) {
 		if _, err := s.upstreams[up].Call(ctx, method, params); err != nil {
-			var re *upstreams.RPCError
+			var re *Error
 			if errors.As(err, &re) {
-				return nil, &Error{Code: re.Code, Message: re.Message, Data: re.Data, raw: re.Raw}
+				return nil, re
 			}
 			return nil, &Error{Code: CodeUpstreamUnavailable, Message: err.Error()}
 		}
@@ -1076,7 +1070,7 @@ func (s *Server) request(ctx context.Context, sess *Session, out Outbound, metho
 		return nil, errors.New("the agent's session has ended")
 	case m := <-ch:
 		if m.Error != nil {
-			return nil, &upstreams.RPCError{Code: m.Error.Code, Message: m.Error.Message, Data: m.Error.Data, Raw: m.Error.raw}
+			return nil, m.Error
 		}
 		return m.Result, nil
 	case <-ctx.Done():

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 	"github.com/foldproxy/foldproxy/policy/redact"
 )
 
@@ -62,25 +63,6 @@ func (e *unavailableError) Unwrap() []error {
 
 func unavailable(cause error, format string, args ...any) error {
 	return &unavailableError{msg: fmt.Sprintf(format, args...), cause: cause}
-}
-
-// RPCError is a JSON-RPC error: one answered by an upstream, passed on as
-// it came, or one to answer an upstream's request with.
-type RPCError struct {
-	Code    int
-	Message string
-	// Data is the error's data, raw; nil when it has none.
-	Data json.RawMessage
-	// Raw is the whole error object exactly as the upstream (or the agent
-	// answering an upstream's request) wrote it, when it came from one:
-	// whoever relays the error unchanged writes Raw, byte for byte. It is
-	// nil for an error built here, and must be cleared by anyone who
-	// changes Code, Message or Data.
-	Raw json.RawMessage
-}
-
-func (e *RPCError) Error() string {
-	return fmt.Sprintf("json-rpc error %d: %s", e.Code, e.Message)
 }
 
 // Catalog is what an upstream offers, each item raw, exactly as the upstream
@@ -141,8 +123,8 @@ type Options struct {
 	OnNotification func(u *Upstream, method string, params json.RawMessage)
 	// OnRequest answers the upstream's requests to the client
 	// (sampling/createMessage, elicitation/create, roots/list). A returned
-	// *RPCError is sent as that JSON-RPC error, any other error as an
-	// internal error; a returned result and an *RPCError's Raw go back
+	// *jsonrpc.Error is sent as that JSON-RPC error, any other error as an
+	// internal error; a returned result and a *jsonrpc.Error's Raw go back
 	// to the upstream byte for byte. Params are the upstream's bytes. ctx
 	// ends when the upstream cancels the request or the connection ends;
 	// for a request made on a streamable HTTP call's own response stream
@@ -511,12 +493,12 @@ func (u *Upstream) clean(err error) error {
 	if err == nil || u.red.Empty() {
 		return err
 	}
-	if re, ok := err.(*RPCError); ok {
+	if re, ok := err.(*jsonrpc.Error); ok {
 		msg, data := u.red.String(re.Message), u.red.String(string(re.Data))
 		if msg == re.Message && data == string(re.Data) {
 			return err
 		}
-		c := &RPCError{Code: re.Code, Message: msg}
+		c := &jsonrpc.Error{Code: re.Code, Message: msg}
 		if len(re.Data) > 0 && json.Valid([]byte(data)) {
 			c.Data = json.RawMessage(data)
 		}
@@ -754,7 +736,7 @@ var (
 // Call sends a request upstream and returns its result raw, byte for byte.
 // params must be valid JSON (the proxy's come from a message it has
 // decoded): they are sent as they are, not checked again.
-// A JSON-RPC error from the upstream is returned as *RPCError. When ctx ends
+// A JSON-RPC error from the upstream is returned as *jsonrpc.Error. When ctx ends
 // first, notifications/cancelled is sent upstream and ctx.Err() returned.
 // When the upstream is down, or is lost while handling the request, the
 // error wraps ErrUnavailable; a crashed stdio server is restarted by the
@@ -826,13 +808,3 @@ func (u *Upstream) Close() error {
 	u.notifyState(seq, StateDown)
 	return nil
 }
-
-// RPCCode, RPCMessage and RPCData expose the error's parts, so that the
-// scrubber can rewrite the message while keeping the code and data.
-func (e *RPCError) RPCCode() int { return e.Code }
-
-// RPCMessage returns the upstream's error message.
-func (e *RPCError) RPCMessage() string { return e.Message }
-
-// RPCData returns the upstream's error data, raw.
-func (e *RPCError) RPCData() json.RawMessage { return e.Data }

@@ -457,7 +457,7 @@ func upstreamOptions(ctx context.Context, h upstreamHooks) upstreams.Options {
 		OnRequest: func(ctx context.Context, u *upstreams.Upstream, method string, params json.RawMessage) (json.RawMessage, error) {
 			srv := srvp.Load()
 			if srv == nil {
-				return nil, &upstreams.RPCError{Code: proxy.CodeInternalError, Message: "foldproxy is starting"}
+				return nil, &proxy.Error{Code: proxy.CodeInternalError, Message: "foldproxy is starting"}
 			}
 			return srv.UpstreamRequest(ctx, u.Name(), method, params)
 		},
