@@ -107,6 +107,7 @@ type Server struct {
 	names     []string // upstream names, sorted
 
 	forward Handler
+	relay   Handler // upstream notifications and requests to the agent (upstream_traffic.go)
 	control Handler
 	recall  Handler // branch_recall: the fold tool inside the full chain
 
@@ -177,6 +178,7 @@ func New(opts Options) (*Server, error) {
 	}
 	sort.Strings(s.names)
 	s.forward = intercept.Chain(s.callUpstream, opts.Interceptors...)
+	s.relay = intercept.Chain(s.scrubRelayed, opts.Interceptors...)
 	s.control = intercept.Chain(s.callFold, opts.ControlInterceptors...)
 	// Recalled pages enter the agent's context like any result: scrubbed,
 	// counted and charged; the innermost handler is the fold tool itself.

@@ -549,28 +549,17 @@ func newFoldManager(ctx context.Context, o fold.Options, resumable bool) (*fold.
 
 // buildChains returns the interceptors of forwarded calls and of
 // foldproxy's own control tools, as intercept.NewChain and NewControlChain
-// build them: a part that is missing fails here, at start-up, not per call.
+// build them, with the heap trimmer woken after each call (trim.go): a
+// part that is missing fails here, at start-up, not per call.
 func buildChains(p intercept.Parts) (forward, control []intercept.Interceptor, err error) {
+	p.AfterCall = trimActivity
 	if forward, err = intercept.NewChain(p); err != nil {
 		return nil, nil, err
 	}
 	if control, err = intercept.NewControlChain(p); err != nil {
 		return nil, nil, err
 	}
-	// The heap trimmer wakes after each call (trim.go).
-	forward = append([]intercept.Interceptor{wakeTrimmer}, forward...)
-	control = append([]intercept.Interceptor{wakeTrimmer}, control...)
 	return forward, control, nil
-}
-
-// wakeTrimmer tells the heap trimmer that a call ended: the garbage it
-// left is returned once the process goes quiet.
-func wakeTrimmer(next intercept.Handler) intercept.Handler {
-	return func(ctx context.Context, ex *intercept.Exchange) error {
-		err := next(ctx, ex)
-		trimActivity()
-		return err
-	}
 }
 
 // newServer builds the server of the MCP front over the core's parts, with
@@ -601,9 +590,7 @@ func (c *serveCore) newServer() (*proxy.Server, error) {
 		Logger:              c.logger,
 		Version:             version,
 		ReadyWait:           readyWait,
-		ClientCapabilities: func(ctx context.Context, caps json.RawMessage) {
-			advertiseClientCaps(ctx, all, caps, readyWait, max(readyWait, 5*time.Second), c.logger)
-		},
+		ClientCapabilities:  proxy.AdvertiseClientCaps(all, readyWait, max(readyWait, 5*time.Second), c.logger),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("MCP front: %w", err)
