@@ -448,23 +448,14 @@ func (c *serveCommand) sayReady() {
 }
 
 // observer feeds what the proxy core sees outside the intercept chain to
-// the metrics and the audit log.
+// the metrics and the audit log: intercept's Observer (sessions, relayed
+// messages), and the model front's requests.
 type observer struct {
+	*intercept.Observer
 	auditor *intercept.Auditor
 	metrics *intercept.Metrics
 	logger  *slog.Logger
 	prices  policy.ModelPrices // to bill the usage model APIs report
-}
-
-func (o observer) SessionOpened() { o.metrics.SessionOpened() }
-func (o observer) SessionClosed() { o.metrics.SessionClosed() }
-
-func (o observer) Relayed(upstream, method string, redactions map[string]int) {
-	o.metrics.Redacted(redactions)
-	rec := intercept.Record{Time: time.Now(), Kind: "relay", Upstream: upstream, Method: method, Redactions: redactions, Outcome: intercept.OutcomeOK}
-	if err := o.auditor.Write(rec); err != nil {
-		o.logger.Warn("audit record of a relayed message", "err", err)
-	}
 }
 
 // ModelRequest records a request of the model front in the metrics and
