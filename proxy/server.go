@@ -85,12 +85,14 @@ type Options struct {
 	ClientCapabilities func(ctx context.Context, caps json.RawMessage)
 }
 
-// Observer receives what the core sees outside the intercept chain.
-// Its methods must be safe for concurrent use and must not block.
+// Observer receives what the core sees beside the interceptors: sessions
+// opened and closed, and the secrets removed from relayed messages (the
+// innermost handler of their chain reports them); intercept.Observer is
+// one. Its methods must be safe for concurrent use and must not block.
 type Observer interface {
 	SessionOpened()
 	SessionClosed()
-	// Relayed reports a message relayed from upstream to the agent outside
+	// Relayed reports a message relayed from upstream to the agent beside
 	// a call's result (a notification or a server-to-client request), with
 	// the secrets removed from it by rule.
 	Relayed(upstream, method string, redactions map[string]int)
