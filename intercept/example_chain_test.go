@@ -10,6 +10,24 @@ import (
 	"github.com/foldproxy/foldproxy/policy"
 )
 
+// mainThread stands in for the branch manager (*fold.Manager in serve):
+// every call is charged to the session's main thread, whose budget is
+// unlimited.
+type mainThread struct{ used int }
+
+func (m *mainThread) Attribute(_ context.Context, session, _ string) (*fold.Branch, error) {
+	return &fold.Branch{ID: session + "-root", Session: session, Status: fold.StatusActive}, nil
+}
+
+func (m *mainThread) Charge(_ context.Context, _, branch string, fit func(fold.Budget) (fold.Charge, error)) (*fold.ChargeResult, error) {
+	c, err := fit(fold.Budget{Branch: branch, Used: m.used, Remaining: -1})
+	if err != nil {
+		return nil, err
+	}
+	m.used += c.Tokens
+	return &fold.ChargeResult{Used: m.used, Level: c.Level}, nil
+}
+
 // A chain built by NewChain over a stand-in for the upstream: the result
 // comes back with its secret scrubbed, the redaction counted by rule, and
 // the result's tokens counted and charged to the session's main thread.
@@ -31,21 +49,9 @@ func ExampleNewChain() {
 		fmt.Println(err)
 		return
 	}
-	mgr, err := fold.NewManager(ctx, fold.Options{
-		Settings: set.Fold, Store: fold.NewMemStore(), Scanner: scrubber, Counter: counter, PruneInterval: -1,
-	})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer mgr.Close()
-	if err := mgr.OpenSession(ctx, fold.SessionRecord{ID: "s1", Transport: "stdio"}); err != nil {
-		fmt.Println(err)
-		return
-	}
 	calls := 0
 	chain, err := intercept.NewChain(intercept.Parts{
-		Scrubber: scrubber, Counter: counter, Brancher: mgr, Auditor: auditor, Metrics: intercept.NewMetrics(),
+		Scrubber: scrubber, Counter: counter, Brancher: &mainThread{}, Auditor: auditor, Metrics: intercept.NewMetrics(),
 		AfterCall: func() { calls++ },
 	})
 	if err != nil {

@@ -7,39 +7,67 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/foldproxy/foldproxy/fold"
-	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/upstreams"
 )
 
-// A server with no upstream, served on stdio over a pair of pipes: the
-// agent initializes and lists the tools, which are foldproxy's own fold
-// tools.
+// notes is a tiny in-process upstream named "notes" with one tool, add.
+type notes struct{}
+
+func (notes) Name() string { return "notes" }
+func (notes) Call(context.Context, string, json.RawMessage) (json.RawMessage, error) {
+	return json.RawMessage(`{"content":[{"type":"text","text":"added"}]}`), nil
+}
+func (notes) Notify(context.Context, string, json.RawMessage) error { return nil }
+func (notes) Catalog() upstreams.Catalog {
+	return upstreams.Catalog{Tools: []json.RawMessage{json.RawMessage(`{"name":"add","description":"Adds a note.","inputSchema":{"type":"object"}}`)}}
+}
+
+// oneTool stands in for fold (*fold.Manager in serve): it offers one fold
+// tool and keeps its sessions in memory.
+type oneTool struct {
+	mu       sync.Mutex
+	sessions map[string]fold.SessionRecord
+}
+
+func (f *oneTool) Tools() []json.RawMessage {
+	return []json.RawMessage{json.RawMessage(`{"name":"branch_create","inputSchema":{"type":"object"}}`)}
+}
+func (f *oneTool) CallTool(context.Context, string, string, json.RawMessage) (json.RawMessage, error) {
+	return json.RawMessage(`{"content":[{"type":"text","text":"created"}]}`), nil
+}
+func (f *oneTool) OpenSession(_ context.Context, rec fold.SessionRecord) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sessions == nil {
+		f.sessions = map[string]fold.SessionRecord{}
+	}
+	f.sessions[rec.ID] = rec
+	return nil
+}
+func (f *oneTool) ResumeSession(_ context.Context, id string) (*fold.SessionRecord, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r, ok := f.sessions[id]; ok {
+		return &r, nil
+	}
+	return nil, fold.ErrSessionNotFound
+}
+func (f *oneTool) TouchSession(context.Context, string)     {}
+func (f *oneTool) EndSession(context.Context, string) error { return nil }
+
+// A server with one tiny in-process upstream, served on stdio over a pair
+// of pipes: the agent initializes and lists the tools, the upstream's
+// under its entry's name and foldproxy's own.
 func ExampleServeStdio() {
 	ctx := context.Background()
 	set := policy.Default()
-	scrubber, err := intercept.NewScrubber(set.Scrub, nil)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	counter, err := intercept.NewCounter(set.Tokens)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	mgr, err := fold.NewManager(ctx, fold.Options{
-		Settings: set.Fold, Store: fold.NewMemStore(), Scanner: scrubber, Counter: counter, PruneInterval: -1,
-	})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer mgr.Close()
 	logger := slog.New(slog.DiscardHandler) // stdout carries JSON-RPC only
-	srv, err := proxy.New(proxy.Options{Settings: set, Fold: mgr, Scrubber: scrubber, Logger: logger, Version: "example"})
+	srv, err := proxy.New(proxy.Options{Settings: set, Upstreams: []proxy.Upstream{notes{}}, Fold: &oneTool{}, Logger: logger, Version: "example"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -84,11 +112,6 @@ func ExampleServeStdio() {
 	// Output:
 	// server: foldproxy
 	// tool: branch_create
-	// tool: branch_return
-	// tool: branch_status
-	// tool: branch_recall
-	// tool: checkpoint_save
-	// tool: checkpoint_list
-	// tool: checkpoint_resume
+	// tool: notes__add
 	// served: <nil>
 }
