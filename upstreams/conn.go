@@ -544,7 +544,7 @@ func (c *conn) notify(ctx context.Context, method string, params json.RawMessage
 // onMessage is the wire's handler of the upstream's own messages: a
 // request is answered in its own goroutine, a notification queued. It runs
 // on the wire's reading goroutine, so it never waits.
-func (c *conn) onMessage(ctx context.Context, m *jsonrpc.Envelope) {
+func (c *conn) onMessage(ctx context.Context, m *envelope) {
 	if m.HasID() {
 		c.u.goTracked(func() { c.answer(ctx, m) }) // not once the upstream is closing
 		return
@@ -644,14 +644,14 @@ func (c *conn) waitDrained(ctx context.Context) {
 
 // answer answers a request from the upstream and sends the response back
 // raw: the result the handler returned, or its error object.
-func (c *conn) answer(ctx context.Context, m *jsonrpc.Envelope) {
+func (c *conn) answer(ctx context.Context, m *envelope) {
 	resp := c.respond(ctx, m)
 	if err := c.w.send(c.ctx, resp); err != nil {
 		c.u.log.Debug("could not answer the upstream's request", "method", m.Method, "err", err)
 	}
 }
 
-func (c *conn) respond(ctx context.Context, m *jsonrpc.Envelope) []byte {
+func (c *conn) respond(ctx context.Context, m *envelope) []byte {
 	if m.Method == methodPing {
 		return jsonrpc.Response(m.ID, json.RawMessage(`{}`), nil)
 	}

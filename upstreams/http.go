@@ -14,8 +14,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 )
 
 const (
@@ -139,7 +137,7 @@ func (w *httpWire) bound(ctx context.Context) (context.Context, context.CancelFu
 	return ctx, func() { stop(); cancel() }
 }
 
-func (w *httpWire) call(ctx context.Context, _ int64, method string, body []byte) (*jsonrpc.Envelope, error) {
+func (w *httpWire) call(ctx context.Context, _ int64, method string, body []byte) (*envelope, error) {
 	ctx, cancel := w.bound(ctx)
 	defer cancel()
 	initialize := method == methodInitialize
@@ -171,7 +169,7 @@ func (w *httpWire) call(ctx context.Context, _ int64, method string, body []byte
 		w.mu.Unlock()
 	}
 	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	var m *jsonrpc.Envelope
+	var m *envelope
 	switch mediaType {
 	case "application/json":
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxHTTPMessage+1))

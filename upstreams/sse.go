@@ -13,8 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 )
 
 // sseWire is a client of MCP's HTTP+SSE transport (protocol
@@ -220,7 +218,7 @@ func (t *sseWire) post(ctx context.Context, body []byte) error {
 }
 
 // call posts a request and waits for its response on the stream.
-func (t *sseWire) call(ctx context.Context, id int64, _ string, body []byte) (*jsonrpc.Envelope, error) {
+func (t *sseWire) call(ctx context.Context, id int64, _ string, body []byte) (*envelope, error) {
 	return t.calls.call(ctx, t.done, id, func() error { return t.post(ctx, body) })
 }
 

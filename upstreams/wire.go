@@ -28,7 +28,7 @@ type wire interface {
 	start(ctx context.Context) error
 	// call sends request body, whose id is id, and returns the upstream's
 	// response to it.
-	call(ctx context.Context, id int64, method string, body []byte) (*jsonrpc.Envelope, error)
+	call(ctx context.Context, id int64, method string, body []byte) (*envelope, error)
 	// send writes a notification, or a response to a request of the
 	// upstream's.
 	send(ctx context.Context, body []byte) error
@@ -39,7 +39,7 @@ type wire interface {
 // wireHandler is what a wire passes the upstream's own messages to: its
 // notifications and its requests. ctx is the call a request arrived for
 // (on a streamable HTTP call's own response stream), or the wire's life.
-type wireHandler func(ctx context.Context, m *jsonrpc.Envelope)
+type wireHandler func(ctx context.Context, m *envelope)
 
 var (
 	// errTransportClosed fails a request on a wire that has been closed or
@@ -53,6 +53,10 @@ var (
 	errLegacySSE = errors.New("the server answered initialize with a 4xx status, as a legacy SSE server does")
 )
 
+// envelope is one message from an upstream, read once (jsonrpc.Envelope):
+// the method decoded, every other member raw.
+type envelope = jsonrpc.Envelope
+
 // parseIn reads one message. The members point into b, which the caller
 // must not reuse.
 //
@@ -63,7 +67,7 @@ var (
 // an inMsg and "jsonrpc" (a key in another case, "Method", say, which
 // encoding/json matches too), or a method that is not a string, is left to
 // json.Unmarshal itself; so is anything that is not an object.
-func parseIn(b []byte) (*jsonrpc.Envelope, error) {
+func parseIn(b []byte) (*envelope, error) {
 	if m, ok := parseInFast(b); ok {
 		return m, nil
 	}
@@ -72,7 +76,7 @@ func parseIn(b []byte) (*jsonrpc.Envelope, error) {
 
 // parseInFast is parseIn's quick path; ok is false when b is left to
 // json.Unmarshal.
-func parseInFast(b []byte) (m *jsonrpc.Envelope, ok bool) {
+func parseInFast(b []byte) (m *envelope, ok bool) {
 	if !jsonscan.Valid(b) {
 		return nil, false
 	}
@@ -80,7 +84,7 @@ func parseInFast(b []byte) (m *jsonrpc.Envelope, ok bool) {
 	if err != nil {
 		return nil, false
 	}
-	m = &jsonrpc.Envelope{}
+	m = &envelope{}
 	for _, mem := range members {
 		v := mem.Value.Of(b)
 		switch mem.Key {
@@ -135,17 +139,17 @@ func withoutNull(params json.RawMessage) json.RawMessage {
 // pending holds the calls of a wire that wait for their responses.
 type pending struct {
 	mu    sync.Mutex
-	calls map[string]chan *jsonrpc.Envelope
+	calls map[string]chan *envelope
 }
 
 // add registers a call waiting for the response with id; the returned
 // func unregisters it.
-func (p *pending) add(id int64) (chan *jsonrpc.Envelope, func()) {
+func (p *pending) add(id int64) (chan *envelope, func()) {
 	key := "n" + strconv.FormatInt(id, 10)
-	ch := make(chan *jsonrpc.Envelope, 1)
+	ch := make(chan *envelope, 1)
 	p.mu.Lock()
 	if p.calls == nil {
-		p.calls = make(map[string]chan *jsonrpc.Envelope)
+		p.calls = make(map[string]chan *envelope)
 	}
 	p.calls[key] = ch
 	p.mu.Unlock()
@@ -159,14 +163,14 @@ func (p *pending) add(id int64) (chan *jsonrpc.Envelope, func()) {
 // call registers id, sends the request with send and waits for its
 // response, ctx's end, or done (the wire closing; a response that arrived
 // just before still counts).
-func (p *pending) call(ctx context.Context, done <-chan struct{}, id int64, send func() error) (*jsonrpc.Envelope, error) {
+func (p *pending) call(ctx context.Context, done <-chan struct{}, id int64, send func() error) (*envelope, error) {
 	return p.callWith(ctx, done, id, send, nil)
 }
 
 // callWith is call; once the request is sent, read (when not nil) may
 // read the response itself: it returns the response or an error with ok,
 // or ok false, and the call then waits as call does.
-func (p *pending) callWith(ctx context.Context, done <-chan struct{}, id int64, send func() error, read func(ch chan *jsonrpc.Envelope) (*jsonrpc.Envelope, error, bool)) (*jsonrpc.Envelope, error) {
+func (p *pending) callWith(ctx context.Context, done <-chan struct{}, id int64, send func() error, read func(ch chan *envelope) (*envelope, error, bool)) (*envelope, error) {
 	select {
 	case <-done:
 		return nil, errTransportClosed
@@ -206,7 +210,7 @@ func (p *pending) idle() bool {
 
 // deliver passes a response to the call waiting for it and reports
 // whether one was.
-func (p *pending) deliver(m *jsonrpc.Envelope) bool {
+func (p *pending) deliver(m *envelope) bool {
 	key := jsonrpc.IDKey(m.ID)
 	p.mu.Lock()
 	ch := p.calls[key]
