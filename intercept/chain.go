@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -18,6 +19,11 @@ type Parts struct {
 	Thresholds []float64
 	Auditor    *Auditor
 	Metrics    *Metrics
+	// AfterCall, when set, is called each time a call (a MessageResult
+	// exchange) has passed the whole chain, delivered or not: serve wakes
+	// its heap trimmer there, so that the garbage a call left is returned
+	// once the process goes quiet. It must not block. Optional.
+	AfterCall func()
 }
 
 // ErrChain is wrapped by the errors of NewChain and NewControlChain.
@@ -69,26 +75,31 @@ func checkThresholds(t []float64) error {
 	return nil
 }
 
-// NewChain returns foldproxy's interceptors for a forwarded call, listed
+// NewChain returns foldproxy's whole chain for a forwarded call, listed
 // outermost first as Chain takes them: metrics, audit, budget, tokens,
-// scrub. A result meets them in the reverse order on its way back to the
+// scrub, behind Parts.AfterCall when it is set. A result meets them in the reverse order on its way back to the
 // agent: it is scrubbed first, so that nothing downstream (the count, the
 // archive, the audit log) ever holds a raw secret; then counted, then
 // charged to its branch (and cut at the budget), then audited, and the
 // metrics see the whole exchange, from the request to the response's
 // release. serve, the daemon and the benchmarks all build their chain
 // here, and TestStandardChainOrder pins the order with the real parts.
+//
+// Every kind of message to the agent passes the chain; the five
+// interceptors act on results (MessageResult) and pass a relayed
+// notification or server-to-client request through untouched, as its
+// innermost handler (the proxy's) scrubs it and reports its redactions.
 func NewChain(p Parts) ([]Interceptor, error) {
 	if err := p.check(true); err != nil {
 		return nil, err
 	}
-	return []Interceptor{
+	return p.withHooks(
 		Observe(p.Metrics),
 		Audit(p.Auditor),
 		Budget(p.Brancher, p.Counter, p.Thresholds),
 		Tokens(p.Counter),
 		Scrub(p.Scrubber),
-	}, nil
+	), nil
 }
 
 // NewControlChain returns the interceptors for foldproxy's own control
@@ -100,5 +111,45 @@ func NewControlChain(p Parts) ([]Interceptor, error) {
 	if err := p.check(false); err != nil {
 		return nil, err
 	}
-	return []Interceptor{Observe(p.Metrics), Audit(p.Auditor)}, nil
+	return p.withHooks(Observe(p.Metrics), Audit(p.Auditor)), nil
+}
+
+// withHooks returns ics, each acting on results only, behind the
+// AfterCall hook when there is one.
+func (p Parts) withHooks(ics ...Interceptor) []Interceptor {
+	out := make([]Interceptor, 0, len(ics)+1)
+	if p.AfterCall != nil {
+		out = append(out, afterCall(p.AfterCall))
+	}
+	for _, ic := range ics {
+		out = append(out, resultsOnly(ic))
+	}
+	return out
+}
+
+// resultsOnly runs ic for a result (MessageResult) and passes any other
+// kind of exchange straight to the next handler.
+func resultsOnly(ic Interceptor) Interceptor {
+	return func(next Handler) Handler {
+		h := ic(next)
+		return func(ctx context.Context, ex *Exchange) error {
+			if ex.Kind != MessageResult {
+				return next(ctx, ex)
+			}
+			return h(ctx, ex)
+		}
+	}
+}
+
+// afterCall calls f once a result has passed the rest of the chain.
+func afterCall(f func()) Interceptor {
+	return func(next Handler) Handler {
+		return func(ctx context.Context, ex *Exchange) error {
+			err := next(ctx, ex)
+			if ex.Kind == MessageResult {
+				f()
+			}
+			return err
+		}
+	}
 }

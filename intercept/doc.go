@@ -5,7 +5,17 @@
 // → metrics (Prometheus).
 //
 // Scrubbing comes first so that nothing after it (the archive, the audit log,
-// the store) ever holds a raw secret. The package must never forward content
+// the store) ever holds a raw secret.
+//
+// Every kind of message on its way to the agent passes the chain NewChain
+// builds (serve's, the daemon's and the benchmarks' alike, the heap
+// trimmer's wake included through Parts.AfterCall): an Exchange says
+// whether it carries a result, a notification or a server-to-client
+// request (MessageKind). The five interceptors act on results; a relayed
+// message is scrubbed by the innermost handler the proxy gives it, and
+// its redactions are recorded by Observer. An upstream's JSON-RPC error
+// stays a *jsonrpc.Error (policy/jsonrpc) throughout: Scrub replaces one
+// that held a secret with another of the same type and code. The package must never forward content
 // it failed to scan, and never log or record a secret.
 //
 // The budget interceptor measures a result and shapes it (cuts it with the

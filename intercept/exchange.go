@@ -3,6 +3,7 @@ package intercept
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -16,15 +17,52 @@ const (
 	OutcomeCanceled = "canceled" // the call ended (agent's cancel, deadline) before its result was ready
 )
 
-// Exchange is one request the agent sent through foldproxy and the answer it
-// gets back. The proxy fills the request half, the innermost handler calls the
-// upstream and fills Result, and each interceptor reads and amends it on the
-// way in and on the way out.
+// MessageKind says what an exchange carries to the agent.
+type MessageKind uint8
+
+const (
+	// MessageResult is a call the agent made (tools/call, resources/read,
+	// prompts/get, completion/complete) and the result it gets back: the
+	// zero value, and the only kind the budget, tokens, audit and metrics
+	// interceptors act on.
+	MessageResult MessageKind = iota
+	// MessageNotification is a notification from an upstream on its way to
+	// the agent (progress, a log message, resources/updated), Params
+	// holding its params.
+	MessageNotification
+	// MessageRequest is a server-to-client request from an upstream
+	// (sampling/createMessage, elicitation/create, roots/list) on its way
+	// to the agent, Params holding its params.
+	MessageRequest
+)
+
+func (k MessageKind) String() string {
+	switch k {
+	case MessageResult:
+		return "result"
+	case MessageNotification:
+		return "notification"
+	case MessageRequest:
+		return "request"
+	}
+	return fmt.Sprintf("MessageKind(%d)", uint8(k))
+}
+
+// Exchange is one message on its way to the agent through foldproxy: most
+// often a request the agent sent and the answer it gets back (MessageResult),
+// or else a notification or a server-to-client request from an upstream
+// (Kind says which). For a result, the proxy fills the request half, the
+// innermost handler calls the upstream and fills Result, and each
+// interceptor reads and amends it on the way in and on the way out. For a
+// relayed message, the proxy fills Upstream, Method and Params, the
+// innermost handler scrubs Params (or withholds the message, setting Err),
+// and the proxy relays Params as the chain leaves them.
 //
 // An Exchange is owned by one goroutine at a time; interceptors must not keep
 // it past their return.
 type Exchange struct {
 	// Filled by the proxy before the chain runs.
+	Kind     MessageKind     // what the exchange carries; MessageResult unless set
 	Session  string          // downstream session id
 	Upstream string          // upstream entry name; "" for foldproxy's own tools
 	Method   string          // tools/call, resources/read, prompts/get, completion/complete

@@ -819,38 +819,6 @@ func appendMapped(out []found, v *view, fs []found, off int) []found {
 	return out
 }
 
-// ScrubbedRPCError is what a JSON-RPC error from an upstream becomes when
-// its message or data held a secret: the same code, the message and data
-// scrubbed. It implements the RPCError interface the proxy can use to
-// encode it.
-type ScrubbedRPCError struct {
-	Code    int
-	Message string
-	Data    json.RawMessage
-}
-
-func (e *ScrubbedRPCError) Error() string {
-	return fmt.Sprintf("json-rpc error %d: %s", e.Code, e.Message)
-}
-
-// RPCCode returns the JSON-RPC error code.
-func (e *ScrubbedRPCError) RPCCode() int { return e.Code }
-
-// RPCMessage returns the scrubbed message.
-func (e *ScrubbedRPCError) RPCMessage() string { return e.Message }
-
-// RPCData returns the scrubbed data, or nil.
-func (e *ScrubbedRPCError) RPCData() json.RawMessage { return e.Data }
-
-// RPCError is implemented by errors that carry a JSON-RPC error object.
-// The scrub interceptor uses it to scrub an upstream's error message and
-// data while keeping its code; RPCData is optional.
-type RPCError interface {
-	error
-	RPCCode() int
-	RPCMessage() string
-}
-
 // redactedError replaces an error whose text held a secret. errors.Is
 // still matches what the original matched, but the original (and its text)
 // is not reachable through Unwrap.
@@ -869,9 +837,11 @@ func (e *redactedError) Is(target error) bool { return errors.Is(e.orig, target)
 // the upstream itself gets them unchanged). Redactions are added to
 // ex.Redactions and the time spent is stored in ex.ScrubTime.
 //
-// An upstream JSON-RPC error that held a secret is replaced by a
-// *ScrubbedRPCError with the same code when the error implements RPCError,
-// and with code -32603 otherwise; a clean error is left untouched.
+// An upstream JSON-RPC error (a *jsonrpc.Error) that held a secret is
+// replaced by a new *jsonrpc.Error, the same type, with the same code and
+// the message and data scrubbed (its raw bytes are not kept); any other
+// error that held one becomes a *jsonrpc.Error with code -32603. A clean
+// error is left untouched, raw bytes included.
 //
 // Scrubbing fails closed: when a scan errors, panics or overruns its
 // deadline, the result is withheld — ex.Result and ex.RPCError are cleared,
@@ -957,24 +927,20 @@ func Scrub(s *Scrubber) Interceptor {
 }
 
 func (s *Scrubber) scrubRPCError(ctx context.Context, deadline time.Time, e error) (error, map[string]int, error) {
-	var re RPCError
+	var re *jsonrpc.Error
 	if !errors.As(e, &re) {
 		msg := e.Error()
 		clean, counts, err := s.scrubText(ctx, deadline, msg)
 		if err != nil || clean == msg {
 			return e, nil, err
 		}
-		return &ScrubbedRPCError{Code: jsonrpc.CodeInternalError, Message: clean}, counts, nil
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: clean}, counts, nil
 	}
-	msg := re.RPCMessage()
-	clean, counts, err := s.scrubText(ctx, deadline, msg)
+	clean, counts, err := s.scrubText(ctx, deadline, re.Message)
 	if err != nil {
 		return nil, nil, err
 	}
-	var data json.RawMessage
-	if d, ok := re.(interface{ RPCData() json.RawMessage }); ok {
-		data = d.RPCData()
-	}
+	data := re.Data
 	cleanData := data
 	if len(data) > 0 {
 		var dc map[string]int
@@ -992,7 +958,7 @@ func (s *Scrubber) scrubRPCError(ctx context.Context, deadline time.Time, e erro
 	if len(counts) == 0 {
 		return e, nil, nil
 	}
-	return &ScrubbedRPCError{Code: re.RPCCode(), Message: clean, Data: cleanData}, counts, nil
+	return &jsonrpc.Error{Code: re.Code, Message: clean, Data: cleanData}, counts, nil
 }
 
 func addCounts(ex *Exchange, counts map[string]int) {

@@ -17,6 +17,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept/secretgen"
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 	"github.com/zricethezav/gitleaks/v8/detect"
 )
 
@@ -542,24 +543,12 @@ func TestScrubDisabled(t *testing.T) {
 	}
 }
 
-// rpcErr is an upstream JSON-RPC error as the proxy might hand it over.
-type rpcErr struct {
-	code int
-	msg  string
-	data json.RawMessage
-}
-
-func (e *rpcErr) Error() string            { return fmt.Sprintf("json-rpc error %d: %s", e.code, e.msg) }
-func (e *rpcErr) RPCCode() int             { return e.code }
-func (e *rpcErr) RPCMessage() string       { return e.msg }
-func (e *rpcErr) RPCData() json.RawMessage { return e.data }
-
 var errSentinel = errors.New("sentinel")
 
 func TestScrubInterceptor(t *testing.T) {
 	s := testScrubber(t, policy.Scrub{})
 	tok := "ghp_" + hiEntropy36
-	clean := &rpcErr{code: -32602, msg: "bad params"}
+	clean := &jsonrpc.Error{Code: -32602, Message: "bad params"}
 	tests := []struct {
 		name       string
 		result     string
@@ -573,7 +562,7 @@ func TestScrubInterceptor(t *testing.T) {
 	}{
 		{name: "result", result: `{"content":[{"type":"text","text":"t=` + tok + `"}]}`, wantResult: `{"content":[{"type":"text","text":"t=[REDACTED:github-pat]"}]}`, wantCount: 1},
 		{name: "clean result", result: `{"content":[]}`, wantResult: `{"content":[]}`},
-		{name: "rpc error", rpc: &rpcErr{code: -32000, msg: "auth failed for " + tok, data: json.RawMessage(`{"token":"` + tok + `"}`)}, wantRPC: "json-rpc error -32000: auth failed for [REDACTED:github-pat]", wantCode: -32000, wantCount: 2},
+		{name: "rpc error", rpc: &jsonrpc.Error{Code: -32000, Message: "auth failed for " + tok, Data: json.RawMessage(`{"token":"` + tok + `"}`)}, wantRPC: "json-rpc error -32000: auth failed for [REDACTED:github-pat]", wantCode: -32000, wantCount: 2},
 		{name: "plain error", rpc: fmt.Errorf("upstream said %s", tok), wantRPC: "json-rpc error -32603: upstream said [REDACTED:github-pat]", wantCode: -32603, wantCount: 1},
 		{name: "clean rpc error", rpc: clean, wantRPC: clean.Error()},
 		{name: "handler error", err: fmt.Errorf("dial https://x:%s@host: %w", tok, errSentinel), wantErr: "dial https://x:[REDACTED:github-pat]@host: sentinel", wantCount: 1},
@@ -603,8 +592,8 @@ func TestScrubInterceptor(t *testing.T) {
 				if tt.rpc == clean && ex.RPCError != clean {
 					t.Errorf("a clean RPC error was replaced")
 				}
-				var se *ScrubbedRPCError
-				if errors.As(ex.RPCError, &se) {
+				var se *jsonrpc.Error
+				if errors.As(ex.RPCError, &se) && ex.RPCError != tt.rpc { // replaced: scrubbed
 					if se.Code != tt.wantCode {
 						t.Errorf("code = %d, want %d", se.Code, tt.wantCode)
 					}

@@ -6,6 +6,13 @@
 //
 // proxy speaks raw JSON-RPC on both sides so that upstream schemas, results
 // and _meta pass through byte for byte; it decodes only what it must route.
+// The message, the envelopes, the id key and the one error type (Message
+// and Error are aliases) are policy/jsonrpc's. Every message to the agent
+// from an upstream passes the intercept chain: results of calls
+// (server_calls.go), notifications and server-to-client requests
+// (upstream_traffic.go), as an exchange that says its kind. The
+// negotiation of the client capabilities upstreams are told about is
+// proxy's too (AdvertiseClientCaps).
 // In stdio mode nothing but JSON-RPC may ever reach stdout.
 //
 // On the same HTTP listener, the model front (ModelHandler) serves the

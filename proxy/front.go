@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"unicode/utf8"
+
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 )
 
 // This file holds what the two downstream fronts (stdio.go, http.go) share:
@@ -78,14 +80,10 @@ func frontRecoverID(data []byte) json.RawMessage {
 	var v struct {
 		ID json.RawMessage `json:"id"`
 	}
-	if json.Unmarshal(data, &v) != nil || len(v.ID) == 0 || !utf8.Valid(v.ID) {
+	if json.Unmarshal(data, &v) != nil || !jsonrpc.IsID(v.ID) || !utf8.Valid(v.ID) {
 		return nil // an id that is not UTF-8 cannot be echoed in valid JSON
 	}
-	switch v.ID[0] {
-	case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		return v.ID
-	}
-	return nil
+	return v.ID
 }
 
 // frontEnvelope is the part of an outgoing message a front needs to route it.
@@ -172,19 +170,10 @@ func jsonIDLen(b []byte) int {
 	return 0
 }
 
-// frontIDKey turns a raw id into a map key that compares ids by value, so
-// that `1` and `"1"` stay distinct while "&" and "\u0026" (json.Marshal
-// escapes HTML characters when the core re-encodes an id) are one id.
-func frontIDKey(id json.RawMessage) string {
-	id = bytes.TrimSpace(id)
-	if len(id) > 0 && id[0] == '"' {
-		var s string
-		if json.Unmarshal(id, &s) == nil {
-			return "s" + s
-		}
-	}
-	return "n" + string(id)
-}
+// frontIDKey is policy/jsonrpc's id key: ids compared by value, so that
+// `1` and `"1"` stay distinct while "&" and "\u0026" (json.Marshal escapes
+// HTML characters when the core re-encodes an id) are one id.
+func frontIDKey(id json.RawMessage) string { return jsonrpc.IDKey(id) }
 
 // frontCompact returns msg as one line: JSON text that holds a line break
 // (an upstream's pretty-printed result passed through byte for byte) is

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 )
 
 // frontFake is a fake Endpoint for the fronts' tests. It answers requests by
@@ -379,7 +381,7 @@ func TestFrontClassifyFastPathAgreesWithDecoding(t *testing.T) {
 		msgs = append(msgs,
 			Response(json.RawMessage(id), json.RawMessage(`{"n":9007199254740993, "s":"<&>"}`), nil),
 			Response(json.RawMessage(id), nil, Errorf(CodeInternalError, "x <&>")),
-			Response(json.RawMessage(id), nil, &Error{raw: json.RawMessage(`{"message":"m","code":1}`)}),
+			Response(json.RawMessage(id), nil, rawError(t, `{"message":"m","code":1}`)),
 			requestMessage(json.RawMessage(id), "sampling/createMessage", json.RawMessage(`{"a":1}`)),
 		)
 	}
@@ -419,4 +421,14 @@ func TestEnvelopesKeepRawBytes(t *testing.T) {
 	if got, want := string(Response(nil, nil, Errorf(-1, "a <&> b"))), `{"jsonrpc":"2.0","id":null,"error":{"code":-1,"message":"a <&> b"}}`; got != want {
 		t.Errorf("built error\n got %s\nwant %s", got, want)
 	}
+}
+
+// rawError is an *Error read from an error object, which keeps its bytes.
+func rawError(t *testing.T, obj string) *Error {
+	t.Helper()
+	e, err := jsonrpc.ParseError(json.RawMessage(obj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

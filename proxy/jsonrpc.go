@@ -3,9 +3,6 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"strconv"
 	"unicode/utf8"
 
 	"github.com/foldproxy/foldproxy/policy/jsonrpc"
@@ -25,81 +22,20 @@ const (
 	CodeMessageTooLarge     = jsonrpc.CodeMessageTooLarge
 )
 
-// Message is one raw JSON-RPC message. Exactly one of the shapes holds:
-// a request (Method and ID), a notification (Method, no ID) or a response
-// (ID with Result or Error).
-type Message struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id,omitempty"`
-	Method  string          `json:"method,omitempty"`
-	Params  json.RawMessage `json:"params,omitempty"`
-	Result  json.RawMessage `json:"result,omitempty"`
-	Error   *Error          `json:"error,omitempty"`
-}
+// Message is one JSON-RPC message from the agent (policy/jsonrpc's).
+type Message = jsonrpc.Message
 
-// IsRequest reports whether m is a request.
-func (m *Message) IsRequest() bool { return m.Method != "" && len(m.ID) > 0 }
-
-// IsNotification reports whether m is a notification.
-func (m *Message) IsNotification() bool { return m.Method != "" && len(m.ID) == 0 }
-
-// IsResponse reports whether m is a response.
-func (m *Message) IsResponse() bool { return m.Method == "" && len(m.ID) > 0 }
-
-// Error is a JSON-RPC error object. It implements error. An error decoded
-// from a message (or relayed from an upstream, see rpcErrorOf) keeps the
-// object's bytes, and Response writes them unchanged; one built here is
-// encoded from its fields.
-type Error struct {
-	Code    int             `json:"code"`
-	Message string          `json:"message"`
-	Data    json.RawMessage `json:"data,omitempty"`
-
-	raw json.RawMessage // the object as it came; nil when built here
-}
-
-// UnmarshalJSON decodes the object and keeps its bytes.
-func (e *Error) UnmarshalJSON(b []byte) error {
-	type plain Error
-	var p plain
-	if err := json.Unmarshal(b, &p); err != nil {
-		return err
-	}
-	*e = Error(p)
-	e.raw = bytes.Clone(b)
-	return nil
-}
-
-// Raw returns the error object exactly as it came, or nil when it was
-// built here.
-func (e *Error) Raw() json.RawMessage { return e.raw }
-
-// appendObject appends the error object: its bytes as they came, or else
-// encoded from its fields without HTML escaping.
-func (e *Error) appendObject(b []byte) []byte {
-	if len(e.raw) > 0 {
-		return append(b, e.raw...)
-	}
-	b = append(b, `{"code":`...)
-	b = strconv.AppendInt(b, int64(e.Code), 10)
-	b = append(b, `,"message":`...)
-	b = appendJSONString(b, e.Message)
-	if len(e.Data) > 0 {
-		b = append(b, `,"data":`...)
-		b = append(b, e.Data...)
-	}
-	return append(b, '}')
-}
-
-func (e *Error) Error() string { return fmt.Sprintf("json-rpc error %d: %s", e.Code, e.Message) }
+// Error is a JSON-RPC error object, policy/jsonrpc's one error type: an
+// upstream's error, the agent's and foldproxy's own are all this type.
+type Error = jsonrpc.Error
 
 // Errorf builds an *Error with a formatted message.
 func Errorf(code int, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	return jsonrpc.Errorf(code, format, args...)
 }
 
-// ErrBatchEmpty is returned by ParseMessages for an empty batch.
-var ErrBatchEmpty = errors.New("empty JSON-RPC batch")
+// ErrBatchEmpty is the reason ParseMessages refuses an empty batch.
+var ErrBatchEmpty = jsonrpc.ErrBatchEmpty
 
 // ParseMessages decodes one message or a batch (a JSON array of messages).
 // It validates the envelope: "jsonrpc" must be "2.0", an id must be a string
@@ -134,56 +70,15 @@ func ParseMessages(data []byte) (msgs []*Message, batch bool, err *Error) {
 	return []*Message{m}, false, nil
 }
 
+// parseOne decodes one message: quickly (parseOneFast) when it has a
+// common shape, else with encoding/json; either way the envelope is
+// checked by policy/jsonrpc.
 func parseOne(data []byte) (*Message, *Error) {
 	m, ok := parseOneFast(data)
 	if !ok {
-		if err := json.Unmarshal(data, &m); err != nil {
-			var se *json.SyntaxError
-			if errors.As(err, &se) || !json.Valid(data) {
-				return nil, Errorf(CodeParseError, "parse error: %v", err)
-			}
-			return nil, Errorf(CodeInvalidRequest, "invalid request: %v", err)
-		}
+		return jsonrpc.Decode(data)
 	}
-	if m.JSONRPC != "2.0" {
-		return nil, Errorf(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0", got %q`, m.JSONRPC)
-	}
-	if len(m.ID) > 0 && !utf8.Valid(m.ID) {
-		// Echoing it would make the answer invalid JSON (RFC 8259 wants UTF-8).
-		return nil, Errorf(CodeInvalidRequest, "invalid request: the id is not valid UTF-8")
-	}
-	if !utf8.Valid(data) {
-		// Invalid UTF-8 elsewhere (JSON syntax is ASCII, so only inside
-		// strings) becomes U+FFFD, as encoding/json decodes it: nothing of
-		// it reaches an upstream, the agent's stdout or another message
-		// (a progress token echoed into every notification, say).
-		clean := bytes.ToValidUTF8(data, []byte("\uFFFD"))
-		var c Message
-		if err := json.Unmarshal(clean, &c); err != nil {
-			return nil, Errorf(CodeInvalidRequest, "invalid request: %v", err)
-		}
-		c.ID = m.ID
-		m = c
-	}
-	if len(m.ID) > 0 {
-		switch m.ID[0] {
-		case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		default:
-			if string(m.ID) != "null" || m.Method != "" {
-				return nil, Errorf(CodeInvalidRequest, "invalid request: id must be a string or a number, got %s", m.ID)
-			}
-		}
-	}
-	if m.Method == "" && len(m.ID) == 0 {
-		return nil, Errorf(CodeInvalidRequest, "invalid request: a message needs a method or an id")
-	}
-	if m.Method == "" && m.Result == nil && m.Error == nil {
-		return nil, Errorf(CodeInvalidRequest, "invalid request: a response needs a result or an error")
-	}
-	if len(m.Params) > 0 && m.Params[0] != '{' && m.Params[0] != '[' && string(m.Params) != "null" {
-		return nil, Errorf(CodeInvalidRequest, "invalid request: params must be an object or an array")
-	}
-	return &m, nil
+	return jsonrpc.Check(m, data)
 }
 
 // parseOneFast decodes data as json.Unmarshal into a Message does, for
@@ -260,74 +155,29 @@ func parseOneFast(data []byte) (m Message, ok bool) {
 	return m, true
 }
 
-// The envelopes below are built by appending raw members to fixed bytes:
-// the result, params, ids and error objects go out exactly as they came
-// (an upstream's bytes are read and checked once, in upstreams), with no
-// second encoding that would compact them or escape <, > and &. A front
-// makes a message that holds a line break one line (frontCompact).
+// The envelopes are policy/jsonrpc's, built by appending raw members to
+// fixed bytes: the result, params, ids and error objects go out exactly as
+// they came (an upstream's bytes are read and checked once, in upstreams).
+// A front makes a message that holds a line break one line (frontCompact).
 
 // envelopePrefix starts every response and request the core writes; a
 // front that sees it reads the id without decoding the message
 // (frontClassify).
-const envelopePrefix = `{"jsonrpc":"2.0","id":`
+const envelopePrefix = jsonrpc.ResponsePrefix
 
 // Response encodes a result or error response for id. An empty result is
 // {}; result must be valid JSON.
 func Response(id json.RawMessage, result json.RawMessage, rpcErr *Error) []byte {
-	if len(id) == 0 {
-		id = json.RawMessage("null")
-	}
-	if rpcErr != nil {
-		b := make([]byte, 0, len(envelopePrefix)+len(id)+64+len(rpcErr.Message)+len(rpcErr.Data)+len(rpcErr.raw))
-		b = append(b, envelopePrefix...)
-		b = append(b, id...)
-		b = append(b, `,"error":`...)
-		b = rpcErr.appendObject(b)
-		return append(b, '}')
-	}
-	if len(result) == 0 {
-		result = json.RawMessage("{}")
-	}
-	b := make([]byte, 0, len(envelopePrefix)+len(id)+len(`,"result":}`)+len(result))
-	b = append(b, envelopePrefix...)
-	b = append(b, id...)
-	b = append(b, `,"result":`...)
-	b = append(b, result...)
-	return append(b, '}')
+	return jsonrpc.Response(id, result, rpcErr)
 }
 
 // Notification encodes a notification; params, raw, are left out when
 // empty.
 func Notification(method string, params json.RawMessage) []byte {
-	b := make([]byte, 0, 40+len(method)+len(params))
-	b = append(b, `{"jsonrpc":"2.0","method":`...)
-	b = appendJSONString(b, method)
-	if len(params) > 0 {
-		b = append(b, `,"params":`...)
-		b = append(b, params...)
-	}
-	return append(b, '}')
+	return jsonrpc.Notification(method, params)
 }
 
 // requestMessage encodes a request to the agent.
 func requestMessage(id json.RawMessage, method string, params json.RawMessage) []byte {
-	b := make([]byte, 0, len(envelopePrefix)+len(id)+40+len(method)+len(params))
-	b = append(b, envelopePrefix...)
-	b = append(b, id...)
-	b = append(b, `,"method":`...)
-	b = appendJSONString(b, method)
-	if len(params) > 0 {
-		b = append(b, `,"params":`...)
-		b = append(b, params...)
-	}
-	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string without HTML escaping.
-func appendJSONString(b []byte, s string) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s) // a string always encodes
-	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+	return jsonrpc.Request(id, method, params)
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
-	"github.com/foldproxy/foldproxy/upstreams"
 )
 
 // The remote MCP front of transparent mode.
@@ -432,7 +431,7 @@ func (f *RemoteFront) awaitResponse(ctx context.Context, ex *intercept.Exchange)
 	case m := <-pc.resp:
 		ex.UpstreamLatency = time.Since(t0)
 		if m.Error != nil {
-			ex.RPCError = &upstreams.RPCError{Code: m.Error.Code, Message: m.Error.Message, Data: m.Error.Data}
+			ex.RPCError = &Error{Code: m.Error.Code, Message: m.Error.Message, Data: m.Error.Data}
 			ex.Outcome = intercept.OutcomeError
 			return nil
 		}

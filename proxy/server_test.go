@@ -305,7 +305,7 @@ func TestToolsCallErrors(t *testing.T) {
 	up := &fakeUpstream{name: "ev", cat: upstreams.Catalog{Tools: []json.RawMessage{json.RawMessage(echoTool)}},
 		answer: func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
 			if strings.Contains(string(params), "rpc") {
-				return nil, &upstreams.RPCError{Code: -32602, Message: "bad arg", Data: json.RawMessage(`{"x":1}`)}
+				return nil, &Error{Code: -32602, Message: "bad arg", Data: json.RawMessage(`{"x":1}`)}
 			}
 			return nil, errors.Join(upstreams.ErrUnavailable, errors.New(`upstream "ev" exited while handling tools/call`))
 		}}

@@ -61,7 +61,7 @@ func TestServerRequestTimeout(t *testing.T) {
 			t.Fatal(resp.Error)
 		}
 		_, err := s.UpstreamRequest(context.Background(), "ev", "sampling/createMessage", json.RawMessage(`{"messages":[]}`))
-		var re *upstreams.RPCError
+		var re *Error
 		if !errors.As(err, &re) || !strings.Contains(re.Message, "upstreams.ev.callTimeout") {
 			t.Fatalf("UpstreamRequest: %v; want an error naming upstreams.ev.callTimeout", err)
 		}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 )
 
 // clean is err without the entry's credentials (an HTTP upstream's URL
@@ -16,12 +18,12 @@ func (u *Upstream) clean(err error) error {
 	if err == nil || u.red.Empty() {
 		return err
 	}
-	if re, ok := err.(*RPCError); ok {
+	if re, ok := err.(*jsonrpc.Error); ok {
 		msg, data := u.red.String(re.Message), u.red.String(string(re.Data))
 		if msg == re.Message && data == string(re.Data) {
 			return err
 		}
-		c := &RPCError{Code: re.Code, Message: msg}
+		c := &jsonrpc.Error{Code: re.Code, Message: msg}
 		if len(re.Data) > 0 && json.Valid([]byte(data)) {
 			c.Data = json.RawMessage(data)
 		}
@@ -113,7 +115,7 @@ var (
 // Call sends a request upstream and returns its result raw, byte for byte.
 // params must be valid JSON (the proxy's come from a message it has
 // decoded): they are sent as they are, not checked again.
-// A JSON-RPC error from the upstream is returned as *RPCError. When ctx ends
+// A JSON-RPC error from the upstream is returned as *jsonrpc.Error. When ctx ends
 // first, notifications/cancelled is sent upstream and ctx.Err() returned.
 // When the upstream is down, or is lost while handling the request, the
 // error wraps ErrUnavailable; a crashed stdio server is restarted by the

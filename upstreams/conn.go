@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 )
 
 // MCP method names this package sends or reacts to.
@@ -337,7 +339,7 @@ func (c *conn) list(ctx context.Context, method, key string) ([]json.RawMessage,
 			params, _ = json.Marshal(map[string]string{"cursor": cursor})
 		}
 		res, err := c.call(ctx, method, params, false)
-		var rpcErr *RPCError
+		var rpcErr *jsonrpc.Error
 		if errors.As(err, &rpcErr) {
 			c.u.log.Warn("upstream refused a catalogue list", "method", method, "err", err)
 			return nil, nil
@@ -386,7 +388,7 @@ func (c *conn) isDead() bool {
 // call sends one request. With drain, it waits before returning until the
 // notifications that arrived before the response have been passed on. The
 // result is returned exactly as the upstream wrote it; so is an error
-// object (RPCError.Raw).
+// object (jsonrpc.Error.Raw).
 func (c *conn) call(ctx context.Context, method string, params json.RawMessage, drain bool) (json.RawMessage, error) {
 	name := c.u.Name()
 	if c.isDead() {
@@ -416,7 +418,7 @@ func (c *conn) call(ctx context.Context, method string, params json.RawMessage, 
 		c.waitDrained(ctx)
 	}
 	if len(resp.Error) > 0 && !isNull(resp.Error) {
-		rpcErr, err := parseRPCError(resp.Error)
+		rpcErr, err := jsonrpc.ParseError(resp.Error)
 		if err != nil {
 			return nil, fmt.Errorf("upstream %q answered %s with an error that cannot be read: %w", name, method, err)
 		}
@@ -542,8 +544,8 @@ func (c *conn) notify(ctx context.Context, method string, params json.RawMessage
 // onMessage is the wire's handler of the upstream's own messages: a
 // request is answered in its own goroutine, a notification queued. It runs
 // on the wire's reading goroutine, so it never waits.
-func (c *conn) onMessage(ctx context.Context, m *inMsg) {
-	if m.hasID() {
+func (c *conn) onMessage(ctx context.Context, m *envelope) {
+	if m.HasID() {
 		c.u.goTracked(func() { c.answer(ctx, m) }) // not once the upstream is closing
 		return
 	}
@@ -642,27 +644,27 @@ func (c *conn) waitDrained(ctx context.Context) {
 
 // answer answers a request from the upstream and sends the response back
 // raw: the result the handler returned, or its error object.
-func (c *conn) answer(ctx context.Context, m *inMsg) {
+func (c *conn) answer(ctx context.Context, m *envelope) {
 	resp := c.respond(ctx, m)
 	if err := c.w.send(c.ctx, resp); err != nil {
 		c.u.log.Debug("could not answer the upstream's request", "method", m.Method, "err", err)
 	}
 }
 
-func (c *conn) respond(ctx context.Context, m *inMsg) []byte {
+func (c *conn) respond(ctx context.Context, m *envelope) []byte {
 	if m.Method == methodPing {
-		return resultBody(m.ID, json.RawMessage(`{}`))
+		return jsonrpc.Response(m.ID, json.RawMessage(`{}`), nil)
 	}
 	h := c.u.opts.OnRequest
 	if h == nil {
-		return errorBody(m.ID, &RPCError{Code: mcp.METHOD_NOT_FOUND, Message: fmt.Sprintf("foldproxy does not handle %s", m.Method)})
+		return jsonrpc.Response(m.ID, nil, &jsonrpc.Error{Code: mcp.METHOD_NOT_FOUND, Message: fmt.Sprintf("foldproxy does not handle %s", m.Method)})
 	}
 	var params json.RawMessage
 	if len(m.Params) > 0 && !isNull(m.Params) {
 		params = m.Params
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	key := idKey(m.ID)
+	key := jsonrpc.IDKey(m.ID)
 	c.inMu.Lock()
 	c.incoming[key] = cancel
 	c.inMu.Unlock()
@@ -678,16 +680,16 @@ func (c *conn) respond(ctx context.Context, m *inMsg) []byte {
 
 	res, err := h(rctx, c.u, m.Method, params)
 	if err != nil {
-		var rpcErr *RPCError
+		var rpcErr *jsonrpc.Error
 		if errors.As(err, &rpcErr) {
-			return errorBody(m.ID, rpcErr)
+			return jsonrpc.Response(m.ID, nil, rpcErr)
 		}
-		return errorBody(m.ID, &RPCError{Code: mcp.INTERNAL_ERROR, Message: err.Error()})
+		return jsonrpc.Response(m.ID, nil, &jsonrpc.Error{Code: mcp.INTERNAL_ERROR, Message: err.Error()})
 	}
 	if len(res) == 0 {
 		res = json.RawMessage(`{}`)
 	}
-	return resultBody(m.ID, res)
+	return jsonrpc.Response(m.ID, res, nil)
 }
 
 // cancelIncoming cancels the server-to-client request that a
@@ -701,7 +703,7 @@ func (c *conn) cancelIncoming(params json.RawMessage) bool {
 		return false
 	}
 	c.inMu.Lock()
-	cancel, ok := c.incoming[idKey(p.RequestID)]
+	cancel, ok := c.incoming[jsonrpc.IDKey(p.RequestID)]
 	c.inMu.Unlock()
 	if ok {
 		cancel()

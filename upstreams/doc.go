@@ -8,7 +8,9 @@
 // once and keep its members raw: results, notification and request params
 // and error objects reach the proxy byte for byte (integers beyond 2^53,
 // key order, escapes and whitespace included), and the answers to the
-// server's requests go back the same way. It keeps each server's catalogue (tools, resources, resource
+// server's requests go back the same way. The envelopes, the id key and
+// the error type (*jsonrpc.Error, which a JSON-RPC error from a server is
+// returned as) are policy/jsonrpc's, the one codec both sides share. It keeps each server's catalogue (tools, resources, resource
 // templates, prompts) fresh across list_changed notifications, relays the
 // server's notifications and requests to the caller's callbacks, restarts a
 // crashed stdio server on the next call, retries a server that fails to start
@@ -23,5 +25,5 @@
 // credentials of an entry (Entry.Credentials) never leave it: they are
 // redacted from every error an Upstream returns and every line it logs.
 // It imports nothing else of foldproxy's but the leaves under policy/
-// (jsonscan, redact).
+// (jsonrpc, jsonscan, redact).
 package upstreams

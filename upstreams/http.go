@@ -137,7 +137,7 @@ func (w *httpWire) bound(ctx context.Context) (context.Context, context.CancelFu
 	return ctx, func() { stop(); cancel() }
 }
 
-func (w *httpWire) call(ctx context.Context, _ int64, method string, body []byte) (*inMsg, error) {
+func (w *httpWire) call(ctx context.Context, _ int64, method string, body []byte) (*envelope, error) {
 	ctx, cancel := w.bound(ctx)
 	defer cancel()
 	initialize := method == methodInitialize
@@ -158,7 +158,7 @@ func (w *httpWire) call(ctx context.Context, _ int64, method string, body []byte
 		return nil, fmt.Errorf("%w (%s)", errLegacySSE, resp.Status)
 	case resp.StatusCode != http.StatusOK:
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxHTTPMessage))
-		if m, err := parseIn(b); err == nil && m.isResponse() && len(m.Error) > 0 {
+		if m, err := parseIn(b); err == nil && m.IsResponse() && len(m.Error) > 0 {
 			return m, nil // a JSON-RPC error sent with an HTTP error status
 		}
 		return nil, fmt.Errorf("the server answered %s: %s", resp.Status, strings.TrimSpace(string(b[:min(len(b), 512)])))
@@ -169,7 +169,7 @@ func (w *httpWire) call(ctx context.Context, _ int64, method string, body []byte
 		w.mu.Unlock()
 	}
 	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	var m *inMsg
+	var m *envelope
 	switch mediaType {
 	case "application/json":
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxHTTPMessage+1))
@@ -182,7 +182,7 @@ func (w *httpWire) call(ctx context.Context, _ int64, method string, body []byte
 		if m, err = parseIn(b); err != nil {
 			return nil, fmt.Errorf("the response is not a JSON-RPC message: %w", err)
 		}
-		if !m.isResponse() {
+		if !m.IsResponse() {
 			return nil, errors.New("the response body is not a JSON-RPC response")
 		}
 	case "text/event-stream":
@@ -192,7 +192,7 @@ func (w *httpWire) call(ctx context.Context, _ int64, method string, body []byte
 				w.log.Warn("ignoring a malformed message on a response stream", "err", err)
 				return true
 			}
-			if msg.isResponse() {
+			if msg.IsResponse() {
 				m = msg
 				return false
 			}

@@ -178,7 +178,7 @@ func (t *sseWire) handleMessage(data []byte) {
 		return
 	}
 	switch {
-	case m.isResponse():
+	case m.IsResponse():
 		t.calls.deliver(m)
 	case m.Method != "":
 		t.mu.Lock()
@@ -218,7 +218,7 @@ func (t *sseWire) post(ctx context.Context, body []byte) error {
 }
 
 // call posts a request and waits for its response on the stream.
-func (t *sseWire) call(ctx context.Context, id int64, _ string, body []byte) (*inMsg, error) {
+func (t *sseWire) call(ctx context.Context, id int64, _ string, body []byte) (*envelope, error) {
 	return t.calls.call(ctx, t.done, id, func() error { return t.post(ctx, body) })
 }
 

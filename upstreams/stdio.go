@@ -201,7 +201,7 @@ func (w *stdioWire) read() {
 			w.end(err)
 			return
 		}
-		if m != nil && m.isResponse() && w.canLend && w.calls.idle() && w.role.CompareAndSwap(roleWire, roleLent) {
+		if m != nil && m.IsResponse() && w.canLend && w.calls.idle() && w.role.CompareAndSwap(roleWire, roleLent) {
 			w.lendTimer.Reset(stdioLendFor)
 		}
 	}
@@ -220,7 +220,7 @@ func (w *stdioWire) giveBack(from int32) {
 // readOne reads and dispatches one line; it returns the message read
 // (nil for a blank or unreadable line) or the error that ended the
 // stream (os.ErrDeadlineExceeded when a read deadline cut the wait).
-func (w *stdioWire) readOne() (*inMsg, error) {
+func (w *stdioWire) readOne() (*envelope, error) {
 	for {
 		chunk, err := w.br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -247,7 +247,7 @@ func (w *stdioWire) readOne() (*inMsg, error) {
 			// ReadSlice's buffer is reused: the message keeps a copy.
 			line = bytes.Clone(chunk)
 		}
-		var m *inMsg
+		var m *envelope
 		if msg := bytes.TrimSpace(line); len(msg) > 0 {
 			m = w.dispatch(msg)
 		}
@@ -266,7 +266,7 @@ func (w *stdioWire) readOne() (*inMsg, error) {
 // or ctx ends; then it passes the reading on: lent again when no other
 // call is in flight, else back to read. ok is false when it returns
 // without an answer or error of its own (the caller then waits on ch).
-func (w *stdioWire) readFor(ctx context.Context, ch chan *inMsg) (m *inMsg, err error, ok bool) {
+func (w *stdioWire) readFor(ctx context.Context, ch chan *envelope) (m *envelope, err error, ok bool) {
 	kick := func() { _ = w.stdout.SetReadDeadline(time.Unix(1, 0)) }
 	stop := context.AfterFunc(ctx, kick)
 	defer stop()
@@ -318,13 +318,13 @@ func (w *stdioWire) endFrom(err error) {
 
 // dispatch passes one message on: a response to its call, anything else to
 // the handler. It returns the message, nil when it could not be read.
-func (w *stdioWire) dispatch(line []byte) *inMsg {
+func (w *stdioWire) dispatch(line []byte) *envelope {
 	m, err := parseIn(line)
 	if err != nil {
 		w.log.Warn("ignoring a line from the server that is not a JSON-RPC message", "err", err, "bytes", len(line))
 		return nil
 	}
-	if m.isResponse() {
+	if m.IsResponse() {
 		if !w.calls.deliver(m) {
 			w.log.Debug("ignoring a response to no request in flight", "id", string(m.ID))
 		}
@@ -387,8 +387,8 @@ func (w *stdioWire) write(body []byte) error {
 	return nil
 }
 
-func (w *stdioWire) call(ctx context.Context, id int64, _ string, body []byte) (*inMsg, error) {
-	return w.calls.callWith(ctx, w.done, id, func() error { return w.write(body) }, func(ch chan *inMsg) (*inMsg, error, bool) {
+func (w *stdioWire) call(ctx context.Context, id int64, _ string, body []byte) (*envelope, error) {
+	return w.calls.callWith(ctx, w.done, id, func() error { return w.write(body) }, func(ch chan *envelope) (*envelope, error, bool) {
 		if !w.role.CompareAndSwap(roleLent, roleCaller) {
 			return nil, nil, false
 		}

@@ -25,7 +25,7 @@ var _ wire = (*fakeWire)(nil)
 
 func (f *fakeWire) start(context.Context) error { return nil }
 
-func (f *fakeWire) call(ctx context.Context, id int64, method string, _ []byte) (*inMsg, error) {
+func (f *fakeWire) call(ctx context.Context, id int64, method string, _ []byte) (*envelope, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.crashed || f.closed {
@@ -43,7 +43,7 @@ func (f *fakeWire) call(ctx context.Context, id int64, method string, _ []byte) 
 	default:
 		result = `{"ok":true}`
 	}
-	return &inMsg{ID: json.RawMessage(strconv.FormatInt(id, 10)), Result: json.RawMessage(result)}, nil
+	return &envelope{ID: json.RawMessage(strconv.FormatInt(id, 10)), Result: json.RawMessage(result)}, nil
 }
 
 func (f *fakeWire) send(context.Context, []byte) error {

@@ -3,8 +3,6 @@ package upstreams
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -14,74 +12,6 @@ import (
 
 	"github.com/foldproxy/foldproxy/policy/redact"
 )
-
-// State is the state of an upstream's connection.
-type State int
-
-// The states of an upstream. An upstream is Down before Start, Starting while
-// a connection attempt runs, Up once initialize and the catalogue fetch have
-// succeeded, and Down again when the connection is lost or an attempt fails.
-const (
-	StateStarting State = iota
-	StateUp
-	StateDown
-)
-
-// String returns "starting", "up" or "down".
-func (s State) String() string {
-	switch s {
-	case StateStarting:
-		return "starting"
-	case StateUp:
-		return "up"
-	case StateDown:
-		return "down"
-	}
-	return fmt.Sprintf("State(%d)", int(s))
-}
-
-// ErrUnavailable is wrapped by every error that says an upstream is down,
-// restarting or closed; the message names the upstream.
-var ErrUnavailable = errors.New("upstream unavailable")
-
-// unavailableError is an error whose message stands alone and which wraps
-// ErrUnavailable, and the underlying cause when there is one.
-type unavailableError struct {
-	msg   string
-	cause error
-}
-
-func (e *unavailableError) Error() string { return e.msg }
-
-func (e *unavailableError) Unwrap() []error {
-	if e.cause != nil {
-		return []error{ErrUnavailable, e.cause}
-	}
-	return []error{ErrUnavailable}
-}
-
-func unavailable(cause error, format string, args ...any) error {
-	return &unavailableError{msg: fmt.Sprintf(format, args...), cause: cause}
-}
-
-// RPCError is a JSON-RPC error: one answered by an upstream, passed on as
-// it came, or one to answer an upstream's request with.
-type RPCError struct {
-	Code    int
-	Message string
-	// Data is the error's data, raw; nil when it has none.
-	Data json.RawMessage
-	// Raw is the whole error object exactly as the upstream (or the agent
-	// answering an upstream's request) wrote it, when it came from one:
-	// whoever relays the error unchanged writes Raw, byte for byte. It is
-	// nil for an error built here, and must be cleared by anyone who
-	// changes Code, Message or Data.
-	Raw json.RawMessage
-}
-
-func (e *RPCError) Error() string {
-	return fmt.Sprintf("json-rpc error %d: %s", e.Code, e.Message)
-}
 
 // Catalog is what an upstream offers, each item raw, exactly as the upstream
 // sent it. Callers must not modify the raw messages.
@@ -141,8 +71,8 @@ type Options struct {
 	OnNotification func(u *Upstream, method string, params json.RawMessage)
 	// OnRequest answers the upstream's requests to the client
 	// (sampling/createMessage, elicitation/create, roots/list). A returned
-	// *RPCError is sent as that JSON-RPC error, any other error as an
-	// internal error; a returned result and an *RPCError's Raw go back
+	// *jsonrpc.Error is sent as that JSON-RPC error, any other error as an
+	// internal error; a returned result and a *jsonrpc.Error's Raw go back
 	// to the upstream byte for byte. Params are the upstream's bytes. ctx
 	// ends when the upstream cancels the request or the connection ends;
 	// for a request made on a streamable HTTP call's own response stream
@@ -427,13 +357,3 @@ func (u *Upstream) Close() error {
 	u.notifyState(seq, StateDown)
 	return nil
 }
-
-// RPCCode, RPCMessage and RPCData expose the error's parts, so that the
-// scrubber can rewrite the message while keeping the code and data.
-func (e *RPCError) RPCCode() int { return e.Code }
-
-// RPCMessage returns the upstream's error message.
-func (e *RPCError) RPCMessage() string { return e.Message }
-
-// RPCData returns the upstream's error data, raw.
-func (e *RPCError) RPCData() json.RawMessage { return e.Data }

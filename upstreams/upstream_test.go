@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 )
 
 // waitTimeout bounds every wait in these tests; nothing here should take
@@ -263,10 +265,10 @@ func TestStdioCatalogAndCall(t *testing.T) {
 	}
 	wg.Wait()
 
-	var rpcErr *RPCError
+	var rpcErr *jsonrpc.Error
 	_, err = u.Call(testCtx(t), "no/such/method", nil)
 	if !errors.As(err, &rpcErr) || rpcErr.Code != -32601 {
-		t.Errorf("unknown method: got %v, want *RPCError -32601", err)
+		t.Errorf("unknown method: got %v, want *jsonrpc.Error -32601", err)
 	}
 	if _, err := u.Call(testCtx(t), "tools/call", json.RawMessage(`{"name":`)); err == nil || errors.Is(err, ErrUnavailable) {
 		t.Errorf("invalid params: got %v, want a plain error", err)
@@ -306,9 +308,9 @@ func TestRawBytesPassThrough(t *testing.T) {
 	}
 
 	_, err = u.Call(ctx, "fail", nil)
-	var rpcErr *RPCError
+	var rpcErr *jsonrpc.Error
 	if !errors.As(err, &rpcErr) {
-		t.Fatalf("fail: got %v, want *RPCError", err)
+		t.Fatalf("fail: got %v, want *jsonrpc.Error", err)
 	}
 	var data, wantData any
 	_ = json.Unmarshal(rpcErr.Data, &data)
@@ -461,7 +463,7 @@ func TestServerToClientRequests(t *testing.T) {
 		},
 		{
 			"json-rpc error",
-			func() (json.RawMessage, error) { return nil, &RPCError{Code: -1, Message: "user rejected"} },
+			func() (json.RawMessage, error) { return nil, &jsonrpc.Error{Code: -1, Message: "user rejected"} },
 			"user rejected",
 		},
 	}
@@ -877,7 +879,7 @@ func TestBackoffDelay(t *testing.T) {
 }
 
 func TestRPCErrorAndUnavailableMessages(t *testing.T) {
-	e := &RPCError{Code: -32602, Message: "bad"}
+	e := &jsonrpc.Error{Code: -32602, Message: "bad"}
 	if got, want := e.Error(), "json-rpc error -32602: bad"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
@@ -1056,14 +1058,14 @@ func TestExactBytesBothWays(t *testing.T) {
 	u := New(selfEntry(t, "raw", "raw"), opts)
 	startUpstream(t, u)
 	_, err := u.Call(testCtx(t), "exact", nil)
-	var re *RPCError
+	var re *jsonrpc.Error
 	if !errors.As(err, &re) {
 		t.Fatalf("exact: %v, want an RPCError", err)
 	}
 	line, _ := json.Marshal(`{"jsonrpc":"2.0","id":"srv-exact","result":` + answer + `}`)
 	wantErr := `{"message":"m <&>\u00e9", "code":-32002,"data":{"line":` + string(line) + `,"x":` + rawExact + `}}`
-	if string(re.Raw) != wantErr {
-		t.Errorf("error object\n got %s\nwant %s", re.Raw, wantErr)
+	if string(re.Raw()) != wantErr {
+		t.Errorf("error object\n got %s\nwant %s", re.Raw(), wantErr)
 	}
 	if re.Code != -32002 || re.Message != "m <&>é" {
 		t.Errorf("error code %d message %q", re.Code, re.Message)

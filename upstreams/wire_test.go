@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 )
 
 func TestReadEvents(t *testing.T) {
@@ -73,15 +75,15 @@ func FuzzParseIn(f *testing.F) {
 			}
 		}
 		if len(m.Error) > 0 && !isNull(m.Error) {
-			if e, err := parseRPCError(m.Error); err == nil && !bytes.Equal(e.Raw, m.Error) {
-				t.Fatalf("RPCError.Raw %q, want %q", e.Raw, m.Error)
+			if e, err := jsonrpc.ParseError(m.Error); err == nil && !bytes.Equal(e.Raw(), m.Error) {
+				t.Fatalf("RPCError.Raw %q, want %q", e.Raw(), m.Error)
 			}
 		}
 	})
 }
 
 // parseInCases are messages parseIn must read exactly as json.Unmarshal
-// into an inMsg does: its quick path, and what it leaves to encoding/json.
+// into a jsonrpc.Envelope does: its quick path, and what it leaves to encoding/json.
 var parseInCases = []string{
 	`{"jsonrpc":"2.0","id":1,"result":{"z":9007199254740993, "a":"<&>"}}`,
 	`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"\u0061"}}`,
@@ -115,7 +117,7 @@ func TestParseInReadsAsEncodingJSON(t *testing.T) {
 func checkParseIn(t *testing.T, b []byte) {
 	t.Helper()
 	got, gerr := parseIn(bytes.Clone(b))
-	var want inMsg
+	var want jsonrpc.Envelope
 	werr := json.Unmarshal(b, &want)
 	if (gerr != nil) != (werr != nil) {
 		t.Fatalf("parseIn(%q): error %v, json.Unmarshal: %v", b, gerr, werr)

@@ -248,48 +248,73 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		defer closeLog()
 		logger = slog.New(red.Handler(logger.Handler()))
 	}
-	release, err := lockStateFolder(ctx, dir, mode)
+	return c.serve(ctx, serveRun{f: f, cfg: cfg, st: st, dir: dir, ident: ident, mode: mode, logger: logger, fan: fan})
+}
+
+// serveRun is what Run has settled before it serves: the flags, the
+// configuration, the state folder and the logger.
+type serveRun struct {
+	f          serveFlags
+	cfg        *fileConfig
+	st         policy.Settings
+	dir, ident string
+	mode       serveMode
+	logger     *slog.Logger
+	fan        *swapWriter // the daemon's log, copied to its relays
+}
+
+// serve locks the state folder, checks who may reach the listeners, opens
+// the core and serves its fronts until ctx ends or a front fails.
+func (c *serveCommand) serve(ctx context.Context, r serveRun) (err error) {
+	f, logger := r.f, r.logger
+	release, err := lockStateFolder(ctx, r.dir, r.mode)
 	if err != nil {
 		return err
 	}
 	defer release()
-	token := authToken(st, os.Getenv)
+	token := authToken(r.st, os.Getenv)
 	if err := checkExposure(f.listen, f.proxyListen, token); err != nil {
 		return err
 	}
 	// Other local users are kept off the loopback listeners (localuser.go).
-	access, err := localAccessOf(dir, token, f.listen, f.proxyListen, f.metrics, logger)
+	access, err := localAccessOf(r.dir, token, f.listen, f.proxyListen, f.metrics, logger)
 	if err != nil {
 		return err
 	}
-	token = access.token
 	// A model or upstream URL set to foldproxy's own address is refused
 	// now; other loops when a connection reaches one of its listeners.
-	if err := checkLoops(f.listen, st, cfg.Servers); err != nil {
+	if err := checkLoops(f.listen, r.st, r.cfg.Servers); err != nil {
 		return err
 	}
 	loops := &selfListeners{}
-	auditPath := resolvePaths(&st, cfg.Dir, dir)
+	auditPath := resolvePaths(&r.st, r.cfg.Dir, r.dir)
 	// Garbage left by a burst of calls is returned once the process goes
 	// quiet (trim.go).
 	go trimWhenIdle(ctx, logger)
 	core, err := openCore(ctx, coreConfig{
-		servers: cfg.Servers, settings: st, configDir: cfg.Dir, stateDir: dir, auditPath: auditPath,
-		resumable: mode == modeHTTP || mode == modeDaemon, logger: logger, loops: loops,
+		servers: r.cfg.Servers, settings: r.st, configDir: r.cfg.Dir, stateDir: r.dir, auditPath: auditPath,
+		resumable: r.mode == modeHTTP || r.mode == modeDaemon, logger: logger, loops: loops,
 	})
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if cerr := core.Close(); cerr != nil {
-			logger.Error("foldproxy could not close its state store", "state", dir, "err", cerr)
+			logger.Error("foldproxy could not close its state store", "state", r.dir, "err", cerr)
 			if err == nil {
 				err = cerr
 			}
 		}
 	}()
 	go core.warnLongNames(ctx, f.entry)
+	return c.serveFronts(ctx, r, core, access, loops)
+}
 
+// serveFronts starts the metrics, the forward proxy and the attach socket
+// as the flags ask, then serves the mode's own front: the daemon's, stdio
+// or streamable HTTP.
+func (c *serveCommand) serveFronts(ctx context.Context, r serveRun, core *serveCore, access localAccess, loops *selfListeners) (err error) {
+	f, st, logger, token := r.f, r.st, r.logger, access.token
 	if f.metrics != "" {
 		stop, err := serveMetrics(f.metrics, core.metrics, access.guard, logger)
 		if err != nil {
@@ -298,7 +323,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		defer stop()
 	}
 	if f.proxyListen != "" {
-		stop, err := startForwardProxy(f.proxyListen, dir, cfg.Dir, token, st.Proxy, core.newModelFront, core.newRemoteFront, access.guard, loops, logger)
+		stop, err := startForwardProxy(f.proxyListen, r.dir, r.cfg.Dir, token, st.Proxy, core.newModelFront, core.newRemoteFront, access.guard, loops, logger)
 		if err != nil {
 			return err
 		}
@@ -307,8 +332,8 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	// The daemon serves HTTP on daemonListen, so that the project's stdio
 	// sessions have a model front; it listens before it says it is ready.
 	var daemonLn net.Listener
-	if mode == modeDaemon {
-		if daemonLn, err = listenDaemonHTTP(dir, st.DaemonListen, f.config); err != nil {
+	if r.mode == modeDaemon {
+		if daemonLn, err = listenDaemonHTTP(r.dir, st.DaemonListen, f.config); err != nil {
 			return err
 		}
 		defer daemonLn.Close() // serveHTTP closes it too; this is for an earlier return
@@ -323,8 +348,8 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	// Stdio processes of the same project attach to the daemon, or to a
 	// foreground --listen server, over the state folder's socket.
 	var attach *attachFront
-	if mode != modeStdio && daemonSupported {
-		ao := attachOptions(mode, f.idleExit, ident, st, logger)
+	if r.mode != modeStdio && daemonSupported {
+		ao := attachOptions(r.mode, f.idleExit, r.ident, st, logger)
 		ao.HTTP = func() string {
 			if p := httpAddr.Load(); p != nil {
 				return *p
@@ -332,15 +357,15 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 			return ""
 		}
 		ao.HoldReady = core.waitUpstreams
-		if attach, err = listenAttach(dir, core.srv, ao); err != nil {
+		if attach, err = listenAttach(r.dir, core.srv, ao); err != nil {
 			return err
 		}
-		fan.set(attach.srv)
-		defer fan.set(nil)
+		r.fan.set(attach.srv)
+		defer r.fan.set(nil)
 	}
-	switch mode {
+	switch r.mode {
 	case modeDaemon:
-		logger.Info("foldproxy daemon serving the project's stdio sessions", "upstreams", len(cfg.Servers), "state", dir, "config", f.config)
+		logger.Info("foldproxy daemon serving the project's stdio sessions", "upstreams", len(r.cfg.Servers), "state", r.dir, "config", f.config)
 		if daemonLn != nil {
 			// The daemon's listener keeps other local users off as
 			// --listen does (localuser.go).
@@ -357,13 +382,20 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 		c.sayReady()
 		return attach.serve(ctx)
 	case modeStdio:
-		logger.Info("foldproxy serving MCP on stdio", "upstreams", len(cfg.Servers), "state", dir)
+		logger.Info("foldproxy serving MCP on stdio", "upstreams", len(r.cfg.Servers), "state", r.dir)
 		return serveStdio(ctx, core.srv, c.stdin, c.stdout, st.MaxMessageBytes, logger)
 	}
 	if attach != nil {
 		defer attach.serveInBackground(ctx)()
 	}
-	handler, closeStreams, err := core.httpHandler(f.listen, token)
+	return serveListen(ctx, r, core, access, loops, &httpAddr)
+}
+
+// serveListen serves MCP over streamable HTTP, and the model APIs, on
+// --listen.
+func serveListen(ctx context.Context, r serveRun, core *serveCore, access localAccess, loops *selfListeners, httpAddr *atomic.Pointer[string]) error {
+	f, st, logger := r.f, r.st, r.logger
+	handler, closeStreams, err := core.httpHandler(f.listen, access.token)
 	if err != nil {
 		return err
 	}
@@ -373,12 +405,12 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 	}
 	defer ln.Close()
 	loops.add(ln.Addr())
-	if err := checkLoops(ln.Addr().String(), st, cfg.Servers); err != nil {
+	if err := checkLoops(ln.Addr().String(), st, r.cfg.Servers); err != nil {
 		return err
 	}
 	a := ln.Addr().String()
 	httpAddr.Store(&a)
-	logger.Info("foldproxy serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp", "upstreams", len(cfg.Servers), "state", dir)
+	logger.Info("foldproxy serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp", "upstreams", len(r.cfg.Servers), "state", r.dir)
 	logger.Info("foldproxy serving the model APIs", "ANTHROPIC_BASE_URL", "http://"+ln.Addr().String(),
 		"anthropic", st.Model.AnthropicURL, "openai", st.Model.OpenAIURL)
 	return serveHTTP(ctx, ln, handler, closeStreams, access.guard)
@@ -416,23 +448,14 @@ func (c *serveCommand) sayReady() {
 }
 
 // observer feeds what the proxy core sees outside the intercept chain to
-// the metrics and the audit log.
+// the metrics and the audit log: intercept's Observer (sessions, relayed
+// messages), and the model front's requests.
 type observer struct {
+	*intercept.Observer
 	auditor *intercept.Auditor
 	metrics *intercept.Metrics
 	logger  *slog.Logger
 	prices  policy.ModelPrices // to bill the usage model APIs report
-}
-
-func (o observer) SessionOpened() { o.metrics.SessionOpened() }
-func (o observer) SessionClosed() { o.metrics.SessionClosed() }
-
-func (o observer) Relayed(upstream, method string, redactions map[string]int) {
-	o.metrics.Redacted(redactions)
-	rec := intercept.Record{Time: time.Now(), Kind: "relay", Upstream: upstream, Method: method, Redactions: redactions, Outcome: intercept.OutcomeOK}
-	if err := o.auditor.Write(rec); err != nil {
-		o.logger.Warn("audit record of a relayed message", "err", err)
-	}
 }
 
 // ModelRequest records a request of the model front in the metrics and
@@ -482,83 +505,4 @@ func (s sinks) BranchEvent(ctx context.Context, ev fold.Event) {
 	for _, x := range s {
 		x.BranchEvent(ctx, ev)
 	}
-}
-
-// relayedCaps are the client capabilities foldproxy relays to an agent,
-// with what it advertises upstream for each.
-var relayedCaps = map[string]json.RawMessage{
-	"roots":       json.RawMessage(`{"listChanged":true}`),
-	"sampling":    json.RawMessage(`{}`),
-	"elicitation": json.RawMessage(`{}`),
-}
-
-// advertiseClientCaps is foldproxy's rule for the client capabilities
-// upstreams are told about: upstreams start advertising none, and each
-// of roots, sampling and elicitation is added (to every upstream, which
-// sessions share) once an agent that declares it initializes. An upstream
-// must be initialized again to learn a capability, so one connected
-// without it reconnects; the agent's initialize waits for that: at most
-// wait for an upstream that was up, and for one still starting only as the
-// catalogue's readiness rule says (proxy.Options.ReadyWait), so that a slow
-// upstream does not hold the agent's initialize (it joins later with
-// list_changed). It never waits for an upstream whose attempts fail. The
-// set only grows: a capability some agent declared stays advertised, and a
-// request for it from an upstream goes to a session that declared it or is
-// refused (proxy.UpstreamRequest).
-func advertiseClientCaps(ctx context.Context, ups []*upstreams.Upstream, declared json.RawMessage, readyWait, wait time.Duration, logger *slog.Logger) {
-	var d map[string]json.RawMessage
-	if err := json.Unmarshal(declared, &d); err != nil {
-		return
-	}
-	add := map[string]json.RawMessage{}
-	for k, v := range relayedCaps {
-		if _, ok := d[k]; ok {
-			add[k] = v
-		}
-	}
-	if len(add) == 0 {
-		return
-	}
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, u := range ups {
-		// An upstream that is up reconnects for the new capabilities and
-		// is waited for (at most wait): a tools/list right after
-		// initialize must list what the upstream offers an agent with
-		// those capabilities (server-everything adds tools for roots,
-		// sampling and elicitation), and the catalogue of the old
-		// connection would not. One on its first attempt is waited for as
-		// a catalogue request waits; one that is down gets them with its
-		// next initialize and is never waited for.
-		wasUp := u.State() == upstreams.StateUp
-		if !u.Advertise(add) {
-			continue
-		}
-		wg.Go(func() {
-			ctx := wctx
-			if !wasUp {
-				// Within readyWait of its start or of now, whichever
-				// came first; one whose attempts fail is never waited
-				// for.
-				from := time.Now()
-				if t := u.StartedAt(); !t.IsZero() && t.Before(from) {
-					from = t
-				}
-				sctx, cancel := context.WithDeadline(wctx, from.Add(readyWait))
-				defer cancel()
-				ctx = sctx
-				if u.WaitAttempted(ctx) != nil {
-					return
-				}
-				if st, _ := u.Status(); st != upstreams.StateUp {
-					return
-				}
-			}
-			if err := u.WaitAdvertised(ctx); err != nil {
-				logger.Debug("upstream not yet reconnected with the agent's capabilities", "upstream", u.Name(), "err", err)
-			}
-		})
-	}
-	wg.Wait()
 }

@@ -290,7 +290,7 @@ func TestUpstreamOptions(t *testing.T) {
 	u := upstreams.New(upstreams.Entry{Name: "gh", Type: "stdio", Command: "true"}, opts)
 
 	_, err = opts.OnRequest(context.Background(), u, "sampling/createMessage", json.RawMessage(`{}`))
-	var rpcErr *upstreams.RPCError
+	var rpcErr *proxy.Error
 	if !errors.As(err, &rpcErr) || rpcErr.Code != proxy.CodeInternalError || rpcErr.Message != "foldproxy is starting" {
 		t.Errorf("request before the front exists: %v", err)
 	}

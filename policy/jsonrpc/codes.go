@@ -1,7 +1,7 @@
-// Package jsonrpc holds the JSON-RPC 2.0 and MCP error codes foldproxy
-// sends, coded in one place. It is a leaf under policy/ so that every
-// package that answers a JSON-RPC error (proxy, intercept, cmd) uses these
-// constants rather than its own copy of the numbers; it imports nothing.
+// The JSON-RPC 2.0 and MCP error codes foldproxy sends, coded in one place:
+// every package that answers a JSON-RPC error uses these constants rather
+// than its own copy of the numbers.
+
 package jsonrpc
 
 // The codes JSON-RPC 2.0 defines.

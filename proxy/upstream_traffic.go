@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
-	"github.com/foldproxy/foldproxy/upstreams"
 )
 
 // Upstreams are shared by every downstream session, so messages coming back
@@ -32,8 +32,10 @@ import (
 //   - list_changed is turned into a catalogue rebuild (UpstreamChanged).
 //
 // An answer from the agent is only taken from the session that was asked
-// (Session.pending). Everything relayed is scrubbed first; what cannot be
-// scanned is dropped.
+// (Session.pending). Everything relayed passes the intercept chain first,
+// as an exchange of kind MessageNotification or MessageRequest (relayed):
+// its innermost handler scrubs the params; what cannot be scanned is
+// dropped.
 
 // callCtxKey is the context key under which finish leaves the call in
 // flight, for the server-to-client requests made on its behalf.
@@ -127,9 +129,9 @@ func (s *Server) soleCaller(upstream string) (c *activeCall, n int) {
 	return last, 1
 }
 
-// scrub cleans a relayed message or catalogue text from upstream; ok is
-// false when it could not be scanned and must be dropped (fail closed).
-// Redactions are reported to the Observer.
+// scrub cleans catalogue text from upstream; ok is false when it could
+// not be scanned and must be dropped (fail closed). Redactions are
+// reported to the Observer.
 func (s *Server) scrub(ctx context.Context, upstream, method string, raw json.RawMessage) (json.RawMessage, bool) {
 	if s.opts.Scrubber == nil || len(raw) == 0 {
 		return raw, true
@@ -144,6 +146,33 @@ func (s *Server) scrub(ctx context.Context, upstream, method string, raw json.Ra
 	}
 	return clean, true
 }
+
+// relayed passes a notification or request from upstream, params raw,
+// through the chain (s.relay) and returns the params to relay; ok is false
+// when the message must be dropped (it could not be scanned).
+func (s *Server) relayed(ctx context.Context, kind intercept.MessageKind, upstream, method string, params json.RawMessage) (json.RawMessage, bool) {
+	ex := &intercept.Exchange{Kind: kind, Upstream: upstream, Method: method, Params: params}
+	if err := s.relay(ctx, ex); err != nil || ex.Err != nil {
+		return nil, false
+	}
+	return ex.Params, true
+}
+
+// scrubRelayed is the innermost handler of the relay chain: it scrubs the
+// exchange's params, or withholds the message (ex.Err).
+func (s *Server) scrubRelayed(ctx context.Context, ex *intercept.Exchange) error {
+	p, ok := s.scrub(ctx, ex.Upstream, ex.Method, ex.Params)
+	if !ok {
+		ex.Err = errRelayWithheld
+		ex.Outcome = intercept.OutcomeWithheld
+		return ex.Err
+	}
+	ex.Params = p
+	return nil
+}
+
+// errRelayWithheld withholds a relayed message that could not be scanned.
+var errRelayWithheld = errors.New("foldproxy withheld this message: it could not be scanned for secrets")
 
 // UpstreamNotification relays a notification from an upstream.
 func (s *Server) UpstreamNotification(upstream, method string, params json.RawMessage) {
@@ -167,7 +196,7 @@ func (s *Server) UpstreamNotification(upstream, method string, params json.RawMe
 		// back: the token is the agent's value, not upstream content, and a
 		// token that merely looks random (ours or the agent's) must not be
 		// redacted out of the agent's reach.
-		p, ok := s.scrub(ctx, upstream, method, params)
+		p, ok := s.relayed(ctx, intercept.MessageNotification, upstream, method, params)
 		if !ok {
 			return
 		}
@@ -182,7 +211,7 @@ func (s *Server) UpstreamNotification(upstream, method string, params json.RawMe
 			s.log.Debug("log message dropped: calls of several sessions are in flight on its upstream and nothing tells whose it is", "upstream", upstream)
 			return
 		}
-		p, ok := s.scrub(ctx, upstream, method, params)
+		p, ok := s.relayed(ctx, intercept.MessageNotification, upstream, method, params)
 		if !ok {
 			return
 		}
@@ -200,7 +229,7 @@ func (s *Server) UpstreamNotification(upstream, method string, params json.RawMe
 			}
 		}
 	case "notifications/resources/updated":
-		p, ok := s.scrub(ctx, upstream, method, params)
+		p, ok := s.relayed(ctx, intercept.MessageNotification, upstream, method, params)
 		if !ok {
 			return
 		}
@@ -242,18 +271,18 @@ func (s *Server) UpstreamRequest(ctx context.Context, upstream, method string, p
 	case "ping":
 		return json.RawMessage("{}"), nil
 	default:
-		return nil, &upstreams.RPCError{Code: CodeMethodNotFound, Message: "method not found: " + method}
+		return nil, &Error{Code: CodeMethodNotFound, Message: "method not found: " + method}
 	}
 	sess, out, err := s.pickSession(ctx, upstream, capName)
 	if err != nil {
-		return nil, &upstreams.RPCError{Code: CodeInternalError, Message: fmt.Sprintf("%s: %v", method, err)}
+		return nil, &Error{Code: CodeInternalError, Message: fmt.Sprintf("%s: %v", method, err)}
 	}
 	if !sess.hasCapability(capName) {
-		return nil, &upstreams.RPCError{Code: CodeMethodNotFound, Message: fmt.Sprintf("the client does not support %s", capName)}
+		return nil, &Error{Code: CodeMethodNotFound, Message: fmt.Sprintf("the client does not support %s", capName)}
 	}
-	p, ok := s.scrub(ctx, upstream, method, params)
+	p, ok := s.relayed(ctx, intercept.MessageRequest, upstream, method, params)
 	if !ok {
-		return nil, &upstreams.RPCError{Code: CodeInternalError, Message: "foldproxy withheld this request: it could not be scanned for secrets"}
+		return nil, &Error{Code: CodeInternalError, Message: "foldproxy withheld this request: it could not be scanned for secrets"}
 	}
 	d := s.opts.Settings.CallTimeout(upstream)
 	ctx, cancel := context.WithTimeoutCause(ctx, d, fmt.Errorf(
@@ -261,11 +290,11 @@ func (s *Server) UpstreamRequest(ctx context.Context, upstream, method string, p
 	defer cancel()
 	res, err := s.request(ctx, sess, out, method, p)
 	if err != nil {
-		var re *upstreams.RPCError
+		var re *Error
 		if errors.As(err, &re) {
 			return nil, re
 		}
-		return nil, &upstreams.RPCError{Code: CodeInternalError, Message: fmt.Sprintf("%s: %v", method, err)}
+		return nil, &Error{Code: CodeInternalError, Message: fmt.Sprintf("%s: %v", method, err)}
 	}
 	return res, nil
 }
