@@ -4,17 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/foldproxy/foldproxy/proxy/guard"
 	"io"
 	"log/slog"
 	"mime"
-	"net"
 	"net/http"
-	"net/url"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -58,10 +55,7 @@ type HTTPOptions struct {
 // IsLoopback reports whether addr, a listen address such as
 // "127.0.0.1:8080", "[::1]:0" or "localhost:9", names a loopback host. An
 // address with no host (":8080") listens on every interface and is not.
-func IsLoopback(addr string) bool {
-	host := httpHostOnly(addr)
-	return host != "" && httpLoopbackHost(host)
-}
+func IsLoopback(addr string) bool { return guard.IsLoopback(addr) }
 
 // httpProtocolVersions are the MCP protocol versions whose streamable HTTP
 // transport this front speaks; an MCP-Protocol-Version header naming any
@@ -96,10 +90,9 @@ type HTTPHandler struct {
 	ep             Endpoint
 	log            *slog.Logger
 	path           string
-	tokenSum       [sha256.Size]byte
-	needToken      bool
+	token          guard.Token
 	loopback       bool
-	allowedOrigins map[string]bool
+	allowedOrigins guard.Origins
 	maxBytes       int64
 	idle           time.Duration
 	resume         func(ctx context.Context, id string) (*Session, bool)
@@ -162,7 +155,7 @@ func newHTTPHandler(ep Endpoint, opts HTTPOptions) (*HTTPHandler, error) {
 		return nil, fmt.Errorf("http front: Path %q must start with \"/\"", opts.Path)
 	}
 	var err error
-	if h.needToken, h.tokenSum, err = httpTokenSum("http front", opts.Token, opts.Loopback); err != nil {
+	if h.token, err = frontToken("http front", opts.Token, opts.Loopback); err != nil {
 		return nil, err
 	}
 	if h.maxBytes < 0 {
@@ -808,7 +801,7 @@ func (h *HTTPHandler) reapIdle(now time.Time) {
 // checkOrigin guards against DNS rebinding (see httpOriginRefusal). It
 // writes 403 and reports false when the request is refused.
 func (h *HTTPHandler) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
-	reason := httpOriginRefusal(r, h.loopback, h.allowedOrigins)
+	reason := guard.Refusal(r, h.loopback, h.allowedOrigins)
 	if reason == "" {
 		return true
 	}
@@ -817,79 +810,11 @@ func (h *HTTPHandler) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// httpTokenSum checks a front's token and returns whether one is needed
-// and its hash. A token is required off loopback.
-func httpTokenSum(front, token string, loopback bool) (bool, [sha256.Size]byte, error) {
-	if token == "" && !loopback {
-		return false, [sha256.Size]byte{}, fmt.Errorf("%s: Token is required when the listen address is not loopback", front)
-	}
-	if token == "" {
-		return false, [sha256.Size]byte{}, nil
-	}
-	if strings.TrimSpace(token) != token || strings.ContainsAny(token, "\r\n") {
-		return false, [sha256.Size]byte{}, fmt.Errorf("%s: Token must not contain spaces at its ends or line breaks", front)
-	}
-	return true, sha256.Sum256([]byte(token)), nil
-}
-
-// httpOrigins normalizes a front's AllowedOrigins into a set.
-func httpOrigins(front string, origins []string) (map[string]bool, error) {
-	set := make(map[string]bool, len(origins))
-	for _, o := range origins {
-		norm, err := httpNormalizeOrigin(o)
-		if err != nil {
-			return nil, fmt.Errorf("%s: AllowedOrigins entry %q: %w", front, o, err)
-		}
-		set[norm] = true
-	}
-	return set, nil
-}
-
-// httpOriginRefusal says why a request is refused against DNS rebinding,
-// "" when it is not. With loopback the Host header must name a loopback
-// host. An Origin header, when present, must be one of allowed (normalized
-// by httpNormalizeOrigin), or a loopback origin (with loopback), or the
-// request's own host (without loopback). Every front on the HTTP listener
-// applies it.
-func httpOriginRefusal(r *http.Request, loopback bool, allowed map[string]bool) string {
-	if loopback && !httpLoopbackHost(httpHostOnly(r.Host)) {
-		return fmt.Sprintf("forbidden: Host %q is not a loopback host", r.Host)
-	}
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return ""
-	}
-	norm, err := httpNormalizeOrigin(origin)
-	if err == nil && (allowed[norm] || httpOriginMatches(norm, r.Host, loopback)) {
-		return ""
-	}
-	return fmt.Sprintf("forbidden: Origin %q is not allowed", origin)
-}
-
-func httpOriginMatches(norm, host string, loopback bool) bool {
-	u, err := url.Parse(norm)
-	if err != nil {
-		return false
-	}
-	if loopback {
-		return httpLoopbackHost(u.Hostname())
-	}
-	return strings.EqualFold(u.Host, host)
-}
-
 // checkToken enforces the bearer token. It writes 401 and reports false when
 // the request lacks it.
 func (h *HTTPHandler) checkToken(w http.ResponseWriter, r *http.Request) bool {
-	if !h.needToken {
+	if h.token.Bearer(r) {
 		return true
-	}
-	const prefix = "bearer "
-	auth := r.Header.Get("Authorization")
-	if len(auth) > len(prefix) && strings.EqualFold(auth[:len(prefix)], prefix) {
-		got := sha256.Sum256([]byte(strings.TrimSpace(auth[len(prefix):])))
-		if subtle.ConstantTimeCompare(got[:], h.tokenSum[:]) == 1 {
-			return true
-		}
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="foldproxy"`)
 	httpError(w, http.StatusUnauthorized, CodeInvalidRequest, "unauthorized: a valid Authorization: Bearer token is required")
@@ -1142,38 +1067,6 @@ func httpAccepts(hdr http.Header, typ string) bool {
 		}
 	}
 	return !seen || (best >= 0 && bestQ > 0)
-}
-
-// httpHostOnly returns the host of "host:port", "[v6]:port" or a bare host.
-func httpHostOnly(hostport string) string {
-	if host, _, err := net.SplitHostPort(hostport); err == nil {
-		return host
-	}
-	return strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
-}
-
-// httpLoopbackHost reports whether host (no port) is localhost or a
-// loopback IP (127.0.0.0/8, ::1).
-func httpLoopbackHost(host string) bool {
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-// httpNormalizeOrigin checks that o is an origin (scheme://host[:port], no
-// path) and returns it lower-cased.
-func httpNormalizeOrigin(o string) (string, error) {
-	u, err := url.Parse(strings.TrimSuffix(o, "/"))
-	if err != nil {
-		return "", fmt.Errorf("not a URL: %w", err)
-	}
-	if u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return "", errors.New("an origin is scheme://host[:port] with nothing after it")
-	}
-	return strings.ToLower(u.Scheme + "://" + u.Host), nil
 }
 
 // httpValidSessionID reports whether id is a plausible session id: visible
