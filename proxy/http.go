@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/foldproxy/foldproxy/proxy/guard"
 	"io"
 	"log/slog"
 	"mime"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/policy/jsonrpc"
+	"github.com/foldproxy/foldproxy/proxy/guard"
 )
 
 // HTTPOptions configures the streamable HTTP front.

@@ -160,7 +160,7 @@ func NewRemoteFront(opts RemoteOptions) (*RemoteFront, error) {
 	f.recall = intercept.Chain(f.callFold, opts.Interceptors...)
 	f.relay = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			target, _ := pr.In.Context().Value(mitmTargetKey{}).(string)
+			target, _ := pr.In.Context().Value(remoteTargetKey{}).(string)
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "https", target
 			pr.Out.Host = pr.In.Host
 			for _, k := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
@@ -187,6 +187,41 @@ func (f *RemoteFront) Targets() []string {
 	}
 	return out
 }
+
+// HandlesTarget, ServeMCP, Relay and ConnClosed make RemoteFront the
+// forward proxy's transparent.Remote.
+
+// HandlesTarget reports whether target (host:port) is a server's.
+func (f *RemoteFront) HandlesTarget(target string) bool { return f.handlesTarget(target) }
+
+// ServeMCP serves r when it is an MCP request of target's server (see
+// serve) and reports whether it did.
+func (f *RemoteFront) ServeMCP(w http.ResponseWriter, r *http.Request, target string, conn net.Conn) bool {
+	return f.serve(w, r.WithContext(context.WithValue(r.Context(), remoteTargetKey{}, target)), target, conn)
+}
+
+// Relay sends r to its real server, target, untouched and relays the
+// answer.
+func (f *RemoteFront) Relay(w http.ResponseWriter, r *http.Request, target string) {
+	f.relay.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), remoteTargetKey{}, target)))
+}
+
+// remoteTargetKey is the context key of an intercepted request's CONNECT
+// target (host:port), whatever its Host header says.
+type remoteTargetKey struct{}
+
+// proxyRefusal answers a request foldproxy refuses itself, in plain text
+// marked with X-Foldproxy-Error (as the forward proxy does).
+func proxyRefusal(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Foldproxy-Error", "1")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, msg+"\n")
+}
+
+// ConnClosed ends the sessions keyed by conn (stateless servers).
+func (f *RemoteFront) ConnClosed(conn net.Conn) { f.connClosed(conn) }
 
 // handlesTarget reports whether target (host:port) is a server's.
 func (f *RemoteFront) handlesTarget(target string) bool {
@@ -686,7 +721,7 @@ func upstreamRequest(ctx context.Context, r *http.Request, target string, body [
 // forwardPost sends a POST to the server and relays its answer, each
 // message through transform; pc is the chained call it carries, if any.
 func (f *RemoteFront) forwardPost(w http.ResponseWriter, r *http.Request, sess *remoteSession, body []byte, pc *pendingCall) {
-	target, _ := r.Context().Value(mitmTargetKey{}).(string)
+	target, _ := r.Context().Value(remoteTargetKey{}).(string)
 	fail := func(err error) {
 		if pc != nil && pc.cancel != nil {
 			pc.cancel(err)
@@ -959,7 +994,7 @@ func (f *RemoteFront) addFoldTools(raw []byte) []byte {
 // send forwards r, bodiless, to the server it was meant for; when that
 // fails the client has been answered 502 and ok is false.
 func (f *RemoteFront) send(w http.ResponseWriter, r *http.Request) (resp *http.Response, ok bool) {
-	target, _ := r.Context().Value(mitmTargetKey{}).(string)
+	target, _ := r.Context().Value(remoteTargetKey{}).(string)
 	req, err := upstreamRequest(r.Context(), r, target, nil)
 	if err != nil {
 		proxyRefusal(w, http.StatusBadGateway, "foldproxy: "+err.Error())
@@ -1027,7 +1062,7 @@ func (f *RemoteFront) serveOther(w http.ResponseWriter, r *http.Request, s *remo
 	if len(body) == 0 {
 		body = nil
 	}
-	target, _ := r.Context().Value(mitmTargetKey{}).(string)
+	target, _ := r.Context().Value(remoteTargetKey{}).(string)
 	req, err := upstreamRequest(r.Context(), r, target, body)
 	if err != nil {
 		proxyRefusal(w, http.StatusBadGateway, "foldproxy: "+err.Error())

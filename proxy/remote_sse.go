@@ -133,7 +133,7 @@ func (f *RemoteFront) relayStream(w http.ResponseWriter, r *http.Request, resp *
 			f.endSession(sess, "SSE stream closed")
 		}
 	}()
-	target, _ := r.Context().Value(mitmTargetKey{}).(string)
+	target, _ := r.Context().Value(remoteTargetKey{}).(string)
 	srv := s
 	if srv == nil {
 		srv = sess.srv

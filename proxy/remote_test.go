@@ -22,6 +22,7 @@ import (
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
+	"github.com/foldproxy/foldproxy/proxy/transparent"
 )
 
 // wordScrubber is a JSONScrubber double that redacts the word SECRET.
@@ -227,8 +228,22 @@ func newRemoteRig(t *testing.T) *remoteRig {
 	}
 	rig.front = front
 	t.Cleanup(front.Close)
-	fp, srv, _ := newTestForward(t, ForwardOptions{Loopback: true, AllowPorts: []int{port}, Remote: front})
-	pem, err := os.ReadFile(fp.ca.CertPath())
+	// The rig reaches the front as the agent does: through the forward
+	// proxy of transparent mode, which intercepts the server's host.
+	ca, _, err := transparent.LoadOrCreateCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := transparent.NewForwardProxy(transparent.ForwardOptions{
+		CA: ca, Loopback: true, AllowPorts: []int{port}, Remote: front,
+		Model: func(string) (http.Handler, error) { return http.NotFoundHandler(), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(fp)
+	t.Cleanup(func() { srv.Close(); fp.Close() })
+	pem, err := os.ReadFile(ca.CertPath())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/proxy/transparent"
 )
 
 // startForwardProxy serves transparent mode's forward proxy on addr: the
@@ -25,7 +26,7 @@ func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 	newFront func(proxy.ModelOptions) (*proxy.ModelHandler, error),
 	newRemote func(http.RoundTripper) (*proxy.RemoteFront, error), guard *localUsers, loops *selfListeners, logger *slog.Logger,
 ) (stop func(), err error) {
-	ca, created, err := proxy.LoadOrCreateCA(stateDir)
+	ca, created, err := transparent.LoadOrCreateCA(stateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -44,8 +45,12 @@ func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 			return nil, err
 		}
 	}
-	fp, err := proxy.NewForwardProxy(proxy.ForwardOptions{
-		Remote:         remote,
+	var remoteFront transparent.Remote // nil unless there is a remote front
+	if remote != nil {
+		remoteFront = remote
+	}
+	fp, err := transparent.NewForwardProxy(transparent.ForwardOptions{
+		Remote:         remoteFront,
 		CA:             ca,
 		Token:          token,
 		Loopback:       proxy.IsLoopback(addr),

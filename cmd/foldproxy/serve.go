@@ -23,6 +23,7 @@ import (
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/statedir"
 	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/proxy/transparent"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
@@ -146,7 +147,7 @@ func prepareStateDir(dir string) error {
 	if err := statedir.Prepare(dir); err != nil {
 		return err
 	}
-	for _, sub := range []struct{ name, what string }{{"badger", "the store's folder"}, {proxy.CADirName, "the CA's folder"}} {
+	for _, sub := range []struct{ name, what string }{{"badger", "the store's folder"}, {transparent.CADirName, "the CA's folder"}} {
 		if err := statedir.Check(filepath.Join(dir, sub.name), sub.what); err != nil {
 			return err
 		}

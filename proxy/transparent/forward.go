@@ -1,4 +1,4 @@
-package proxy
+package transparent
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/elazarl/goproxy"
-
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy/guard"
 )
@@ -44,12 +43,39 @@ type ForwardOptions struct {
 	// Remote, when set, is the front of the remote MCP servers of
 	// foldproxy.proxy.mcp: their hosts are intercepted too, their MCP
 	// requests served by it and their other paths relayed untouched.
-	Remote *RemoteFront
+	Remote Remote
 	// Dial connects tunnels; nil: a net.Dialer with a 30 s timeout. Never
 	// a proxy from the environment: foldproxy would be its own proxy.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives diagnostics, never a header or a body. nil discards.
 	Logger *slog.Logger
+}
+
+// Remote is the front of the intercepted remote MCP servers
+// (proxy.RemoteFront): the forward proxy terminates TLS for their hosts
+// and hands it their requests. Its methods are called concurrently.
+type Remote interface {
+	// HandlesTarget reports whether target (host:port) is a remote MCP
+	// server's: CONNECT to it is intercepted.
+	HandlesTarget(target string) bool
+	// ServeMCP serves r, a request on an intercepted connection conn to
+	// target, when it is one of the server's MCP requests, and reports
+	// whether it did.
+	ServeMCP(w http.ResponseWriter, r *http.Request, target string, conn net.Conn) bool
+	// Relay sends r, a request to target that ServeMCP did not serve, to
+	// the real server untouched and relays its answer.
+	Relay(w http.ResponseWriter, r *http.Request, target string)
+	// ConnClosed ends what was kept for an intercepted connection.
+	ConnClosed(conn net.Conn)
+}
+
+// discardIfNil returns l, or a logger that discards everything when l is
+// nil.
+func discardIfNil(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
 }
 
 // ForwardProxy is an HTTP forward proxy, built on goproxy, that serves
@@ -65,7 +91,7 @@ type ForwardProxy struct {
 	hosts  []hostPattern
 	ports  []int
 	model  func(string) (http.Handler, error)
-	remote *RemoteFront
+	remote Remote
 	gp     *goproxy.ProxyHttpServer
 
 	mu      sync.Mutex
@@ -91,7 +117,7 @@ func NewForwardProxy(opts ForwardOptions) (*ForwardProxy, error) {
 		return nil, errors.New("forward proxy: AllowPorts is empty: no CONNECT could be served")
 	}
 	p := &ForwardProxy{
-		log:    frontLogger(opts.Logger),
+		log:    discardIfNil(opts.Logger),
 		ca:     opts.CA,
 		ports:  slices.Clone(opts.AllowPorts),
 		model:  opts.Model,
@@ -152,7 +178,7 @@ func NewForwardProxy(opts ForwardOptions) (*ForwardProxy, error) {
 		},
 		ConnState: func(c net.Conn, st http.ConnState) {
 			if p.remote != nil && (st == http.StateClosed || st == http.StateHijacked) {
-				p.remote.connClosed(c)
+				p.remote.ConnClosed(c)
 			}
 		},
 	}
@@ -162,7 +188,7 @@ func NewForwardProxy(opts ForwardOptions) (*ForwardProxy, error) {
 // Intercepted reports whether CONNECT to hostport ("host:port") is
 // intercepted rather than tunnelled.
 func (p *ForwardProxy) Intercepted(hostport string) bool {
-	return p.modelHost(hostport) || (p.remote != nil && p.remote.handlesTarget(hostport))
+	return p.modelHost(hostport) || (p.remote != nil && p.remote.HandlesTarget(hostport))
 }
 
 // modelHost reports whether hostport is one of InterceptHosts.
@@ -302,13 +328,13 @@ type (
 // unless the host is also a model host; a model host's by its model front.
 func (p *ForwardProxy) serveIntercepted(w http.ResponseWriter, r *http.Request) {
 	target, _ := r.Context().Value(mitmTargetKey{}).(string)
-	if p.remote != nil && p.remote.handlesTarget(target) {
+	if p.remote != nil && p.remote.HandlesTarget(target) {
 		conn, _ := r.Context().Value(mitmConnKey{}).(*mitmConn)
-		if p.remote.serve(w, r, target, conn) {
+		if p.remote.ServeMCP(w, r, target, conn) {
 			return
 		}
 		if !p.modelHost(target) {
-			p.remote.relay.ServeHTTP(w, r)
+			p.remote.Relay(w, r, target)
 			return
 		}
 	}
