@@ -8,6 +8,12 @@
 // and _meta pass through byte for byte; it decodes only what it must route.
 // In stdio mode nothing but JSON-RPC may ever reach stdout.
 //
+// The MCP front over streamable HTTP is HTTPHandler (http.go; its session
+// registry in http_session.go, the answers of a POST in http_post.go).
+// The core that every front hands its messages to is Server (server.go;
+// the calls to upstreams and fold tools in server_calls.go, waiting for
+// upstreams in server_ready.go).
+//
 // On the same HTTP listener, the model front (ModelHandler) serves the
 // model APIs (Anthropic Messages, OpenAI Chat Completions and Responses):
 // each request goes through the context manager (fold/modelwire) and on to
@@ -17,7 +23,8 @@
 //
 // Many stdio sessions of one project share one process (attach.go): the
 // project's daemon serves each attached stdio process as its own session
-// over a unix socket (AttachServer). On Linux the stdio process passes the
+// over a unix socket (AttachServer; the stdio process's side, Relay, is
+// attach_relay.go). On Linux the stdio process passes the
 // agent's stdin and stdout to the daemon (SCM_RIGHTS) with a journal of
 // the session in shared memory (journal.go), and only waits: the daemon
 // reads and writes the agent's pipes itself. Elsewhere, or with
