@@ -21,24 +21,15 @@
 // logged or stored), the answer relayed byte for byte as it streams. The
 // Responses API's WebSocket upgrade is refused (model.go says why).
 //
-// Many stdio sessions of one project share one process (attach.go): the
-// project's daemon serves each attached stdio process as its own session
-// over a unix socket (AttachServer; the stdio process's side, Relay, is
-// attach_relay.go). On Linux the stdio process passes the
-// agent's stdin and stdout to the daemon (SCM_RIGHTS) with a journal of
-// the session in shared memory (journal.go), and only waits: the daemon
-// reads and writes the agent's pipes itself. Elsewhere, or with
-// FOLDPROXY_ATTACH=relay, the stdio process is a Relay of JSON-RPC lines
-// between the agent and the socket. Either way, when the daemon dies the
-// stdio process resumes the session on the next daemon (TransportAttach
-// sessions are Resumable); from the journal it knows what the daemon read
-// and did not handle (it is read again) and what it took and did not
-// answer (answered with an error, or sent again when it changes nothing).
-// The journal must never be mapped by the relay while the daemon serves
-// the session. A holding connection (AttachHello.Hold, what "foldproxy
-// run" gives its agent) serves no session and keeps the daemon up; every
-// welcome names the address of the daemon's HTTP listener, whose model
-// front serves the project's stdio sessions. Catalogue requests never wait on upstreams for more than
+// Many stdio sessions of one project share one process: package
+// proxy/attach serves each attached stdio process as its own session of
+// this core, through the seam of attached.go (ServeAttached over the
+// agent's own pipes, the Journal interface the stdio writer records its
+// answers in, the line reader and writer a relay uses). TransportAttach
+// sessions are Resumable: when the daemon dies, the stdio process resumes
+// the session on the next one.
+//
+// Catalogue requests never wait on upstreams for more than
 // Options.ReadyWait; the instructions and branch_status name the upstreams
 // that are not up.
 //

@@ -456,7 +456,7 @@ func (sv *stdioServer) handleLine(ln stdioLine) (serve func(), inline bool) {
 	c := &stdioCollector{main: sv.out, await: newFrontAwait(), hold: true}
 	var group uint64
 	if sv.out.j != nil {
-		group = sv.out.j.newGroup()
+		group = sv.out.j.NewGroup()
 	}
 	for i, it := range items {
 		switch {
@@ -508,7 +508,7 @@ func (sv *stdioServer) note(msg *Message, line []byte, group uint64) error {
 	if j == nil {
 		return nil
 	}
-	return j.track(msg.ID, msg.Method, line, j.lineEndPos(), group, line != nil && relayResendable[msg.Method])
+	return j.Track(msg.ID, msg.Method, line, j.LineEndPos(), group, line != nil && relayResendable[msg.Method])
 }
 
 // deliverRequest hands one request to the core.
@@ -614,7 +614,7 @@ type stdioWriter struct {
 	// j, when set, is the session's journal (an attached session whose
 	// stdout the daemon writes itself): every message is recorded there
 	// as it goes out, through wf, w's write that reports each write(2).
-	j  *journal
+	j  Journal
 	wf func(p []byte, wrote func(int)) (int, error)
 
 	mu     sync.Mutex
@@ -657,7 +657,7 @@ var stdioNewline = []byte{'\n'}
 // it).
 func (o *stdioWriter) untrack(key string) {
 	if o.j != nil {
-		o.j.untrack(key)
+		o.j.Untrack(key)
 	}
 }
 
@@ -681,13 +681,13 @@ func (o *stdioWriter) writeLocked(b, tail []byte, keys []string) error {
 	}
 	var err error
 	if o.j != nil {
-		ref, slots := o.j.answering(keys)
-		o.j.beginOut(len(b)+len(tail), ref)
-		_, err = o.wf(b, o.j.wrote)
+		ref, slots := o.j.Answering(keys)
+		o.j.BeginOut(len(b)+len(tail), ref)
+		_, err = o.wf(b, o.j.Wrote)
 		if err == nil && len(tail) > 0 {
-			_, err = o.wf(tail, o.j.wrote)
+			_, err = o.wf(tail, o.j.Wrote)
 		}
-		o.j.endOut(slots, err == nil)
+		o.j.EndOut(slots, err == nil)
 	} else {
 		_, err = o.w.Write(b)
 		if err == nil && len(tail) > 0 {

@@ -23,6 +23,7 @@ import (
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/statedir"
 	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/proxy/attach"
 	"github.com/foldproxy/foldproxy/proxy/transparent"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
@@ -386,7 +387,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string) (err error) {
 }
 
 // relay serves this stdio session through the project's daemon, starting
-// one when none answers (proxy.Relay).
+// one when none answers (attach.Relay).
 func (c *serveCommand) relay(ctx context.Context, f serveFlags, st policy.Settings, dir, ident string, logger *slog.Logger) error {
 	if f.metrics != "" {
 		// The daemon serves the metrics and logs its address to its own
@@ -404,7 +405,7 @@ func (c *serveCommand) relay(ctx context.Context, f serveFlags, st policy.Settin
 	// stdout and socket are read and written through the runtime's poller
 	// (proxy/rawio_unix.go): waiting for either side is one epoll_wait.
 	runtime.GOMAXPROCS(1)
-	return proxy.Relay(ctx, c.stdin, c.stdout, relayOptions(f, st, dir, ident, c.stderr, logger, os.Getenv))
+	return attach.Relay(ctx, c.stdin, c.stdout, relayOptions(f, st, dir, ident, c.stderr, logger, os.Getenv))
 }
 
 // sayReady tells the relay that started this daemon that it serves.

@@ -24,6 +24,7 @@ import (
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/proxy/attach"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
@@ -169,7 +170,7 @@ func daemonArgs(f serveFlags, st policy.Settings) []string {
 // through this process; anything else (the default) passes the agent's
 // stdin and stdout to the daemon where the system allows it, this process
 // only waiting, to take the session to the next daemon if the daemon
-// dies (proxy.RelayOptions.PassFDs). The tests run both.
+// dies (attach.RelayOptions.PassFDs). The tests run both.
 const attachEnv = "FOLDPROXY_ATTACH"
 
 // relayOptions are the options of a stdio relay to the daemon of state
@@ -177,9 +178,9 @@ const attachEnv = "FOLDPROXY_ATTACH"
 // names the configuration (configIdentity), so that a daemon of another
 // one does not serve it. The daemon's log records go to stderr. getenv
 // reads attachEnv.
-func relayOptions(f serveFlags, st policy.Settings, dir, ident string, stderr io.Writer, logger *slog.Logger, getenv func(string) string) proxy.RelayOptions {
+func relayOptions(f serveFlags, st policy.Settings, dir, ident string, stderr io.Writer, logger *slog.Logger, getenv func(string) string) attach.RelayOptions {
 	extra := daemonArgs(f, st)
-	return proxy.RelayOptions{
+	return attach.RelayOptions{
 		Dial:            func(ctx context.Context) (net.Conn, error) { return dialDaemon(ctx, dir, f.config, extra) },
 		WaitExit:        func(ctx context.Context) error { return waitDaemonExit(ctx, dir) },
 		Config:          ident,
@@ -733,21 +734,21 @@ func serveMetrics(addr string, m *intercept.Metrics, guard *localUsers, logger *
 }
 
 // attachFront is the state folder's socket, on which the project's stdio
-// relays attach to this process (proxy.AttachServer).
+// relays attach to this process (attach.Server).
 type attachFront struct {
-	srv    *proxy.AttachServer
+	srv    *attach.Server
 	ln     net.Listener
 	logger *slog.Logger
 }
 
 // attachOptions are the attach socket's options: the daemon exits idleExit
 // after its last session ends; a --listen server never does.
-func attachOptions(mode serveMode, idleExit time.Duration, ident string, st policy.Settings, logger *slog.Logger) proxy.AttachOptions {
+func attachOptions(mode serveMode, idleExit time.Duration, ident string, st policy.Settings, logger *slog.Logger) attach.Options {
 	idle := time.Duration(-1)
 	if mode == modeDaemon {
 		idle = idleExit
 	}
-	return proxy.AttachOptions{
+	return attach.Options{
 		Config: ident, MaxMessageBytes: st.MaxMessageBytes, Logger: logger,
 		CheckPeer: checkPeer, IdleExit: idle,
 	}
@@ -755,13 +756,13 @@ func attachOptions(mode serveMode, idleExit time.Duration, ident string, st poli
 
 // listenAttach listens on the socket of state folder dir (the caller holds
 // its lock) for relays to attach to srv.
-func listenAttach(dir string, srv *proxy.Server, o proxy.AttachOptions) (*attachFront, error) {
+func listenAttach(dir string, srv *proxy.Server, o attach.Options) (*attachFront, error) {
 	ln, sock, err := listenSocket(dir)
 	if err != nil {
 		return nil, fmt.Errorf("attach socket: %w", err)
 	}
 	o.Logger.Info("foldproxy attach socket", "socket", sock, "pid", os.Getpid())
-	return &attachFront{srv: proxy.NewAttachServer(srv, o), ln: ln, logger: o.Logger}, nil
+	return &attachFront{srv: attach.NewServer(srv, o), ln: ln, logger: o.Logger}, nil
 }
 
 // serve serves the relays until ctx ends or, for the daemon, the last

@@ -1,9 +1,11 @@
-package proxy
+package attach
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/foldproxy/foldproxy/proxy"
 )
 
 // The attach front lets any number of stdio processes of one project share
@@ -23,7 +27,7 @@ import (
 // a thin relay of JSON-RPC lines between its stdin/stdout and that socket.
 //
 // The protocol on the socket is newline-delimited: the relay sends one
-// AttachHello line, the daemon answers one AttachWelcome line, and from then
+// Hello line, the daemon answers one Welcome line, and from then
 // on each side writes whole JSON-RPC messages, one per line, exactly as
 // over stdio. The daemon also writes two kinds of lines that are not
 // JSON-RPC: "#" followed by one of its log records, which the relay copies
@@ -31,16 +35,11 @@ import (
 // connection ends (its last session ended), so that the relay waits for it
 // to be gone before exiting itself.
 
-// TransportAttach is the transport recorded for sessions of attached stdio
-// processes. Unlike plain stdio sessions they resume after a restart of the
-// daemon: the relay keeps the session id and presents it again.
-const TransportAttach = "attach"
+// Version is the attach protocol's version.
+const Version = 1
 
-// AttachVersion is the attach protocol's version.
-const AttachVersion = 1
-
-// AttachHello is the first line a relay sends.
-type AttachHello struct {
+// Hello is the first line a relay sends.
+type Hello struct {
 	Version int `json:"foldproxyAttach"`
 	// Session is the id to resume; empty for a new session.
 	Session string `json:"session,omitempty"`
@@ -58,8 +57,8 @@ type AttachHello struct {
 	FDs bool `json:"fds,omitempty"`
 }
 
-// AttachWelcome is the daemon's answer to a hello.
-type AttachWelcome struct {
+// Welcome is the daemon's answer to a hello.
+type Welcome struct {
 	Session string `json:"session,omitempty"`
 	PID     int    `json:"pid,omitempty"`
 	// HTTP is the address on which the daemon serves HTTP (the model
@@ -88,10 +87,10 @@ const (
 	attachHelloMax = 64 << 10
 )
 
-// AttachOptions configure an AttachServer.
-type AttachOptions struct {
+// Options configure an Server.
+type Options struct {
 	// Config is the identity of the daemon's configuration (see
-	// AttachHello.Config).
+	// Hello.Config).
 	Config string
 	// MaxMessageBytes bounds one message from an agent (0: the default).
 	MaxMessageBytes int64
@@ -106,7 +105,7 @@ type AttachOptions struct {
 	IdleExit  time.Duration
 	FirstWait time.Duration
 	// HTTP, when set, returns the address told to every process that
-	// attaches (AttachWelcome.HTTP); "" while there is none.
+	// attaches (Welcome.HTTP); "" while there is none.
 	HTTP func() string
 	// HoldReady, when set, is waited for before a holding connection is
 	// welcomed (the daemon waits, bounded, for its upstreams), so that the
@@ -114,12 +113,12 @@ type AttachOptions struct {
 	HoldReady func(ctx context.Context)
 }
 
-// AttachServer serves attached stdio processes. Its Write method copies a
+// Server serves attached stdio processes. Its Write method copies a
 // log record to every attached relay, so that it can be a log handler's
 // writer.
-type AttachServer struct {
-	ep   *Server
-	opts AttachOptions
+type Server struct {
+	ep   proxy.Endpoint
+	opts Options
 	log  *slog.Logger
 
 	mu      sync.Mutex
@@ -138,7 +137,7 @@ type attachConn struct {
 	// is ended before anything else is written (under mu).
 	torn bool
 	// hold: the connection holds the daemon up and serves no session
-	// (AttachHello.Hold); nothing is written to it after the welcome.
+	// (Hello.Hold); nothing is written to it after the welcome.
 	hold bool
 }
 
@@ -164,19 +163,19 @@ func (a *attachConn) mendLocked() error {
 	return nil
 }
 
-// NewAttachServer returns an attach front for ep.
-func NewAttachServer(ep *Server, opts AttachOptions) *AttachServer {
+// NewServer returns an attach front for ep.
+func NewServer(ep proxy.Endpoint, opts Options) *Server {
 	if opts.FirstWait <= 0 {
 		opts.FirstWait = 30 * time.Second
 	}
-	return &AttachServer{ep: ep, opts: opts, log: frontLogger(opts.Logger), conns: make(map[*attachConn]bool)}
+	return &Server{ep: ep, opts: opts, log: discardIfNil(opts.Logger), conns: make(map[*attachConn]bool)}
 }
 
 // Write copies one log record to every attached relay. A relay that is
 // busy receiving a message misses the record rather than holding up the
 // daemon's logging, and one that does not read for 100 ms gets it cut
 // short (its line is ended before the next message).
-func (a *AttachServer) Write(p []byte) (int, error) {
+func (a *Server) Write(p []byte) (int, error) {
 	line := make([]byte, 0, len(p)+2)
 	line = append(line, attachLogPrefix)
 	line = append(line, bytes.TrimRight(p, "\n")...)
@@ -205,7 +204,7 @@ func (a *AttachServer) Write(p []byte) (int, error) {
 }
 
 // Attached returns how many processes are attached.
-func (a *AttachServer) Attached() int {
+func (a *Server) Attached() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.conns)
@@ -215,7 +214,7 @@ func (a *AttachServer) Attached() int {
 // daemon has been idle; then it stops accepting, detaches the sessions
 // still attached (they stay in the store, to be resumed by the next
 // daemon) and returns once every connection is finished.
-func (a *AttachServer) Serve(ctx context.Context, ln net.Listener) error {
+func (a *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	a.mu.Lock()
@@ -254,7 +253,7 @@ func (a *AttachServer) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // idleOver stops the server if nothing is attached.
-func (a *AttachServer) idleOver() {
+func (a *Server) idleOver() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.conns) == 0 && !a.exiting {
@@ -263,7 +262,7 @@ func (a *AttachServer) idleOver() {
 	}
 }
 
-func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
+func (a *Server) handle(ctx context.Context, c net.Conn) {
 	defer c.Close()
 	if a.opts.CheckPeer != nil {
 		if err := a.opts.CheckPeer(c); err != nil {
@@ -273,34 +272,34 @@ func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
 	}
 	// The relay's lines are read, and the daemon's written, by raw system
 	// calls through the poller (rawio_unix.go).
-	ac := &attachConn{c: c, rw: rawConnIO(c)}
+	ac := &attachConn{c: c, rw: proxy.RawConnIO(c)}
 	br := bufio.NewReaderSize(ac.rw, 64<<10)
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	line, tooLarge, err := stdioReadLine(br, attachHelloMax)
+	line, tooLarge, err := proxy.ReadLine(br, attachHelloMax)
 	_ = c.SetReadDeadline(time.Time{})
-	welcome := func(w AttachWelcome) error {
+	welcome := func(w Welcome) error {
 		b, _ := json.Marshal(w)
 		_, err := ac.Write(append(b, '\n'))
 		return err
 	}
-	var hello AttachHello
+	var hello Hello
 	switch {
 	case err != nil && len(line) == 0:
 		return
 	case tooLarge || json.Unmarshal(line, &hello) != nil || hello.Version == 0:
-		_ = welcome(AttachWelcome{Error: "not a foldproxy attach hello"})
+		_ = welcome(Welcome{Error: "not a foldproxy attach hello"})
 		return
-	case hello.Version != AttachVersion:
-		_ = welcome(AttachWelcome{Error: fmt.Sprintf("attach protocol %d is not %d: this foldproxy binary differs from the daemon's; stop the daemon (pid %d) and start again", hello.Version, AttachVersion, os.Getpid())})
+	case hello.Version != Version:
+		_ = welcome(Welcome{Error: fmt.Sprintf("attach protocol %d is not %d: this foldproxy binary differs from the daemon's; stop the daemon (pid %d) and start again", hello.Version, Version, os.Getpid())})
 		return
 	case hello.Config != a.opts.Config:
-		_ = welcome(AttachWelcome{Error: fmt.Sprintf("the foldproxy daemon (pid %d) on this state folder runs another configuration (%s, not %s); it stops when its sessions end, or stop it now with kill %d", os.Getpid(), a.opts.Config, hello.Config, os.Getpid())})
+		_ = welcome(Welcome{Error: fmt.Sprintf("the foldproxy daemon (pid %d) on this state folder runs another configuration (%s, not %s); it stops when its sessions end, or stop it now with kill %d", os.Getpid(), a.opts.Config, hello.Config, os.Getpid())})
 		return
 	}
 	a.mu.Lock()
 	if a.exiting {
 		a.mu.Unlock()
-		_ = welcome(AttachWelcome{Error: "the foldproxy daemon is stopping", Exiting: true})
+		_ = welcome(Welcome{Error: "the foldproxy daemon is stopping", Exiting: true})
 		return
 	}
 	if a.idle != nil {
@@ -318,7 +317,7 @@ func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
 		id = newID("s")
 	}
 	takeFDs := hello.FDs && fdPassing && br.Buffered() == 0
-	if welcome(AttachWelcome{Session: id, PID: os.Getpid(), HTTP: a.httpAddr(), FDs: takeFDs}) != nil {
+	if welcome(Welcome{Session: id, PID: os.Getpid(), HTTP: a.httpAddr(), FDs: takeFDs}) != nil {
 		a.detachConn(ac, false)
 		return
 	}
@@ -332,9 +331,9 @@ func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
 	}
 	// br goes on with what it read past the hello; a read still waiting
 	// when the session is over ends when the connection is closed.
-	err = ServeStdio(ctx, a.ep, br, ac, StdioOptions{
+	err = proxy.ServeStdio(ctx, a.ep, br, ac, proxy.StdioOptions{
 		MaxMessageBytes: a.opts.MaxMessageBytes, Logger: a.log,
-		SessionID: id, Transport: TransportAttach, Detach: true,
+		SessionID: id, Transport: proxy.TransportAttach, Detach: true,
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		a.log.Info("attached process", "session", id, "err", err)
@@ -343,17 +342,17 @@ func (a *AttachServer) handle(ctx context.Context, c net.Conn) {
 }
 
 // httpAddr is the HTTP address to tell an attaching process.
-func (a *AttachServer) httpAddr() string {
+func (a *Server) httpAddr() string {
 	if a.opts.HTTP == nil {
 		return ""
 	}
 	return a.opts.HTTP()
 }
 
-// hold keeps a holding connection (AttachHello.Hold) counted as attached
+// hold keeps a holding connection (Hello.Hold) counted as attached
 // until its peer closes it or the server stops; whatever the peer sends is
 // read and dropped.
-func (a *AttachServer) hold(ctx context.Context, ac *attachConn, br *bufio.Reader) {
+func (a *Server) hold(ctx context.Context, ac *attachConn, br *bufio.Reader) {
 	// Marked before the welcome: once the peer has read it, no log
 	// record is written to the connection.
 	a.mu.Lock()
@@ -363,7 +362,7 @@ func (a *AttachServer) hold(ctx context.Context, ac *attachConn, br *bufio.Reade
 	if a.opts.HoldReady != nil {
 		a.opts.HoldReady(ctx)
 	}
-	b, _ := json.Marshal(AttachWelcome{PID: os.Getpid(), HTTP: a.httpAddr()})
+	b, _ := json.Marshal(Welcome{PID: os.Getpid(), HTTP: a.httpAddr()})
 	if _, err := ac.Write(append(b, '\n')); err != nil {
 		a.detachConn(ac, false)
 		return
@@ -381,10 +380,10 @@ func (a *AttachServer) hold(ctx context.Context, ac *attachConn, br *bufio.Reade
 // ends as over stdio when stdin does, or when the relay hangs up; when
 // the daemon stops, the session is left in the store and the pipes to the
 // relay, which goes on with the next daemon from what the journal holds.
-func (a *AttachServer) serveFDs(ctx context.Context, ac *attachConn, id string) {
+func (a *Server) serveFDs(ctx context.Context, ac *attachConn, id string) {
 	max := a.opts.MaxMessageBytes
 	if max <= 0 {
-		max = DefaultMaxMessageBytes
+		max = proxy.DefaultMaxMessageBytes
 	}
 	p, err := receiveSession(ac.c, max)
 	if err != nil {
@@ -404,10 +403,11 @@ func (a *AttachServer) serveFDs(ctx context.Context, ac *attachConn, id string) 
 			}
 		}
 	}()
-	w := &stdioWriter{w: p.out, wf: p.write, j: p.j, broken: make(chan struct{})}
-	err = serveStdio(ctx, a.ep, &journalSource{j: p.j, fill: p.read}, w, StdioOptions{
+	err = proxy.ServeAttached(ctx, a.ep, proxy.AttachedPipes{
+		Source: &journalSource{j: p.j, fill: p.read}, Out: p.out, Write: p.write, Journal: p.j, Hangup: hangup,
+	}, proxy.StdioOptions{
 		MaxMessageBytes: max, Logger: a.log,
-		SessionID: id, Transport: TransportAttach, Detach: true, hangup: hangup,
+		SessionID: id, Transport: proxy.TransportAttach, Detach: true,
 	})
 	// The pipes go back to the relay only once nothing here can read or
 	// write them: Close waits for a read or write in flight.
@@ -445,7 +445,7 @@ func oneLine(s string) string { return strings.NewReplacer("\n", " ", "\r", " ")
 // detachConn forgets a connection. When it was the last one and the
 // daemon exits when idle, the relay is told so before its connection
 // closes.
-func (a *AttachServer) detachConn(ac *attachConn, tell bool) {
+func (a *Server) detachConn(ac *attachConn, tell bool) {
 	a.mu.Lock()
 	delete(a.conns, ac)
 	n := len(a.conns)
@@ -462,4 +462,22 @@ func (a *AttachServer) detachConn(ac *attachConn, tell bool) {
 	if tell && exiting {
 		_, _ = ac.Write([]byte(attachExiting + "\n"))
 	}
+}
+
+// discardIfNil returns l, or a logger that discards everything when l is
+// nil.
+func discardIfNil(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
+
+// newID returns a new random id with prefix, as the core makes them.
+func newID(prefix string) string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return prefix + "-" + hex.EncodeToString(b[:])
 }

@@ -1,4 +1,4 @@
-package proxy
+package attach
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
+	"github.com/foldproxy/foldproxy/proxy"
 )
 
 // RelayOptions configure Relay.
@@ -24,7 +25,7 @@ type RelayOptions struct {
 	Dial func(ctx context.Context) (net.Conn, error)
 	// WaitExit waits until the daemon that said it is exiting is gone.
 	WaitExit func(ctx context.Context) error
-	// Config is sent in the hello (AttachHello.Config).
+	// Config is sent in the hello (Hello.Config).
 	Config string
 	// MaxMessageBytes bounds one line from the agent (0: the default).
 	MaxMessageBytes int64
@@ -36,15 +37,6 @@ type RelayOptions struct {
 	// they are pipes or sockets; see attachFDs). Without it, or where the
 	// daemon does not take them, the relay relays every line.
 	PassFDs bool
-}
-
-// relayResendable are the requests that a relay sends again to a new
-// daemon when the old one went away before answering: they change nothing.
-// Any other request is answered with an error that says it may or may not
-// have been carried out.
-var relayResendable = map[string]bool{
-	"initialize": true, "ping": true, "tools/list": true, "prompts/list": true,
-	"resources/list": true, "resources/templates/list": true,
 }
 
 type relayPending struct {
@@ -77,27 +69,27 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 		return errors.New("relay: RelayOptions.Dial is required")
 	}
 	if opts.MaxMessageBytes <= 0 {
-		opts.MaxMessageBytes = DefaultMaxMessageBytes
+		opts.MaxMessageBytes = proxy.DefaultMaxMessageBytes
 	}
 	if opts.Stderr == nil {
 		opts.Stderr = io.Discard
 	}
 	// Pipes and sockets are read and written through the poller by raw
 	// system calls (rawio_unix.go); restored last, once the rest is done.
-	orig := pollablePipes(stdin, stdout)
+	orig := proxy.PollablePipes(stdin, stdout)
 	pp := orig // replaced by new duplicates when the pipes come back
-	r := &relay{opts: opts, log: frontLogger(opts.Logger), out: &stdioWriter{w: pp.out, broken: make(chan struct{})},
+	r := &relay{opts: opts, log: discardIfNil(opts.Logger), out: proxy.NewLineWriter(pp.Out),
 		pending: make(map[string]*relayPending), lost: make(chan relayLost, 4)}
 	defer func() {
-		pp.drop()
+		pp.Drop()
 		// Not while a daemon may still read them: its reads, made
 		// non-blocking, would block where nothing can end them.
 		if !r.pipesLent {
-			orig.restore()
+			orig.Restore()
 		}
 	}()
 	var carry []byte
-	if opts.PassFDs && fdPassing && pp.inFile != nil && pp.outFile != nil {
+	if opts.PassFDs && fdPassing && pp.InFile != nil && pp.OutFile != nil {
 		var done bool
 		var err error
 		if carry, done, err = r.attachFDs(ctx, stdin, stdout, &pp); done {
@@ -116,7 +108,7 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 	}()
 	r.stopRead = make(chan struct{})
 	defer close(r.stopRead)
-	in := pp.in
+	in := pp.In
 	if len(carry) > 0 {
 		// What a daemon that served the agent's pipes itself read and did
 		// not handle comes first.
@@ -128,8 +120,8 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 		case <-ctx.Done():
 			r.finish()
 			return ctx.Err()
-		case <-r.out.broken:
-			return r.out.failure()
+		case <-r.out.Broken():
+			return r.out.Failure()
 		case ev := <-r.lost:
 			if ev.gen != r.generation() {
 				continue
@@ -168,7 +160,7 @@ func Relay(ctx context.Context, stdin io.Reader, stdout io.Writer, opts RelayOpt
 // While the daemon holds the pipes, the relay drops its own duplicates of
 // them (pp.drop), which would wake its poller at every message; it makes
 // new ones (*pp) when it takes them back.
-func (r *relay) attachFDs(ctx context.Context, stdin io.Reader, stdout io.Writer, pp *stdioPipes) (carry []byte, done bool, err error) {
+func (r *relay) attachFDs(ctx context.Context, stdin io.Reader, stdout io.Writer, pp *proxy.Pipes) (carry []byte, done bool, err error) {
 	var input []byte
 	for {
 		jf, err := newJournalFile(r.opts.MaxMessageBytes, input, false)
@@ -187,14 +179,14 @@ func (r *relay) attachFDs(ctx context.Context, stdin io.Reader, stdout io.Writer
 			r.adopt(c, rw, w, br)
 			return input, false, nil
 		}
-		if err := sendFDs(c, pp.inFile, pp.outFile, jf.f); err != nil {
+		if err := sendFDs(c, pp.InFile, pp.OutFile, jf.f); err != nil {
 			// The daemon opens the session only once it has them.
 			jf.Close()
 			c.Close()
 			r.log.Info("relay: passing the agent's pipes to the daemon failed; relaying", "err", err)
 			return input, false, nil
 		}
-		pp.drop()
+		pp.Drop()
 		ended, failure, exiting := r.waitDaemon(ctx, c, br)
 		c.Close()
 		if exiting && r.opts.WaitExit != nil {
@@ -214,13 +206,13 @@ func (r *relay) attachFDs(ctx context.Context, stdin io.Reader, stdout io.Writer
 			return nil, true, ctx.Err()
 		}
 		// The pipes are the relay's again.
-		*pp = pollablePipes(stdin, stdout)
-		if pp.inFile == nil || pp.outFile == nil {
+		*pp = proxy.PollablePipes(stdin, stdout)
+		if pp.InFile == nil || pp.OutFile == nil {
 			jf.Close()
 			return nil, true, errors.New("relay: the agent's pipes could not be taken back from the daemon that went away")
 		}
-		r.out = &stdioWriter{w: pp.out, broken: make(chan struct{})}
-		rec, err := jf.recover(isPipe(pp.outFile))
+		r.out = proxy.NewLineWriter(pp.Out)
+		rec, err := jf.recover(isPipe(pp.OutFile))
 		jf.Close()
 		if err != nil {
 			return nil, true, fmt.Errorf("relay: reading the session journal of the daemon that went away: %w", err)
@@ -230,7 +222,7 @@ func (r *relay) attachFDs(ctx context.Context, stdin io.Reader, stdout io.Writer
 		if input, err = r.takeBack(*pp, rec); err != nil {
 			return nil, true, err
 		}
-		if err := r.out.failure(); err != nil {
+		if err := r.out.Failure(); err != nil {
 			return nil, true, err
 		}
 	}
@@ -298,9 +290,9 @@ func (r *relay) waitDaemon(ctx context.Context, c net.Conn, br *bufio.Reader) (e
 // and are alone on their line, which it returns to be sent again, before
 // what the daemon read and did not handle. A line too long that the daemon
 // was dropping is dropped to its end (reading stdin on) and refused.
-func (r *relay) takeBack(pp stdioPipes, rec journalRecovery) ([]byte, error) {
+func (r *relay) takeBack(pp proxy.Pipes, rec journalRecovery) ([]byte, error) {
 	if rec.mend {
-		if err := r.out.writeLine([]byte{'\n'}); err != nil {
+		if err := r.out.WriteLine([]byte{'\n'}); err != nil {
 			return nil, err
 		}
 	}
@@ -308,11 +300,11 @@ func (r *relay) takeBack(pp stdioPipes, rec journalRecovery) ([]byte, error) {
 	batches := map[uint64][][]byte{}
 	var order []uint64
 	for _, p := range rec.pending {
-		if p.group == 0 && p.line != nil && relayResendable[p.method] {
+		if p.group == 0 && p.line != nil && proxy.Resendable(p.method) {
 			again = append(append(again, p.line...), '\n')
 			continue
 		}
-		msg := Response(p.id, nil, Errorf(CodeInternalError,
+		msg := proxy.Response(p.id, nil, proxy.Errorf(proxy.CodeInternalError,
 			"foldproxy's daemon stopped while handling %s; it may or may not have been carried out: check before retrying", p.method))
 		if p.group == 0 {
 			r.write(msg)
@@ -324,14 +316,14 @@ func (r *relay) takeBack(pp stdioPipes, rec journalRecovery) ([]byte, error) {
 		batches[p.group] = append(batches[p.group], msg)
 	}
 	for _, g := range order {
-		r.write(stdioJoinArray(batches[g]))
+		r.write(proxy.JoinArray(batches[g]))
 	}
 	input := rec.input
 	if rec.discarding {
 		buf := make([]byte, 64<<10)
 		i := bytes.IndexByte(input, '\n')
 		for i < 0 {
-			n, err := pp.in.Read(buf)
+			n, err := pp.In.Read(buf)
 			if err != nil {
 				input, i = nil, -1
 				break
@@ -342,7 +334,7 @@ func (r *relay) takeBack(pp stdioPipes, rec journalRecovery) ([]byte, error) {
 		if i >= 0 {
 			input = input[i+1:]
 		}
-		r.write(Response(nil, nil, Errorf(CodeMessageTooLarge,
+		r.write(proxy.Response(nil, nil, proxy.Errorf(proxy.CodeMessageTooLarge,
 			"message too large: a message may be at most %d bytes (maxMessageBytes)", r.opts.MaxMessageBytes)))
 	}
 	return append(again, input...), nil
@@ -355,14 +347,14 @@ func (r *relay) takeBack(pp stdioPipes, rec journalRecovery) ([]byte, error) {
 func (r *relay) readAgent(stdin io.Reader) {
 	br := bufio.NewReaderSize(stdin, 64<<10)
 	for {
-		line, tooLarge, err := stdioReadLine(br, r.opts.MaxMessageBytes)
+		line, tooLarge, err := proxy.ReadLine(br, r.opts.MaxMessageBytes)
 		select {
 		case <-r.stopRead:
 			return
 		default:
 		}
 		if tooLarge {
-			r.write(Response(nil, nil, Errorf(CodeMessageTooLarge,
+			r.write(proxy.Response(nil, nil, proxy.Errorf(proxy.CodeMessageTooLarge,
 				"message too large: a message may be at most %d bytes (maxMessageBytes)", r.opts.MaxMessageBytes)))
 		} else if len(bytes.TrimSpace(line)) > 0 {
 			r.forward(line)
@@ -419,7 +411,7 @@ func (r *relay) finish() {
 type relay struct {
 	opts RelayOptions
 	log  *slog.Logger
-	out  *stdioWriter
+	out  *proxy.LineWriter
 
 	// connMu guards the connection, which the loop replaces when the
 	// daemon went away while the agent's reader writes to it: a request
@@ -464,20 +456,20 @@ func (r *relay) connect(ctx context.Context) error {
 
 // dialHello connects to the daemon and says hello, offering the agent's
 // descriptors with fds, until a daemon welcomes the session.
-func (r *relay) dialHello(ctx context.Context, fds bool) (net.Conn, io.ReadWriter, AttachWelcome, *bufio.Reader, error) {
+func (r *relay) dialHello(ctx context.Context, fds bool) (net.Conn, io.ReadWriter, Welcome, *bufio.Reader, error) {
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
-			return nil, nil, AttachWelcome{}, nil, ctx.Err()
+			return nil, nil, Welcome{}, nil, ctx.Err()
 		}
 		if attempt >= 50 {
-			return nil, nil, AttachWelcome{}, nil, fmt.Errorf("relay: could not attach to a foldproxy daemon: %w", lastErr)
+			return nil, nil, Welcome{}, nil, fmt.Errorf("relay: could not attach to a foldproxy daemon: %w", lastErr)
 		}
 		c, err := r.opts.Dial(ctx)
 		if err != nil {
-			return nil, nil, AttachWelcome{}, nil, err
+			return nil, nil, Welcome{}, nil, err
 		}
-		rw := rawConnIO(c)
+		rw := proxy.RawConnIO(c)
 		w, br, err := r.hello(c, rw, fds)
 		if err != nil {
 			c.Close()
@@ -487,7 +479,7 @@ func (r *relay) dialHello(ctx context.Context, fds bool) (net.Conn, io.ReadWrite
 		if w.Error != "" {
 			c.Close()
 			if !w.Exiting {
-				return nil, nil, AttachWelcome{}, nil, errors.New(w.Error)
+				return nil, nil, Welcome{}, nil, errors.New(w.Error)
 			}
 			lastErr = errors.New(w.Error)
 			if r.opts.WaitExit != nil {
@@ -502,7 +494,7 @@ func (r *relay) dialHello(ctx context.Context, fds bool) (net.Conn, io.ReadWrite
 // adopt relays on c, which a daemon welcomed: the daemon's lines are
 // copied to the agent, and the requests the previous daemon left
 // unanswered are dealt with.
-func (r *relay) adopt(c net.Conn, rw io.ReadWriter, w AttachWelcome, br *bufio.Reader) {
+func (r *relay) adopt(c net.Conn, rw io.ReadWriter, w Welcome, br *bufio.Reader) {
 	r.connMu.Lock()
 	defer r.connMu.Unlock()
 	if r.conn != nil {
@@ -521,21 +513,21 @@ func (r *relay) adopt(c net.Conn, rw io.ReadWriter, w AttachWelcome, br *bufio.R
 
 // hello sends the hello on c and reads the welcome from rw, c's reader, on
 // which the returned reader goes on.
-func (r *relay) hello(c net.Conn, rw io.Reader, fds bool) (AttachWelcome, *bufio.Reader, error) {
-	b, _ := json.Marshal(AttachHello{Version: AttachVersion, Session: r.session, Config: r.opts.Config, FDs: fds})
+func (r *relay) hello(c net.Conn, rw io.Reader, fds bool) (Welcome, *bufio.Reader, error) {
+	b, _ := json.Marshal(Hello{Version: Version, Session: r.session, Config: r.opts.Config, FDs: fds})
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	defer c.SetDeadline(time.Time{})
 	if _, err := c.Write(append(b, '\n')); err != nil {
-		return AttachWelcome{}, nil, fmt.Errorf("sending the attach hello: %w", err)
+		return Welcome{}, nil, fmt.Errorf("sending the attach hello: %w", err)
 	}
 	br := bufio.NewReaderSize(rw, 64<<10)
-	line, _, err := stdioReadLine(br, attachHelloMax)
+	line, _, err := proxy.ReadLine(br, attachHelloMax)
 	if len(line) == 0 && err != nil {
-		return AttachWelcome{}, nil, fmt.Errorf("reading the daemon's welcome: %w", err)
+		return Welcome{}, nil, fmt.Errorf("reading the daemon's welcome: %w", err)
 	}
-	var w AttachWelcome
+	var w Welcome
 	if json.Unmarshal(line, &w) != nil || (w.Session == "" && w.Error == "") {
-		return AttachWelcome{}, nil, fmt.Errorf("the daemon's welcome is not valid: %.200q", line)
+		return Welcome{}, nil, fmt.Errorf("the daemon's welcome is not valid: %.200q", line)
 	}
 	return w, br, nil
 }
@@ -558,14 +550,14 @@ func (r *relay) replay() {
 		}
 	}
 	for _, p := range list {
-		if relayResendable[p.method] {
+		if proxy.Resendable(p.method) {
 			r.send(p.line)
 			continue
 		}
 		r.mu.Lock()
-		delete(r.pending, frontIDKey(p.id))
+		delete(r.pending, proxy.IDKey(p.id))
 		r.mu.Unlock()
-		r.write(Response(p.id, nil, Errorf(CodeInternalError,
+		r.write(proxy.Response(p.id, nil, proxy.Errorf(proxy.CodeInternalError,
 			"foldproxy's daemon stopped while handling %s; it may or may not have been carried out: check before retrying", p.method)))
 	}
 }
@@ -578,11 +570,8 @@ func (r *relay) forward(line []byte) {
 	if id, method, ok := relayRequestOf(line); ok {
 		r.note(id, method, line)
 	} else if line = bytes.TrimSpace(line); len(line) > 0 && line[0] == '[' {
-		items, _ := frontDecode(line)
-		for _, it := range items {
-			if it.msg != nil && it.msg.IsRequest() {
-				r.note(it.msg.ID, it.msg.Method, line)
-			}
+		for _, msg := range proxy.Requests(line) {
+			r.note(msg.ID, msg.Method, line)
 		}
 	}
 	r.send(line)
@@ -592,7 +581,7 @@ func (r *relay) forward(line []byte) {
 func (r *relay) note(id json.RawMessage, method string, line []byte) {
 	r.mu.Lock()
 	r.seq++
-	r.pending[frontIDKey(id)] = &relayPending{id: bytes.Clone(id), method: method, line: bytes.Clone(line), seq: r.seq}
+	r.pending[proxy.IDKey(id)] = &relayPending{id: bytes.Clone(id), method: method, line: bytes.Clone(line), seq: r.seq}
 	r.mu.Unlock()
 }
 
@@ -641,7 +630,7 @@ func (r *relay) send(line []byte) {
 }
 
 func (r *relay) write(msg []byte) {
-	if err := r.out.WriteMessage(msg); err != nil && !errors.Is(err, ErrOutboundClosed) {
+	if err := r.out.WriteMessage(msg); err != nil && !errors.Is(err, proxy.ErrOutboundClosed) {
 		r.log.Debug("relay: writing to the agent", "err", err)
 	}
 }
@@ -672,7 +661,7 @@ func (r *relay) readDaemon(br *bufio.Reader, gen int) {
 		case string(msg) == attachExiting:
 			exiting = true
 		default:
-			if key, isResp, _ := frontClassify(msg); isResp {
+			if key, isResp, _ := proxy.Classify(msg); isResp {
 				r.mu.Lock()
 				delete(r.pending, key)
 				r.mu.Unlock()
@@ -701,7 +690,7 @@ func (r *relay) readDaemon(br *bufio.Reader, gen int) {
 
 // writeLine writes one line from the daemon to the agent.
 func (r *relay) writeLine(line []byte) {
-	if err := r.out.writeLine(line); err != nil && !errors.Is(err, ErrOutboundClosed) {
+	if err := r.out.WriteLine(line); err != nil && !errors.Is(err, proxy.ErrOutboundClosed) {
 		r.log.Debug("relay: writing to the agent", "err", err)
 	}
 }
@@ -715,7 +704,7 @@ func (r *relay) settleBatch(msg []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, it := range items {
-		if key, isResp, _ := frontClassify(it); isResp {
+		if key, isResp, _ := proxy.Classify(it); isResp {
 			delete(r.pending, key)
 		}
 	}
