@@ -25,6 +25,9 @@ import (
 	"github.com/foldproxy/foldproxy/proxy/transparent"
 )
 
+// RemoteFront is the forward proxy's front of the remote MCP servers.
+var _ transparent.Remote = (*RemoteFront)(nil)
+
 // wordScrubber is a JSONScrubber double that redacts the word SECRET.
 type wordScrubber struct{}
 

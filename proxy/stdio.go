@@ -27,7 +27,7 @@ type StdioOptions struct {
 	// the agent closes stdin, before they are cancelled. 0 means 5s.
 	DrainTimeout time.Duration
 
-	// The attach front (attach.go) serves each attached stdio process with
+	// The attach front (package proxy/attach) serves each attached stdio process with
 	// ServeStdio and sets these. SessionID names the session: when the
 	// endpoint can resume it from the store (a daemon that restarted) it
 	// continues there, else a new session gets that id. Transport is
@@ -116,7 +116,7 @@ type stdioSource interface {
 	// handled is called once the line last read has been handled: its
 	// requests noted as owed and handed on, its other messages
 	// delivered. A line read and not handled is read again by whoever
-	// serves the session after this process (see journal.go).
+	// serves the session after this process (see package proxy/attach).
 	handled()
 }
 
@@ -501,7 +501,7 @@ func (sv *stdioServer) handleLine(ln stdioLine) (serve func(), inline bool) {
 // note records a request read from line (nil: one of a batch, group) as
 // owed in the session's journal, when it has one, before it is delivered:
 // should this process die before answering, whoever serves the session
-// next answers it (see journal.go). A request that changes nothing and is
+// next answers it (see package proxy/attach). A request that changes nothing and is
 // alone on its line is kept whole, to be sent again.
 func (sv *stdioServer) note(msg *Message, line []byte, group uint64) error {
 	j := sv.out.j
