@@ -33,13 +33,11 @@
 // Options.ReadyWait; the instructions and branch_status name the upstreams
 // that are not up.
 //
-// Transparent mode (package proxy/transparent) is an HTTPS proxy:
-// configured model hosts are intercepted into the model front; remote MCP
-// servers the agent's client connects to itself are intercepted into
-// RemoteFront (remote.go, the transparent.Remote of the forward proxy),
-// whose calls take the same intercept chains as the MCP front's while the
-// client keeps its own session and credentials; every other host is
-// tunnelled, never decrypted.
+// Transparent mode is package proxy/transparent: an HTTPS proxy whose
+// intercepted model hosts go to the model front and whose intercepted
+// remote MCP servers go to its RemoteFront, which takes the core's
+// intercept chains and fold tools through remote_seam.go; every other
+// host is tunnelled, never decrypted.
 //
 // Every front on the HTTP listener, and the forward proxy, checks its
 // token and the Host and Origin headers with package proxy/guard

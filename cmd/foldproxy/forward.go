@@ -24,7 +24,7 @@ import (
 // stop closes it.
 func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 	newFront func(proxy.ModelOptions) (*proxy.ModelHandler, error),
-	newRemote func(http.RoundTripper) (*proxy.RemoteFront, error), guard *localUsers, loops *selfListeners, logger *slog.Logger,
+	newRemote func(http.RoundTripper) (*transparent.RemoteFront, error), guard *localUsers, loops *selfListeners, logger *slog.Logger,
 ) (stop func(), err error) {
 	ca, created, err := transparent.LoadOrCreateCA(stateDir)
 	if err != nil {
@@ -39,18 +39,14 @@ func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 	}
 	transport := proxy.NewModelTransport(roots)
 	transport.DialContext = loops.guard(transport.DialContext, "an intercepted host must not resolve to foldproxy itself")
-	var remote *proxy.RemoteFront
+	var remote *transparent.RemoteFront
 	if len(ps.MCP) > 0 {
 		if remote, err = newRemote(transport); err != nil {
 			return nil, err
 		}
 	}
-	var remoteFront transparent.Remote // nil unless there is a remote front
-	if remote != nil {
-		remoteFront = remote
-	}
 	fp, err := transparent.NewForwardProxy(transparent.ForwardOptions{
-		Remote:         remoteFront,
+		Remote:         remote,
 		CA:             ca,
 		Token:          token,
 		Loopback:       proxy.IsLoopback(addr),

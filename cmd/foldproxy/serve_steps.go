@@ -25,6 +25,7 @@ import (
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
 	"github.com/foldproxy/foldproxy/proxy/attach"
+	"github.com/foldproxy/foldproxy/proxy/transparent"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
@@ -705,8 +706,8 @@ func chargedOnMCP(name string) bool {
 // newRemoteFront makes the front of the remote MCP servers intercepted in
 // transparent mode, over transport tr: they take the MCP front's chains
 // (one Budget, one Audit: the same state).
-func (c *serveCore) newRemoteFront(tr http.RoundTripper) (*proxy.RemoteFront, error) {
-	return proxy.NewRemoteFront(proxy.RemoteOptions{
+func (c *serveCore) newRemoteFront(tr http.RoundTripper) (*transparent.RemoteFront, error) {
+	return transparent.NewRemoteFront(transparent.RemoteOptions{
 		Servers: c.st.Proxy.MCP, Settings: c.st, Fold: c.mgr, Scrubber: c.scrubber, Transport: tr, Logger: c.logger,
 		Observer: c.observer(), Interceptors: c.chain, ControlInterceptors: c.control,
 	})

@@ -43,30 +43,12 @@ type ForwardOptions struct {
 	// Remote, when set, is the front of the remote MCP servers of
 	// foldproxy.proxy.mcp: their hosts are intercepted too, their MCP
 	// requests served by it and their other paths relayed untouched.
-	Remote Remote
+	Remote *RemoteFront
 	// Dial connects tunnels; nil: a net.Dialer with a 30 s timeout. Never
 	// a proxy from the environment: foldproxy would be its own proxy.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives diagnostics, never a header or a body. nil discards.
 	Logger *slog.Logger
-}
-
-// Remote is the front of the intercepted remote MCP servers
-// (proxy.RemoteFront): the forward proxy terminates TLS for their hosts
-// and hands it their requests. Its methods are called concurrently.
-type Remote interface {
-	// HandlesTarget reports whether target (host:port) is a remote MCP
-	// server's: CONNECT to it is intercepted.
-	HandlesTarget(target string) bool
-	// ServeMCP serves r, a request on an intercepted connection conn to
-	// target, when it is one of the server's MCP requests, and reports
-	// whether it did.
-	ServeMCP(w http.ResponseWriter, r *http.Request, target string, conn net.Conn) bool
-	// Relay sends r, a request to target that ServeMCP did not serve, to
-	// the real server untouched and relays its answer.
-	Relay(w http.ResponseWriter, r *http.Request, target string)
-	// ConnClosed ends what was kept for an intercepted connection.
-	ConnClosed(conn net.Conn)
 }
 
 // discardIfNil returns l, or a logger that discards everything when l is
@@ -91,7 +73,7 @@ type ForwardProxy struct {
 	hosts  []hostPattern
 	ports  []int
 	model  func(string) (http.Handler, error)
-	remote Remote
+	remote *RemoteFront
 	gp     *goproxy.ProxyHttpServer
 
 	mu      sync.Mutex
@@ -178,7 +160,7 @@ func NewForwardProxy(opts ForwardOptions) (*ForwardProxy, error) {
 		},
 		ConnState: func(c net.Conn, st http.ConnState) {
 			if p.remote != nil && (st == http.StateClosed || st == http.StateHijacked) {
-				p.remote.ConnClosed(c)
+				p.remote.connClosed(c)
 			}
 		},
 	}
@@ -188,7 +170,7 @@ func NewForwardProxy(opts ForwardOptions) (*ForwardProxy, error) {
 // Intercepted reports whether CONNECT to hostport ("host:port") is
 // intercepted rather than tunnelled.
 func (p *ForwardProxy) Intercepted(hostport string) bool {
-	return p.modelHost(hostport) || (p.remote != nil && p.remote.HandlesTarget(hostport))
+	return p.modelHost(hostport) || (p.remote != nil && p.remote.handlesTarget(hostport))
 }
 
 // modelHost reports whether hostport is one of InterceptHosts.
@@ -328,13 +310,13 @@ type (
 // unless the host is also a model host; a model host's by its model front.
 func (p *ForwardProxy) serveIntercepted(w http.ResponseWriter, r *http.Request) {
 	target, _ := r.Context().Value(mitmTargetKey{}).(string)
-	if p.remote != nil && p.remote.HandlesTarget(target) {
+	if p.remote != nil && p.remote.handlesTarget(target) {
 		conn, _ := r.Context().Value(mitmConnKey{}).(*mitmConn)
-		if p.remote.ServeMCP(w, r, target, conn) {
+		if p.remote.serve(w, r, target, conn) {
 			return
 		}
 		if !p.modelHost(target) {
-			p.remote.Relay(w, r, target)
+			p.remote.relay.ServeHTTP(w, r)
 			return
 		}
 	}

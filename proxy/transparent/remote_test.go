@@ -1,4 +1,4 @@
-package proxy
+package transparent
 
 import (
 	"bufio"
@@ -22,11 +22,8 @@ import (
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
-	"github.com/foldproxy/foldproxy/proxy/transparent"
+	"github.com/foldproxy/foldproxy/proxy"
 )
-
-// RemoteFront is the forward proxy's front of the remote MCP servers.
-var _ transparent.Remote = (*RemoteFront)(nil)
 
 // wordScrubber is a JSONScrubber double that redacts the word SECRET.
 type wordScrubber struct{}
@@ -67,7 +64,7 @@ func (f *fakeRemote) received() []string {
 
 func (f *fakeRemote) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	var m Message
+	var m proxy.Message
 	_ = json.Unmarshal(body, &m)
 	f.mu.Lock()
 	f.got = append(f.got, strings.Join([]string{r.Method, r.URL.Path, m.Method, r.Header.Get("Authorization"), r.Header.Get("Mcp-Session-Id")}, " "))
@@ -231,22 +228,8 @@ func newRemoteRig(t *testing.T) *remoteRig {
 	}
 	rig.front = front
 	t.Cleanup(front.Close)
-	// The rig reaches the front as the agent does: through the forward
-	// proxy of transparent mode, which intercepts the server's host.
-	ca, _, err := transparent.LoadOrCreateCA(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp, err := transparent.NewForwardProxy(transparent.ForwardOptions{
-		CA: ca, Loopback: true, AllowPorts: []int{port}, Remote: front,
-		Model: func(string) (http.Handler, error) { return http.NotFoundHandler(), nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(fp)
-	t.Cleanup(func() { srv.Close(); fp.Close() })
-	pem, err := os.ReadFile(ca.CertPath())
+	fp, srv, _ := newTestForward(t, ForwardOptions{Loopback: true, AllowPorts: []int{port}, Remote: front})
+	pem, err := os.ReadFile(fp.ca.CertPath())
 	if err != nil {
 		t.Fatal(err)
 	}

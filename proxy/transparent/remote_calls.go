@@ -1,4 +1,4 @@
-package proxy
+package transparent
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
+	"github.com/foldproxy/foldproxy/proxy"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
@@ -25,10 +26,10 @@ func chained(method string) bool {
 // pendingCall is a call whose exchange runs the chain while the request
 // travels to the server and its response back.
 type pendingCall struct {
-	forward chan struct{} // closed when the chain lets the call go to the server
-	resp    chan *Message // the server's response (buffered)
-	done    chan struct{} // closed when the chain is done; final is set
-	final   []byte        // the response message the client gets
+	forward chan struct{}       // closed when the chain lets the call go to the server
+	resp    chan *proxy.Message // the server's response (buffered)
+	done    chan struct{}       // closed when the chain is done; final is set
+	final   []byte              // the response message the client gets
 	cancel  context.CancelCauseFunc
 	sess    *remoteSession //
 }
@@ -64,11 +65,11 @@ func (f *RemoteFront) awaitResponse(ctx context.Context, ex *intercept.Exchange)
 
 // callFold is the innermost handler of the fold tools.
 func (f *RemoteFront) callFold(ctx context.Context, ex *intercept.Exchange) error {
-	return callFoldTool(ctx, f.opts.Fold, ex)
+	return proxy.CallFoldTool(ctx, f.opts.Fold, ex)
 }
 
 // exchangeOf is the exchange of a chained request.
-func exchangeOf(sess *remoteSession, msg *Message) *intercept.Exchange {
+func exchangeOf(sess *remoteSession, msg *proxy.Message) *intercept.Exchange {
 	params := msg.Params
 	if len(params) == 0 || params[0] != '{' {
 		params = json.RawMessage("{}")
@@ -90,8 +91,8 @@ func exchangeOf(sess *remoteSession, msg *Message) *intercept.Exchange {
 // startCall opens the fold session if needed and runs a chained request's
 // exchange; the caller forwards the request once pc.forward is closed, or
 // answers pc.final once pc.done is (the chain refused it).
-func (f *RemoteFront) startCall(sess *remoteSession, msg *Message) *pendingCall {
-	pc := &pendingCall{forward: make(chan struct{}), resp: make(chan *Message, 1), done: make(chan struct{}), sess: sess}
+func (f *RemoteFront) startCall(sess *remoteSession, msg *proxy.Message) *pendingCall {
+	pc := &pendingCall{forward: make(chan struct{}), resp: make(chan *proxy.Message, 1), done: make(chan struct{}), sess: sess}
 	if err := f.open(sess.ctx, sess); err != nil {
 		pc.final = localAnswer(msg, fmt.Sprintf("foldproxy could not open the fold session of this MCP session: %v", err))
 		close(pc.done)
@@ -127,34 +128,34 @@ func (f *RemoteFront) startCall(sess *remoteSession, msg *Message) *pendingCall 
 
 // answerOf turns a finished exchange into the response message, as the
 // MCP front's finish does.
-func answerOf(msg *Message, ex *intercept.Exchange, herr error) []byte {
+func answerOf(msg *proxy.Message, ex *intercept.Exchange, herr error) []byte {
 	if ex.Err == nil && herr != nil {
 		ex.Err = herr
 	}
 	switch {
 	case ex.Err != nil:
 		if msg.Method == "tools/call" {
-			return Response(msg.ID, toolError(ex.Err.Error()), nil)
+			return proxy.Response(msg.ID, proxy.ToolError(ex.Err.Error()), nil)
 		}
-		return Response(msg.ID, nil, &Error{Code: CodeInternalError, Message: ex.Err.Error()})
+		return proxy.Response(msg.ID, nil, &proxy.Error{Code: proxy.CodeInternalError, Message: ex.Err.Error()})
 	case ex.RPCError != nil:
-		return Response(msg.ID, nil, rpcErrorOf(ex.RPCError))
+		return proxy.Response(msg.ID, nil, proxy.RPCErrorOf(ex.RPCError))
 	case ex.Result == nil:
-		return Response(msg.ID, nil, Errorf(CodeInternalError, "%s: no result", msg.Method))
+		return proxy.Response(msg.ID, nil, proxy.Errorf(proxy.CodeInternalError, "%s: no result", msg.Method))
 	}
-	return Response(msg.ID, ex.Result, nil)
+	return proxy.Response(msg.ID, ex.Result, nil)
 }
 
 // localAnswer is an error answer foldproxy gives itself.
-func localAnswer(msg *Message, text string) []byte {
+func localAnswer(msg *proxy.Message, text string) []byte {
 	if msg.Method == "tools/call" {
-		return Response(msg.ID, toolError(text), nil)
+		return proxy.Response(msg.ID, proxy.ToolError(text), nil)
 	}
-	return Response(msg.ID, nil, &Error{Code: CodeInternalError, Message: text})
+	return proxy.Response(msg.ID, nil, &proxy.Error{Code: proxy.CodeInternalError, Message: text})
 }
 
 // foldCall answers a fold tool call.
-func (f *RemoteFront) foldCall(ctx context.Context, sess *remoteSession, msg *Message) []byte {
+func (f *RemoteFront) foldCall(ctx context.Context, sess *remoteSession, msg *proxy.Message) []byte {
 	if err := f.open(ctx, sess); err != nil {
 		return localAnswer(msg, fmt.Sprintf("foldproxy could not open the fold session of this MCP session: %v", err))
 	}
@@ -170,7 +171,7 @@ func (f *RemoteFront) foldCall(ctx context.Context, sess *remoteSession, msg *Me
 
 // isFoldTool reports whether a tools/call of sess's server names a fold
 // tool foldproxy answers.
-func (f *RemoteFront) isFoldCall(sess *remoteSession, msg *Message) bool {
+func (f *RemoteFront) isFoldCall(sess *remoteSession, msg *proxy.Message) bool {
 	if !sess.srv.foldTools || msg.Method != "tools/call" {
 		return false
 	}

@@ -1,4 +1,4 @@
-package proxy
+package transparent
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
+	"github.com/foldproxy/foldproxy/proxy"
 )
 
 // The remote MCP front of transparent mode.
@@ -80,7 +80,7 @@ type RemoteOptions struct {
 	// size bound.
 	Settings policy.Settings
 	// Fold is the fold engine. Required.
-	Fold Folder
+	Fold proxy.Folder
 	// Interceptors run around every intercepted call and around
 	// branch_recall, ControlInterceptors around the other fold tools, as
 	// on the MCP front (Options): the first listed outermost, the lists
@@ -89,10 +89,10 @@ type RemoteOptions struct {
 	ControlInterceptors []intercept.Interceptor
 	// Scrubber cleans every other message from the servers. Required:
 	// foldproxy relays nothing it could not scan.
-	Scrubber JSONScrubber
+	Scrubber proxy.JSONScrubber
 	// Observer hears of sessions and of secrets removed from relayed
 	// messages; nil: nobody.
-	Observer Observer
+	Observer proxy.Observer
 	// Transport reaches the real servers (upstream TLS verified). Required.
 	Transport http.RoundTripper
 	// Logger receives diagnostics, never a header or a body. nil discards.
@@ -106,9 +106,9 @@ type RemoteFront struct {
 	servers []*remoteServer
 	maxMsg  int64
 
-	forward Handler // the chain around awaitResponse
-	control Handler
-	recall  Handler
+	forward proxy.Handler // the chain around awaitResponse
+	control proxy.Handler
+	recall  proxy.Handler
 	relay   *httputil.ReverseProxy
 
 	mu       sync.Mutex
@@ -132,7 +132,7 @@ func NewRemoteFront(opts RemoteOptions) (*RemoteFront, error) {
 	}
 	f := &RemoteFront{
 		opts:     opts,
-		log:      frontLogger(opts.Logger),
+		log:      discardIfNil(opts.Logger),
 		maxMsg:   opts.Settings.MaxMessageBytes,
 		sessions: map[string]*remoteSession{},
 		legacy:   map[string]*remoteSession{},
@@ -157,7 +157,7 @@ func NewRemoteFront(opts RemoteOptions) (*RemoteFront, error) {
 	f.recall = intercept.Chain(f.callFold, opts.Interceptors...)
 	f.relay = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			target, _ := pr.In.Context().Value(remoteTargetKey{}).(string)
+			target, _ := pr.In.Context().Value(mitmTargetKey{}).(string)
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "https", target
 			pr.Out.Host = pr.In.Host
 			for _, k := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
@@ -184,41 +184,6 @@ func (f *RemoteFront) Targets() []string {
 	}
 	return out
 }
-
-// HandlesTarget, ServeMCP, Relay and ConnClosed make RemoteFront the
-// forward proxy's transparent.Remote.
-
-// HandlesTarget reports whether target (host:port) is a server's.
-func (f *RemoteFront) HandlesTarget(target string) bool { return f.handlesTarget(target) }
-
-// ServeMCP serves r when it is an MCP request of target's server (see
-// serve) and reports whether it did.
-func (f *RemoteFront) ServeMCP(w http.ResponseWriter, r *http.Request, target string, conn net.Conn) bool {
-	return f.serve(w, r.WithContext(context.WithValue(r.Context(), remoteTargetKey{}, target)), target, conn)
-}
-
-// Relay sends r to its real server, target, untouched and relays the
-// answer.
-func (f *RemoteFront) Relay(w http.ResponseWriter, r *http.Request, target string) {
-	f.relay.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), remoteTargetKey{}, target)))
-}
-
-// remoteTargetKey is the context key of an intercepted request's CONNECT
-// target (host:port), whatever its Host header says.
-type remoteTargetKey struct{}
-
-// proxyRefusal answers a request foldproxy refuses itself, in plain text
-// marked with X-Foldproxy-Error (as the forward proxy does).
-func proxyRefusal(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Foldproxy-Error", "1")
-	w.Header().Set("Connection", "close")
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, msg+"\n")
-}
-
-// ConnClosed ends the sessions keyed by conn (stateless servers).
-func (f *RemoteFront) ConnClosed(conn net.Conn) { f.connClosed(conn) }
 
 // handlesTarget reports whether target (host:port) is a server's.
 func (f *RemoteFront) handlesTarget(target string) bool {
@@ -317,7 +282,7 @@ func (f *RemoteFront) session(key string, s *remoteServer, inject chan []byte) *
 			o.mu.Unlock()
 		}
 		ctx, cancel := context.WithCancelCause(context.Background())
-		sess = &remoteSession{key: key, srv: s, id: newID("t"), ctx: ctx, cancel: cancel, inject: inject,
+		sess = &remoteSession{key: key, srv: s, id: proxy.NewID("t"), ctx: ctx, cancel: cancel, inject: inject,
 			pending: map[string]*pendingCall{}, lists: map[string]bool{}}
 		f.sessions[key] = sess
 	}

@@ -1,4 +1,4 @@
-package proxy
+package transparent
 
 import (
 	"bufio"
@@ -133,7 +133,7 @@ func (f *RemoteFront) relayStream(w http.ResponseWriter, r *http.Request, resp *
 			f.endSession(sess, "SSE stream closed")
 		}
 	}()
-	target, _ := r.Context().Value(remoteTargetKey{}).(string)
+	target, _ := r.Context().Value(mitmTargetKey{}).(string)
 	srv := s
 	if srv == nil {
 		srv = sess.srv

@@ -1,4 +1,4 @@
-package proxy
+package transparent
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
+	"github.com/foldproxy/foldproxy/proxy"
 )
 
 // servePost serves a POST of a client: the streamable HTTP endpoint, or a
@@ -28,7 +29,7 @@ func (f *RemoteFront) servePost(w http.ResponseWriter, r *http.Request, sess *re
 		proxyRefusal(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("foldproxy: the message is larger than foldproxy.maxMessageBytes (%d)", f.maxMsg))
 		return
 	}
-	msgs, batch, perr := ParseMessages(body)
+	msgs, batch, perr := proxy.ParseMessages(body)
 	if perr != nil {
 		// The server answers malformed messages as it would directly.
 		f.forwardPost(w, r, sess, body, nil)
@@ -39,7 +40,7 @@ func (f *RemoteFront) servePost(w http.ResponseWriter, r *http.Request, sess *re
 			if m.IsRequest() && (chained(m.Method) || f.isFoldCall(sess, m)) {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusBadRequest)
-				_, _ = w.Write(Response(nil, nil, Errorf(CodeInvalidRequest,
+				_, _ = w.Write(proxy.Response(nil, nil, proxy.Errorf(proxy.CodeInvalidRequest,
 					"foldproxy (transparent mode) does not relay %s in a JSON-RPC batch: send it in a request of its own", m.Method)))
 				return
 			}
@@ -90,7 +91,7 @@ func (f *RemoteFront) servePost(w http.ResponseWriter, r *http.Request, sess *re
 
 // notePosted remembers tools/list requests (whose answers get the fold
 // tools) and cancels the calls the client cancels.
-func (f *RemoteFront) notePosted(sess *remoteSession, msgs []*Message) {
+func (f *RemoteFront) notePosted(sess *remoteSession, msgs []*proxy.Message) {
 	for _, m := range msgs {
 		switch {
 		case m.IsRequest() && m.Method == "tools/list" && sess.srv.foldTools:
@@ -136,7 +137,7 @@ func upstreamRequest(ctx context.Context, r *http.Request, target string, body [
 // forwardPost sends a POST to the server and relays its answer, each
 // message through transform; pc is the chained call it carries, if any.
 func (f *RemoteFront) forwardPost(w http.ResponseWriter, r *http.Request, sess *remoteSession, body []byte, pc *pendingCall) {
-	target, _ := r.Context().Value(remoteTargetKey{}).(string)
+	target, _ := r.Context().Value(mitmTargetKey{}).(string)
 	fail := func(err error) {
 		if pc != nil && pc.cancel != nil {
 			pc.cancel(err)
@@ -281,7 +282,7 @@ func (f *RemoteFront) transformBody(ctx context.Context, sess *remoteSession, da
 				out = append(out, b)
 			}
 		}
-		return marshalNoEscape(out)
+		return proxy.MarshalNoEscape(out)
 	}
 	if b := f.transform(ctx, sess, trimmed); b != nil || stream {
 		return b
@@ -291,14 +292,14 @@ func (f *RemoteFront) transformBody(ctx context.Context, sess *remoteSession, da
 
 // withheld is the answer that replaces a message foldproxy could not scan.
 func (f *RemoteFront) withheld(id json.RawMessage) []byte {
-	return Response(id, nil, Errorf(CodeInternalError, "foldproxy withheld the server's message: it could not be scanned for secrets"))
+	return proxy.Response(id, nil, proxy.Errorf(proxy.CodeInternalError, "foldproxy withheld the server's message: it could not be scanned for secrets"))
 }
 
 // transform is what the client gets of one message from the server: a
 // call's response after the chain, a tools/list answer with the fold
 // tools, anything else scrubbed. nil: drop it.
 func (f *RemoteFront) transform(ctx context.Context, sess *remoteSession, raw []byte) []byte {
-	msg, perr := parseOne(raw)
+	msg, perr := proxy.ParseOne(raw)
 	if perr != nil {
 		f.log.Debug("transparent MCP: a message from the server that is not JSON-RPC was withheld", "server", sess.srv.name)
 		return nil
@@ -395,7 +396,7 @@ func (f *RemoteFront) addFoldTools(raw []byte) []byte {
 			tools = append(tools, t)
 		}
 	}
-	res2, err := jsonscan.SetField(res, "tools", marshalNoEscape(tools))
+	res2, err := jsonscan.SetField(res, "tools", proxy.MarshalNoEscape(tools))
 	if err != nil {
 		return raw
 	}
@@ -409,7 +410,7 @@ func (f *RemoteFront) addFoldTools(raw []byte) []byte {
 // send forwards r, bodiless, to the server it was meant for; when that
 // fails the client has been answered 502 and ok is false.
 func (f *RemoteFront) send(w http.ResponseWriter, r *http.Request) (resp *http.Response, ok bool) {
-	target, _ := r.Context().Value(remoteTargetKey{}).(string)
+	target, _ := r.Context().Value(mitmTargetKey{}).(string)
 	req, err := upstreamRequest(r.Context(), r, target, nil)
 	if err != nil {
 		proxyRefusal(w, http.StatusBadGateway, "foldproxy: "+err.Error())
@@ -477,7 +478,7 @@ func (f *RemoteFront) serveOther(w http.ResponseWriter, r *http.Request, s *remo
 	if len(body) == 0 {
 		body = nil
 	}
-	target, _ := r.Context().Value(remoteTargetKey{}).(string)
+	target, _ := r.Context().Value(mitmTargetKey{}).(string)
 	req, err := upstreamRequest(r.Context(), r, target, body)
 	if err != nil {
 		proxyRefusal(w, http.StatusBadGateway, "foldproxy: "+err.Error())
