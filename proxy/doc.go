@@ -15,6 +15,12 @@
 // proxy's too (AdvertiseClientCaps).
 // In stdio mode nothing but JSON-RPC may ever reach stdout.
 //
+// The MCP front over streamable HTTP is HTTPHandler (http.go; its session
+// registry in http_session.go, the answers of a POST in http_post.go).
+// The core that every front hands its messages to is Server (server.go;
+// the calls to upstreams and fold tools in server_calls.go, waiting for
+// upstreams in server_ready.go).
+//
 // On the same HTTP listener, the model front (ModelHandler) serves the
 // model APIs (Anthropic Messages, OpenAI Chat Completions and Responses):
 // each request goes through the context manager (fold/modelwire) and on to
@@ -22,30 +28,25 @@
 // logged or stored), the answer relayed byte for byte as it streams. The
 // Responses API's WebSocket upgrade is refused (model.go says why).
 //
-// Many stdio sessions of one project share one process (attach.go): the
-// project's daemon serves each attached stdio process as its own session
-// over a unix socket (AttachServer). On Linux the stdio process passes the
-// agent's stdin and stdout to the daemon (SCM_RIGHTS) with a journal of
-// the session in shared memory (journal.go), and only waits: the daemon
-// reads and writes the agent's pipes itself. Elsewhere, or with
-// FOLDPROXY_ATTACH=relay, the stdio process is a Relay of JSON-RPC lines
-// between the agent and the socket. Either way, when the daemon dies the
-// stdio process resumes the session on the next daemon (TransportAttach
-// sessions are Resumable); from the journal it knows what the daemon read
-// and did not handle (it is read again) and what it took and did not
-// answer (answered with an error, or sent again when it changes nothing).
-// The journal must never be mapped by the relay while the daemon serves
-// the session. A holding connection (AttachHello.Hold, what "foldproxy
-// run" gives its agent) serves no session and keeps the daemon up; every
-// welcome names the address of the daemon's HTTP listener, whose model
-// front serves the project's stdio sessions. Catalogue requests never wait on upstreams for more than
+// Many stdio sessions of one project share one process: package
+// proxy/attach serves each attached stdio process as its own session of
+// this core, through the seam of attached.go (ServeAttached over the
+// agent's own pipes, the Journal interface the stdio writer records its
+// answers in, the line reader and writer a relay uses). TransportAttach
+// sessions are Resumable: when the daemon dies, the stdio process resumes
+// the session on the next one.
+//
+// Catalogue requests never wait on upstreams for more than
 // Options.ReadyWait; the instructions and branch_status name the upstreams
 // that are not up.
 //
-// Transparent mode (forward.go) is an HTTPS proxy: configured model hosts
-// are intercepted into the model front; remote MCP servers the agent's
-// client connects to itself are intercepted into RemoteFront (remote.go),
-// whose calls take the same intercept chains as the MCP front's while the
-// client keeps its own session and credentials; every other host is
-// tunnelled, never decrypted.
+// Transparent mode is package proxy/transparent: an HTTPS proxy whose
+// intercepted model hosts go to the model front and whose intercepted
+// remote MCP servers go to its RemoteFront, which takes the core's
+// intercept chains and fold tools through remote_seam.go; every other
+// host is tunnelled, never decrypted.
+//
+// Every front on the HTTP listener, and the forward proxy, checks its
+// token and the Host and Origin headers with package proxy/guard
+// (access.go adapts it); proxy never compares a token itself.
 package proxy

@@ -1,29 +1,21 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime"
-	"net"
 	"net/http"
-	"net/url"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/foldproxy/foldproxy/policy/jsonrpc"
+	"github.com/foldproxy/foldproxy/proxy/guard"
 )
 
 // HTTPOptions configures the streamable HTTP front.
@@ -58,10 +50,7 @@ type HTTPOptions struct {
 // IsLoopback reports whether addr, a listen address such as
 // "127.0.0.1:8080", "[::1]:0" or "localhost:9", names a loopback host. An
 // address with no host (":8080") listens on every interface and is not.
-func IsLoopback(addr string) bool {
-	host := httpHostOnly(addr)
-	return host != "" && httpLoopbackHost(host)
-}
+func IsLoopback(addr string) bool { return guard.IsLoopback(addr) }
 
 // httpProtocolVersions are the MCP protocol versions whose streamable HTTP
 // transport this front speaks; an MCP-Protocol-Version header naming any
@@ -96,10 +85,9 @@ type HTTPHandler struct {
 	ep             Endpoint
 	log            *slog.Logger
 	path           string
-	tokenSum       [sha256.Size]byte
-	needToken      bool
+	token          guard.Token
 	loopback       bool
-	allowedOrigins map[string]bool
+	allowedOrigins guard.Origins
 	maxBytes       int64
 	idle           time.Duration
 	resume         func(ctx context.Context, id string) (*Session, bool)
@@ -162,7 +150,7 @@ func newHTTPHandler(ep Endpoint, opts HTTPOptions) (*HTTPHandler, error) {
 		return nil, fmt.Errorf("http front: Path %q must start with \"/\"", opts.Path)
 	}
 	var err error
-	if h.needToken, h.tokenSum, err = httpTokenSum("http front", opts.Token, opts.Loopback); err != nil {
+	if h.token, err = frontToken("http front", opts.Token, opts.Loopback); err != nil {
 		return nil, err
 	}
 	if h.maxBytes < 0 {
@@ -210,66 +198,6 @@ func (h *HTTPHandler) Close() error {
 		h.janitorWG.Wait()
 	})
 	return nil
-}
-
-// httpSession is the front's side of one HTTP session.
-type httpSession struct {
-	id     string
-	s      *Session
-	ctx    context.Context // cancelled when the session closes
-	cancel context.CancelFunc
-
-	mu          sync.Mutex
-	closed      bool
-	inflight    int // HTTP requests using the session right now, open GET streams included
-	lastActive  time.Time
-	standalone  *httpStandalone // the open GET stream, nil when none
-	attaching   bool            // a GET stream is being opened
-	ring        sseRing         // recent standalone events, for Last-Event-ID
-	nextEventID uint64
-}
-
-// standaloneOutbound writes to the session's open GET stream, if any. The
-// core gets it as the out of notifications and responses that arrive in a
-// POST, which have no response stream of their own.
-func (hs *httpSession) standaloneOutbound() Outbound {
-	return frontOutboundFunc(func(msg []byte) error {
-		hs.mu.Lock()
-		o := hs.standalone
-		hs.mu.Unlock()
-		if o == nil {
-			return ErrOutboundClosed
-		}
-		return o.WriteMessage(msg)
-	})
-}
-
-// httpStandalone is the Outbound of a session's standalone (GET) stream.
-// Every event gets an id and is kept in the session's ring, so that an
-// agent that reconnects with Last-Event-ID gets what it missed.
-type httpStandalone struct {
-	hs *httpSession
-	st *sseStream
-	mu sync.Mutex // keeps event ids in write order
-}
-
-// WriteMessage is safe for concurrent use.
-func (o *httpStandalone) WriteMessage(msg []byte) error {
-	data, err := frontCompact(msg)
-	if err != nil {
-		return fmt.Errorf("http front: %w", err)
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.st.isClosed() {
-		return ErrOutboundClosed
-	}
-	o.hs.mu.Lock()
-	o.hs.nextEventID++
-	id := o.hs.nextEventID
-	o.hs.ring.add(id, data)
-	o.hs.mu.Unlock()
-	return o.st.event(strconv.FormatUint(id, 10), data)
 }
 
 // ServeHTTP implements http.Handler.
@@ -333,32 +261,10 @@ func (h *HTTPHandler) Guard(next http.Handler) http.Handler {
 
 // servePost handles one POST: a message or a batch.
 func (h *HTTPHandler) servePost(w *httpTrackWriter, r *http.Request) {
-	allowJSON := httpAccepts(r.Header, "application/json")
-	allowSSE := httpAccepts(r.Header, "text/event-stream")
-	if !allowJSON && !allowSSE {
-		httpError(w, http.StatusNotAcceptable, CodeInvalidRequest,
-			"not acceptable: the Accept header must allow application/json and text/event-stream")
+	body, allowJSON, allowSSE, ok := h.readPost(w, r)
+	if !ok {
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			httpError(w, http.StatusUnsupportedMediaType, CodeInvalidRequest,
-				"unsupported media type %q: the body must be application/json", ct)
-			return
-		}
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			httpError(w, http.StatusRequestEntityTooLarge, CodeMessageTooLarge,
-				"message too large: a request body may be at most %d bytes (maxMessageBytes)", h.maxBytes)
-			return
-		}
-		httpError(w, http.StatusBadRequest, CodeParseError, "parse error: reading the request body: %v", err)
-		return
-	}
-
 	items, batch := frontDecode(body)
 	var (
 		fails         [][]byte
@@ -389,6 +295,7 @@ func (h *HTTPHandler) servePost(w *httpTrackWriter, r *http.Request) {
 	}
 
 	var hs *httpSession
+	var err error
 	if initialize != nil {
 		// A new session, whatever Mcp-Session-Id says. The protocol version
 		// is negotiated in the body, so the header is not checked here.
@@ -438,6 +345,44 @@ func (h *HTTPHandler) servePost(w *httpTrackWriter, r *http.Request) {
 		w.Header().Set("Mcp-Session-Id", hs.id)
 		p.initKey = frontIDKey(initialize.ID)
 	}
+	h.answerPost(ctx, hs, p, items)
+}
+
+// readPost checks what a POST accepts and its media type and reads its
+// body, at most maxBytes. It answers the refusals itself and then reports
+// false.
+func (h *HTTPHandler) readPost(w *httpTrackWriter, r *http.Request) (body []byte, allowJSON, allowSSE, ok bool) {
+	allowJSON = httpAccepts(r.Header, "application/json")
+	allowSSE = httpAccepts(r.Header, "text/event-stream")
+	if !allowJSON && !allowSSE {
+		httpError(w, http.StatusNotAcceptable, CodeInvalidRequest,
+			"not acceptable: the Accept header must allow application/json and text/event-stream")
+		return nil, false, false, false
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			httpError(w, http.StatusUnsupportedMediaType, CodeInvalidRequest,
+				"unsupported media type %q: the body must be application/json", ct)
+			return nil, false, false, false
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			httpError(w, http.StatusRequestEntityTooLarge, CodeMessageTooLarge,
+				"message too large: a request body may be at most %d bytes (maxMessageBytes)", h.maxBytes)
+			return nil, false, false, false
+		}
+		httpError(w, http.StatusBadRequest, CodeParseError, "parse error: reading the request body: %v", err)
+		return nil, false, false, false
+	}
+	return body, allowJSON, allowSSE, true
+}
+
+// answerPost hands a POST's messages to the core, its requests answered
+// on p, and waits for the answers (awaitPost).
+func (h *HTTPHandler) answerPost(ctx context.Context, hs *httpSession, p *httpPost, items []frontItem) {
 	defer p.finish() // never leave a writer able to touch w once we return
 	for _, it := range items {
 		if it.msg != nil && it.msg.IsRequest() {
@@ -590,225 +535,10 @@ func (h *HTTPHandler) serveDelete(w *httpTrackWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// openSession creates a session with a fresh id and opens it at the core.
-// The session is returned acquired (see release).
-func (h *HTTPHandler) openSession() (*httpSession, error) {
-	id := rand.Text()
-	s, err := h.callOpen(id)
-	if err != nil {
-		return nil, err
-	}
-	hs := h.newHTTPSession(id, s)
-	if !h.register(hs) {
-		return nil, errors.New("the server is shutting down")
-	}
-	return hs, nil
-}
-
-func (h *HTTPHandler) callOpen(id string) (s *Session, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			h.log.Error("http front: panic opening a session", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			err = errors.New("the endpoint failed to open a session")
-		}
-	}()
-	s = h.ep.OpenSession(h.baseCtx, id, "http", nil)
-	if s == nil {
-		return nil, errors.New("the endpoint opened no session")
-	}
-	return s, nil
-}
-
-func (h *HTTPHandler) newHTTPSession(id string, s *Session) *httpSession {
-	hs := &httpSession{id: id, s: s, inflight: 1, lastActive: h.now()}
-	hs.ctx, hs.cancel = context.WithCancel(h.baseCtx)
-	return hs
-}
-
-// register adds an acquired session to the table. After Close it closes the
-// session at the core instead and reports false.
-func (h *HTTPHandler) register(hs *httpSession) bool {
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		hs.mu.Lock()
-		hs.closed = true
-		hs.mu.Unlock()
-		h.finishClose(hs)
-		return false
-	}
-	h.sessions[hs.id] = hs
-	h.mu.Unlock()
-	return true
-}
-
-// acquire finds the session named by the Mcp-Session-Id header and marks it
-// in use, asking Resume for an id it does not know. When there is none it
-// writes the error response (400 or 404) and returns nil.
-func (h *HTTPHandler) acquire(w http.ResponseWriter, r *http.Request, id string) *httpSession {
-	if id == "" {
-		httpError(w, http.StatusBadRequest, CodeInvalidRequest,
-			"bad request: the Mcp-Session-Id header is required (send initialize first to get one)")
-		return nil
-	}
-	if !httpValidSessionID(id) {
-		httpError(w, http.StatusBadRequest, CodeInvalidRequest,
-			"bad request: Mcp-Session-Id must be 1 to %d visible ASCII characters", httpMaxSessionIDLen)
-		return nil
-	}
-	if hs := h.lookup(id); hs != nil {
-		return hs
-	}
-	if hs := h.resumeSession(r.Context(), id); hs != nil {
-		return hs
-	}
-	httpError(w, http.StatusNotFound, jsonrpc.CodeSessionNotFound,
-		"session not found: it ended or never existed; send initialize to start a new one")
-	return nil
-}
-
-// lookup returns the open session id, acquired, or nil.
-func (h *HTTPHandler) lookup(id string) *httpSession {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	hs := h.sessions[id]
-	if hs == nil {
-		return nil
-	}
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	if hs.closed {
-		return nil
-	}
-	hs.inflight++
-	return hs
-}
-
-// resumeSession asks Resume to restore a session persisted before a restart.
-func (h *HTTPHandler) resumeSession(ctx context.Context, id string) (hs *httpSession) {
-	if h.resume == nil {
-		return nil
-	}
-	h.resumeMu.Lock()
-	defer h.resumeMu.Unlock()
-	if hs := h.lookup(id); hs != nil {
-		return hs // restored while we waited
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			h.log.Error("http front: panic resuming a session", "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-			hs = nil
-		}
-	}()
-	s, ok := h.resume(ctx, id)
-	if !ok || s == nil {
-		return nil
-	}
-	hs = h.newHTTPSession(id, s)
-	if !h.register(hs) {
-		return nil
-	}
-	h.log.Info("http front: resumed a session", "session", id)
-	return hs
-}
-
-// release marks the end of one use of hs.
-func (h *HTTPHandler) release(hs *httpSession) {
-	hs.mu.Lock()
-	hs.inflight--
-	hs.lastActive = h.now()
-	hs.mu.Unlock()
-}
-
-// requestContext is the context the core gets for a POST's messages: it ends
-// when the agent goes away (net/http cancels r.Context() when the connection
-// closes), when the session closes, or when the handler is closed.
-func (h *HTTPHandler) requestContext(r *http.Request, hs *httpSession) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(r.Context())
-	stop := context.AfterFunc(hs.ctx, cancel)
-	return ctx, func() {
-		stop()
-		cancel()
-	}
-}
-
-// closeSession ends hs, once.
-func (h *HTTPHandler) closeSession(hs *httpSession) {
-	h.mu.Lock()
-	first := h.detachLocked(hs)
-	h.mu.Unlock()
-	if first {
-		h.finishClose(hs)
-	}
-}
-
-// detachLocked marks hs closed and drops it from the table. It reports
-// whether this call closed it. The caller holds h.mu.
-func (h *HTTPHandler) detachLocked(hs *httpSession) bool {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	if hs.closed {
-		return false
-	}
-	hs.closed = true
-	if h.sessions[hs.id] == hs {
-		delete(h.sessions, hs.id)
-	}
-	return true
-}
-
-// finishClose cancels the session's requests and streams and closes it at
-// the core. It runs once per session, after detachLocked said so.
-func (h *HTTPHandler) finishClose(hs *httpSession) {
-	hs.cancel()
-	defer func() {
-		if v := recover(); v != nil {
-			h.log.Error("http front: panic closing a session", "session", hs.id, "panic", fmt.Sprint(v))
-		}
-	}()
-	h.ep.CloseSession(hs.s)
-	h.log.Debug("http front: session closed", "session", hs.id)
-}
-
-// janitor closes idle sessions until Close.
-func (h *HTTPHandler) janitor(period time.Duration) {
-	defer h.janitorWG.Done()
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.stop:
-			return
-		case now := <-t.C:
-			h.reapIdle(now)
-		}
-	}
-}
-
-// reapIdle closes every session that has had no request in flight and no
-// open stream for the idle timeout, as of now.
-func (h *HTTPHandler) reapIdle(now time.Time) {
-	h.mu.Lock()
-	var idle []*httpSession
-	for _, hs := range h.sessions {
-		hs.mu.Lock()
-		stale := hs.inflight == 0 && now.Sub(hs.lastActive) >= h.idle
-		hs.mu.Unlock()
-		if stale && h.detachLocked(hs) {
-			idle = append(idle, hs)
-		}
-	}
-	h.mu.Unlock()
-	for _, hs := range idle {
-		h.log.Info("http front: closing an idle session", "session", hs.id, "idle_timeout", h.idle)
-		h.finishClose(hs)
-	}
-}
-
 // checkOrigin guards against DNS rebinding (see httpOriginRefusal). It
 // writes 403 and reports false when the request is refused.
 func (h *HTTPHandler) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
-	reason := httpOriginRefusal(r, h.loopback, h.allowedOrigins)
+	reason := guard.Refusal(r, h.loopback, h.allowedOrigins)
 	if reason == "" {
 		return true
 	}
@@ -817,79 +547,11 @@ func (h *HTTPHandler) checkOrigin(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// httpTokenSum checks a front's token and returns whether one is needed
-// and its hash. A token is required off loopback.
-func httpTokenSum(front, token string, loopback bool) (bool, [sha256.Size]byte, error) {
-	if token == "" && !loopback {
-		return false, [sha256.Size]byte{}, fmt.Errorf("%s: Token is required when the listen address is not loopback", front)
-	}
-	if token == "" {
-		return false, [sha256.Size]byte{}, nil
-	}
-	if strings.TrimSpace(token) != token || strings.ContainsAny(token, "\r\n") {
-		return false, [sha256.Size]byte{}, fmt.Errorf("%s: Token must not contain spaces at its ends or line breaks", front)
-	}
-	return true, sha256.Sum256([]byte(token)), nil
-}
-
-// httpOrigins normalizes a front's AllowedOrigins into a set.
-func httpOrigins(front string, origins []string) (map[string]bool, error) {
-	set := make(map[string]bool, len(origins))
-	for _, o := range origins {
-		norm, err := httpNormalizeOrigin(o)
-		if err != nil {
-			return nil, fmt.Errorf("%s: AllowedOrigins entry %q: %w", front, o, err)
-		}
-		set[norm] = true
-	}
-	return set, nil
-}
-
-// httpOriginRefusal says why a request is refused against DNS rebinding,
-// "" when it is not. With loopback the Host header must name a loopback
-// host. An Origin header, when present, must be one of allowed (normalized
-// by httpNormalizeOrigin), or a loopback origin (with loopback), or the
-// request's own host (without loopback). Every front on the HTTP listener
-// applies it.
-func httpOriginRefusal(r *http.Request, loopback bool, allowed map[string]bool) string {
-	if loopback && !httpLoopbackHost(httpHostOnly(r.Host)) {
-		return fmt.Sprintf("forbidden: Host %q is not a loopback host", r.Host)
-	}
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return ""
-	}
-	norm, err := httpNormalizeOrigin(origin)
-	if err == nil && (allowed[norm] || httpOriginMatches(norm, r.Host, loopback)) {
-		return ""
-	}
-	return fmt.Sprintf("forbidden: Origin %q is not allowed", origin)
-}
-
-func httpOriginMatches(norm, host string, loopback bool) bool {
-	u, err := url.Parse(norm)
-	if err != nil {
-		return false
-	}
-	if loopback {
-		return httpLoopbackHost(u.Hostname())
-	}
-	return strings.EqualFold(u.Host, host)
-}
-
 // checkToken enforces the bearer token. It writes 401 and reports false when
 // the request lacks it.
 func (h *HTTPHandler) checkToken(w http.ResponseWriter, r *http.Request) bool {
-	if !h.needToken {
+	if h.token.Bearer(r) {
 		return true
-	}
-	const prefix = "bearer "
-	auth := r.Header.Get("Authorization")
-	if len(auth) > len(prefix) && strings.EqualFold(auth[:len(prefix)], prefix) {
-		got := sha256.Sum256([]byte(strings.TrimSpace(auth[len(prefix):])))
-		if subtle.ConstantTimeCompare(got[:], h.tokenSum[:]) == 1 {
-			return true
-		}
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="foldproxy"`)
 	httpError(w, http.StatusUnauthorized, CodeInvalidRequest, "unauthorized: a valid Authorization: Bearer token is required")
@@ -907,285 +569,4 @@ func (h *HTTPHandler) checkVersion(w http.ResponseWriter, r *http.Request) bool 
 	httpError(w, http.StatusBadRequest, CodeInvalidRequest,
 		"bad request: unsupported MCP-Protocol-Version %q (supported: %s)", v, strings.Join(httpProtocolVersions, ", "))
 	return false
-}
-
-// httpPost is the Outbound the core answers one POST's requests on. It
-// starts out answering with JSON, holding the responses until all are in,
-// and switches to an event stream at the first message that is not one of
-// the owed responses (a progress or logging notification, a sampling
-// request), or at once when the agent accepts only text/event-stream.
-type httpPost struct {
-	w            http.ResponseWriter
-	writeTimeout time.Duration
-	allowJSON    bool
-	allowSSE     bool
-	batch        bool
-	initKey      string // id key of an initialize request, "" otherwise
-
-	mu         sync.Mutex
-	await      *frontAwait
-	held       [][]byte   // responses not yet written (JSON mode)
-	st         *sseStream // non-nil once switched to an event stream
-	done       bool       // every owed response is written; nothing more goes here
-	finished   bool
-	initFailed bool
-	allPaid    chan struct{}
-}
-
-// WriteMessage is safe for concurrent use.
-func (p *httpPost) WriteMessage(msg []byte) error {
-	data, err := frontCompact(msg)
-	if err != nil {
-		return fmt.Errorf("http front: %w", err)
-	}
-	key, isResp, isErr := frontClassify(data)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done {
-		return ErrOutboundClosed
-	}
-	if isResp && p.await.pay(key) {
-		if p.initKey != "" && key == p.initKey && isErr {
-			p.initFailed = true
-		}
-		err := p.emitLocked(bytes.Clone(data))
-		if p.await.left == 0 {
-			p.done = true
-			close(p.allPaid)
-		}
-		return err
-	}
-	if !p.allowSSE {
-		return fmt.Errorf("%w: the agent's POST does not accept text/event-stream", ErrOutboundClosed)
-	}
-	if err := p.switchLocked(); err != nil {
-		return err
-	}
-	return p.st.event("", data)
-}
-
-// forgetRequest settles a request the agent cancelled: it is owed no
-// response.
-func (p *httpPost) forgetRequest(id json.RawMessage) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done || !p.await.pay(frontIDKey(id)) {
-		return
-	}
-	if p.await.left == 0 {
-		p.done = true
-		close(p.allPaid)
-	}
-}
-
-// emitLocked sends or holds one response.
-func (p *httpPost) emitLocked(data []byte) error {
-	if p.st == nil && !p.allowJSON {
-		if err := p.switchLocked(); err != nil {
-			return err
-		}
-	}
-	if p.st != nil {
-		return p.st.event("", data)
-	}
-	p.held = append(p.held, data)
-	return nil
-}
-
-// switchLocked turns the response into an event stream, sending the held
-// responses first.
-func (p *httpPost) switchLocked() error {
-	if p.st != nil {
-		return nil
-	}
-	p.st = newSSEStream(p.w, p.writeTimeout)
-	err := p.st.start()
-	for _, m := range p.held {
-		if err != nil {
-			break
-		}
-		err = p.st.event("", m)
-	}
-	p.held = nil
-	return err
-}
-
-func (p *httpPost) keepAlive() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.st != nil && !p.done {
-		_ = p.st.comment("keepalive") // a failed stream is seen by the next write
-	}
-}
-
-// finish answers every request still owed with an internal error, writes
-// the JSON response or ends the stream, and stops all further writing. It
-// is idempotent.
-func (p *httpPost) finish() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.finished {
-		return
-	}
-	p.finished = true
-	for _, id := range p.await.missing() {
-		if p.initKey != "" && frontIDKey(id) == p.initKey {
-			p.initFailed = true
-		}
-		_ = p.emitLocked(frontNoResponse(id)) // the agent may be gone; nothing to do then
-	}
-	if !p.done {
-		p.done = true
-		close(p.allPaid)
-	}
-	if p.st != nil {
-		p.st.close()
-		return
-	}
-	if p.initFailed {
-		p.w.Header().Del("Mcp-Session-Id")
-	}
-	if p.writeTimeout > 0 {
-		// Best effort, as for event streams: not every ResponseWriter has deadlines.
-		_ = http.NewResponseController(p.w).SetWriteDeadline(time.Now().Add(p.writeTimeout))
-	}
-	if len(p.held) == 0 {
-		// Every request of the POST was cancelled by the agent: nothing
-		// is owed.
-		p.w.WriteHeader(http.StatusAccepted)
-		return
-	}
-	httpWriteJSON(p.w, http.StatusOK, httpBody(p.held, p.batch))
-	p.held = nil
-}
-
-// httpBody encodes responses: the single one, or an array for a batch.
-func httpBody(msgs [][]byte, batch bool) []byte {
-	if !batch && len(msgs) == 1 {
-		return msgs[0]
-	}
-	return stdioJoinArray(msgs)
-}
-
-// httpWriteJSON writes a JSON body with status.
-func httpWriteJSON(w http.ResponseWriter, status int, body []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write(body) // a write error means the agent left; nothing to do
-}
-
-// httpError writes a JSON-RPC error response with a null id and status.
-func httpError(w http.ResponseWriter, status, code int, format string, args ...any) {
-	httpWriteJSON(w, status, Response(nil, nil, Errorf(code, format, args...)))
-}
-
-// httpTrackWriter notes whether anything was written, so that a recovered
-// panic is answered only when the response has not started.
-type httpTrackWriter struct {
-	http.ResponseWriter
-	wrote atomic.Bool
-}
-
-func (w *httpTrackWriter) WriteHeader(code int) {
-	w.wrote.Store(true)
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *httpTrackWriter) Write(p []byte) (int, error) {
-	w.wrote.Store(true)
-	return w.ResponseWriter.Write(p)
-}
-
-// Unwrap lets http.ResponseController reach Flush and SetWriteDeadline.
-func (w *httpTrackWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// httpAccepts reports whether the Accept headers admit typ ("major/minor").
-// No Accept header admits everything. The most specific matching range
-// decides, so "text/event-stream;q=0, */*" excludes the event stream.
-func httpAccepts(hdr http.Header, typ string) bool {
-	major, _, _ := strings.Cut(typ, "/")
-	seen := false
-	best, bestQ := -1, 0.0
-	for _, v := range hdr.Values("Accept") {
-		for part := range strings.SplitSeq(v, ",") {
-			part = strings.TrimSpace(part)
-			if part == "" {
-				continue
-			}
-			seen = true
-			mt, params, err := mime.ParseMediaType(part)
-			if err != nil {
-				continue
-			}
-			spec := -1
-			switch mt {
-			case typ:
-				spec = 2
-			case major + "/*":
-				spec = 1
-			case "*/*":
-				spec = 0
-			}
-			if spec < 0 {
-				continue
-			}
-			q := 1.0
-			if qs, ok := params["q"]; ok {
-				if f, err := strconv.ParseFloat(qs, 64); err == nil {
-					q = f
-				}
-			}
-			if spec > best || (spec == best && q > bestQ) {
-				best, bestQ = spec, q
-			}
-		}
-	}
-	return !seen || (best >= 0 && bestQ > 0)
-}
-
-// httpHostOnly returns the host of "host:port", "[v6]:port" or a bare host.
-func httpHostOnly(hostport string) string {
-	if host, _, err := net.SplitHostPort(hostport); err == nil {
-		return host
-	}
-	return strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
-}
-
-// httpLoopbackHost reports whether host (no port) is localhost or a
-// loopback IP (127.0.0.0/8, ::1).
-func httpLoopbackHost(host string) bool {
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-// httpNormalizeOrigin checks that o is an origin (scheme://host[:port], no
-// path) and returns it lower-cased.
-func httpNormalizeOrigin(o string) (string, error) {
-	u, err := url.Parse(strings.TrimSuffix(o, "/"))
-	if err != nil {
-		return "", fmt.Errorf("not a URL: %w", err)
-	}
-	if u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return "", errors.New("an origin is scheme://host[:port] with nothing after it")
-	}
-	return strings.ToLower(u.Scheme + "://" + u.Host), nil
-}
-
-// httpValidSessionID reports whether id is a plausible session id: visible
-// ASCII, as the MCP transport requires, and not absurdly long.
-func httpValidSessionID(id string) bool {
-	if id == "" || len(id) > httpMaxSessionIDLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if id[i] < 0x21 || id[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/fold/modelwire"
+	"github.com/foldproxy/foldproxy/proxy/guard"
 )
 
 // ModelTokenHeader carries foldproxy's own token on model requests when one
@@ -512,11 +512,7 @@ func isWebSocketUpgrade(r *http.Request) bool {
 // checkToken reports whether the request carries foldproxy's token, when
 // one is required.
 func (h *ModelHandler) checkToken(r *http.Request) bool {
-	if !h.needToken {
-		return true
-	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(r.Header.Get(ModelTokenHeader))))
-	return subtle.ConstantTimeCompare(got[:], h.tokenSum[:]) == 1
+	return guard.MatchSum(h.needToken, h.tokenSum, r.Header.Get(ModelTokenHeader))
 }
 
 // modelErrorDialect guesses the dialect of a request for an error that

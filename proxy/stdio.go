@@ -27,7 +27,7 @@ type StdioOptions struct {
 	// the agent closes stdin, before they are cancelled. 0 means 5s.
 	DrainTimeout time.Duration
 
-	// The attach front (attach.go) serves each attached stdio process with
+	// The attach front (package proxy/attach) serves each attached stdio process with
 	// ServeStdio and sets these. SessionID names the session: when the
 	// endpoint can resume it from the store (a daemon that restarted) it
 	// continues there, else a new session gets that id. Transport is
@@ -116,7 +116,7 @@ type stdioSource interface {
 	// handled is called once the line last read has been handled: its
 	// requests noted as owed and handed on, its other messages
 	// delivered. A line read and not handled is read again by whoever
-	// serves the session after this process (see journal.go).
+	// serves the session after this process (see package proxy/attach).
 	handled()
 }
 
@@ -456,7 +456,7 @@ func (sv *stdioServer) handleLine(ln stdioLine) (serve func(), inline bool) {
 	c := &stdioCollector{main: sv.out, await: newFrontAwait(), hold: true}
 	var group uint64
 	if sv.out.j != nil {
-		group = sv.out.j.newGroup()
+		group = sv.out.j.NewGroup()
 	}
 	for i, it := range items {
 		switch {
@@ -501,14 +501,14 @@ func (sv *stdioServer) handleLine(ln stdioLine) (serve func(), inline bool) {
 // note records a request read from line (nil: one of a batch, group) as
 // owed in the session's journal, when it has one, before it is delivered:
 // should this process die before answering, whoever serves the session
-// next answers it (see journal.go). A request that changes nothing and is
+// next answers it (see package proxy/attach). A request that changes nothing and is
 // alone on its line is kept whole, to be sent again.
 func (sv *stdioServer) note(msg *Message, line []byte, group uint64) error {
 	j := sv.out.j
 	if j == nil {
 		return nil
 	}
-	return j.track(msg.ID, msg.Method, line, j.lineEndPos(), group, line != nil && relayResendable[msg.Method])
+	return j.Track(msg.ID, msg.Method, line, j.LineEndPos(), group, line != nil && relayResendable[msg.Method])
 }
 
 // deliverRequest hands one request to the core.
@@ -614,7 +614,7 @@ type stdioWriter struct {
 	// j, when set, is the session's journal (an attached session whose
 	// stdout the daemon writes itself): every message is recorded there
 	// as it goes out, through wf, w's write that reports each write(2).
-	j  *journal
+	j  Journal
 	wf func(p []byte, wrote func(int)) (int, error)
 
 	mu     sync.Mutex
@@ -657,7 +657,7 @@ var stdioNewline = []byte{'\n'}
 // it).
 func (o *stdioWriter) untrack(key string) {
 	if o.j != nil {
-		o.j.untrack(key)
+		o.j.Untrack(key)
 	}
 }
 
@@ -681,13 +681,13 @@ func (o *stdioWriter) writeLocked(b, tail []byte, keys []string) error {
 	}
 	var err error
 	if o.j != nil {
-		ref, slots := o.j.answering(keys)
-		o.j.beginOut(len(b)+len(tail), ref)
-		_, err = o.wf(b, o.j.wrote)
+		ref, slots := o.j.Answering(keys)
+		o.j.BeginOut(len(b)+len(tail), ref)
+		_, err = o.wf(b, o.j.Wrote)
 		if err == nil && len(tail) > 0 {
-			_, err = o.wf(tail, o.j.wrote)
+			_, err = o.wf(tail, o.j.Wrote)
 		}
-		o.j.endOut(slots, err == nil)
+		o.j.EndOut(slots, err == nil)
 	} else {
 		_, err = o.w.Write(b)
 		if err == nil && len(tail) > 0 {

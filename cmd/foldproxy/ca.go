@@ -9,7 +9,7 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/proxy/transparent"
 )
 
 // caCommand prints foldproxy's local CA (made on first use) and the
@@ -56,7 +56,7 @@ func (c *caCommand) Run(ctx context.Context, args []string) error {
 	if err := prepareStateDir(dir); err != nil {
 		return err
 	}
-	ca, created, err := proxy.LoadOrCreateCA(dir)
+	ca, created, err := transparent.LoadOrCreateCA(dir)
 	if err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func (c *caCommand) Run(ctx context.Context, args []string) error {
 
 // writeCAHelp prints the CA certificate's path and the lines that make
 // Node, curl and Python trust it.
-func writeCAHelp(w io.Writer, ca *proxy.CA, proxyListen string) {
+func writeCAHelp(w io.Writer, ca *transparent.CA, proxyListen string) {
 	cert := ca.CertPath()
 	sum := sha256.Sum256(ca.Cert().Raw)
 	fmt.Fprintf(w, "# foldproxy's local CA certificate (valid until %s, SHA-256 %X);\n", ca.Cert().NotAfter.Format("2006-01-02"), sum[:8])

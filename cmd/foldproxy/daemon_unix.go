@@ -29,7 +29,7 @@ import (
 // own session so that the agent ending one session does not take it down)
 // that owns the state store and the upstream processes; every stdio process
 // is a thin relay that attaches to the daemon's unix socket and is served as
-// its own session (proxy.Relay, proxy.AttachServer). The files, all in the
+// its own session (attach.Relay, attach.Server). The files, all in the
 // state folder:
 //
 //	daemon.lock    held (flock) by the daemon for its whole life, with its pid

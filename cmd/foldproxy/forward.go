@@ -13,6 +13,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/proxy/transparent"
 )
 
 // startForwardProxy serves transparent mode's forward proxy on addr: the
@@ -23,9 +24,9 @@ import (
 // stop closes it.
 func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 	newFront func(proxy.ModelOptions) (*proxy.ModelHandler, error),
-	newRemote func(http.RoundTripper) (*proxy.RemoteFront, error), guard *localUsers, loops *selfListeners, logger *slog.Logger,
+	newRemote func(http.RoundTripper) (*transparent.RemoteFront, error), guard *localUsers, loops *selfListeners, logger *slog.Logger,
 ) (stop func(), err error) {
-	ca, created, err := proxy.LoadOrCreateCA(stateDir)
+	ca, created, err := transparent.LoadOrCreateCA(stateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -38,13 +39,13 @@ func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 	}
 	transport := proxy.NewModelTransport(roots)
 	transport.DialContext = loops.guard(transport.DialContext, "an intercepted host must not resolve to foldproxy itself")
-	var remote *proxy.RemoteFront
+	var remote *transparent.RemoteFront
 	if len(ps.MCP) > 0 {
 		if remote, err = newRemote(transport); err != nil {
 			return nil, err
 		}
 	}
-	fp, err := proxy.NewForwardProxy(proxy.ForwardOptions{
+	fp, err := transparent.NewForwardProxy(transparent.ForwardOptions{
 		Remote:         remote,
 		CA:             ca,
 		Token:          token,

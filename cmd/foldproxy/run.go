@@ -18,6 +18,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/proxy/attach"
 )
 
 // runCommand puts foldproxy in front of an agent in one step:
@@ -29,7 +30,7 @@ import (
 // that is slow to start is reported as it waits, and one that cannot start
 // is an error before the agent runs, never a model error later. It then
 // holds the daemon up for the agent's life (a holding attach connection,
-// proxy.AttachHello.Hold, inherited by the agent), points the agent's
+// attach.Hello.Hold, inherited by the agent), points the agent's
 // model endpoint at the daemon's model front and its MCP configuration at
 // foldproxy, each the way that agent reads them (agentSetup), and replaces
 // itself with the agent (exec): the terminal, the signals (SIGINT, SIGTERM
@@ -158,11 +159,11 @@ func (c *runCommand) Run(ctx context.Context, args []string) error {
 }
 
 // holdDaemon connects to the project's daemon, starting it when none
-// answers, and holds it (proxy.AttachHello.Hold). While the daemon starts
+// answers, and holds it (attach.Hello.Hold). While the daemon starts
 // it says so on stderr every few seconds; past timeout it gives up with
 // the daemon's log named.
-func (c *runCommand) holdDaemon(ctx context.Context, dir, config, ident string, timeout time.Duration) (net.Conn, proxy.AttachWelcome, error) {
-	var w proxy.AttachWelcome
+func (c *runCommand) holdDaemon(ctx context.Context, dir, config, ident string, timeout time.Duration) (net.Conn, attach.Welcome, error) {
+	var w attach.Welcome
 	if !daemonSupported {
 		return nil, w, errors.New("foldproxy run needs the shared daemon, which needs a unix system; run foldproxy serve --listen and point the agent at it by hand")
 	}
@@ -198,7 +199,7 @@ wait:
 		return nil, w, fmt.Errorf("%w; the agent was not started", d.err)
 	}
 	conn := d.conn
-	hello, _ := json.Marshal(proxy.AttachHello{Version: proxy.AttachVersion, Config: ident, Hold: true})
+	hello, _ := json.Marshal(attach.Hello{Version: attach.Version, Config: ident, Hold: true})
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, err := conn.Write(append(hello, '\n')); err != nil {
 		conn.Close()

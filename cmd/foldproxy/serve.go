@@ -23,6 +23,8 @@ import (
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/statedir"
 	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/proxy/attach"
+	"github.com/foldproxy/foldproxy/proxy/transparent"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
@@ -146,7 +148,7 @@ func prepareStateDir(dir string) error {
 	if err := statedir.Prepare(dir); err != nil {
 		return err
 	}
-	for _, sub := range []struct{ name, what string }{{"badger", "the store's folder"}, {proxy.CADirName, "the CA's folder"}} {
+	for _, sub := range []struct{ name, what string }{{"badger", "the store's folder"}, {transparent.CADirName, "the CA's folder"}} {
 		if err := statedir.Check(filepath.Join(dir, sub.name), sub.what); err != nil {
 			return err
 		}
@@ -417,7 +419,7 @@ func serveListen(ctx context.Context, r serveRun, core *serveCore, access localA
 }
 
 // relay serves this stdio session through the project's daemon, starting
-// one when none answers (proxy.Relay).
+// one when none answers (attach.Relay).
 func (c *serveCommand) relay(ctx context.Context, f serveFlags, st policy.Settings, dir, ident string, logger *slog.Logger) error {
 	if f.metrics != "" {
 		// The daemon serves the metrics and logs its address to its own
@@ -435,7 +437,7 @@ func (c *serveCommand) relay(ctx context.Context, f serveFlags, st policy.Settin
 	// stdout and socket are read and written through the runtime's poller
 	// (proxy/rawio_unix.go): waiting for either side is one epoll_wait.
 	runtime.GOMAXPROCS(1)
-	return proxy.Relay(ctx, c.stdin, c.stdout, relayOptions(f, st, dir, ident, c.stderr, logger, os.Getenv))
+	return attach.Relay(ctx, c.stdin, c.stdout, relayOptions(f, st, dir, ident, c.stderr, logger, os.Getenv))
 }
 
 // sayReady tells the relay that started this daemon that it serves.

@@ -16,6 +16,7 @@ import (
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/proxy/attach"
 )
 
 // The fronts serve starts once its core is open: the metrics listener, the
@@ -44,21 +45,21 @@ func serveMetrics(addr string, m *intercept.Metrics, guard *localUsers, logger *
 }
 
 // attachFront is the state folder's socket, on which the project's stdio
-// relays attach to this process (proxy.AttachServer).
+// relays attach to this process (attach.Server).
 type attachFront struct {
-	srv    *proxy.AttachServer
+	srv    *attach.Server
 	ln     net.Listener
 	logger *slog.Logger
 }
 
 // attachOptions are the attach socket's options: the daemon exits idleExit
 // after its last session ends; a --listen server never does.
-func attachOptions(mode serveMode, idleExit time.Duration, ident string, st policy.Settings, logger *slog.Logger) proxy.AttachOptions {
+func attachOptions(mode serveMode, idleExit time.Duration, ident string, st policy.Settings, logger *slog.Logger) attach.Options {
 	idle := time.Duration(-1)
 	if mode == modeDaemon {
 		idle = idleExit
 	}
-	return proxy.AttachOptions{
+	return attach.Options{
 		Config: ident, MaxMessageBytes: st.MaxMessageBytes, Logger: logger,
 		CheckPeer: checkPeer, IdleExit: idle,
 	}
@@ -66,13 +67,13 @@ func attachOptions(mode serveMode, idleExit time.Duration, ident string, st poli
 
 // listenAttach listens on the socket of state folder dir (the caller holds
 // its lock) for relays to attach to srv.
-func listenAttach(dir string, srv *proxy.Server, o proxy.AttachOptions) (*attachFront, error) {
+func listenAttach(dir string, srv *proxy.Server, o attach.Options) (*attachFront, error) {
 	ln, sock, err := listenSocket(dir)
 	if err != nil {
 		return nil, fmt.Errorf("attach socket: %w", err)
 	}
 	o.Logger.Info("foldproxy attach socket", "socket", sock, "pid", os.Getpid())
-	return &attachFront{srv: proxy.NewAttachServer(srv, o), ln: ln, logger: o.Logger}, nil
+	return &attachFront{srv: attach.NewServer(srv, o), ln: ln, logger: o.Logger}, nil
 }
 
 // serve serves the relays until ctx ends or, for the daemon, the last

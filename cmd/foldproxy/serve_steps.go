@@ -24,6 +24,8 @@ import (
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/proxy/attach"
+	"github.com/foldproxy/foldproxy/proxy/transparent"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
@@ -169,7 +171,7 @@ func daemonArgs(f serveFlags, st policy.Settings) []string {
 // through this process; anything else (the default) passes the agent's
 // stdin and stdout to the daemon where the system allows it, this process
 // only waiting, to take the session to the next daemon if the daemon
-// dies (proxy.RelayOptions.PassFDs). The tests run both.
+// dies (attach.RelayOptions.PassFDs). The tests run both.
 const attachEnv = "FOLDPROXY_ATTACH"
 
 // relayOptions are the options of a stdio relay to the daemon of state
@@ -177,9 +179,9 @@ const attachEnv = "FOLDPROXY_ATTACH"
 // names the configuration (configIdentity), so that a daemon of another
 // one does not serve it. The daemon's log records go to stderr. getenv
 // reads attachEnv.
-func relayOptions(f serveFlags, st policy.Settings, dir, ident string, stderr io.Writer, logger *slog.Logger, getenv func(string) string) proxy.RelayOptions {
+func relayOptions(f serveFlags, st policy.Settings, dir, ident string, stderr io.Writer, logger *slog.Logger, getenv func(string) string) attach.RelayOptions {
 	extra := daemonArgs(f, st)
-	return proxy.RelayOptions{
+	return attach.RelayOptions{
 		Dial:            func(ctx context.Context) (net.Conn, error) { return dialDaemon(ctx, dir, f.config, extra) },
 		WaitExit:        func(ctx context.Context) error { return waitDaemonExit(ctx, dir) },
 		Config:          ident,
@@ -692,8 +694,8 @@ func chargedOnMCP(name string) bool {
 // newRemoteFront makes the front of the remote MCP servers intercepted in
 // transparent mode, over transport tr: they take the MCP front's chains
 // (one Budget, one Audit: the same state).
-func (c *serveCore) newRemoteFront(tr http.RoundTripper) (*proxy.RemoteFront, error) {
-	return proxy.NewRemoteFront(proxy.RemoteOptions{
+func (c *serveCore) newRemoteFront(tr http.RoundTripper) (*transparent.RemoteFront, error) {
+	return transparent.NewRemoteFront(transparent.RemoteOptions{
 		Servers: c.st.Proxy.MCP, Settings: c.st, Fold: c.mgr, Scrubber: c.scrubber, Transport: tr, Logger: c.logger,
 		Observer: c.observer(), Interceptors: c.chain, ControlInterceptors: c.control,
 	})

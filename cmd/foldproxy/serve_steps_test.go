@@ -24,6 +24,7 @@ import (
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/proxy/attach"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
@@ -641,7 +642,7 @@ func TestListenAttach(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		b, _ := json.Marshal(proxy.AttachHello{Version: proxy.AttachVersion, Config: config})
+		b, _ := json.Marshal(attach.Hello{Version: attach.Version, Config: config})
 		if _, err := conn.Write(append(b, '\n')); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package proxy
+package transparent
 
 import (
 	"bufio"
@@ -22,6 +22,7 @@ import (
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
+	"github.com/foldproxy/foldproxy/proxy"
 )
 
 // wordScrubber is a JSONScrubber double that redacts the word SECRET.
@@ -63,7 +64,7 @@ func (f *fakeRemote) received() []string {
 
 func (f *fakeRemote) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	var m Message
+	var m proxy.Message
 	_ = json.Unmarshal(body, &m)
 	f.mu.Lock()
 	f.got = append(f.got, strings.Join([]string{r.Method, r.URL.Path, m.Method, r.Header.Get("Authorization"), r.Header.Get("Mcp-Session-Id")}, " "))

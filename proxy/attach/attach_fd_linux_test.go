@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package attach
 
 import (
 	"bufio"
@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/foldproxy/foldproxy/proxy"
 )
 
 // fdDaemon is the daemon's end of the attach protocol for the relay's
@@ -28,7 +30,7 @@ type fdDaemon struct {
 // fdConn is a connection on which the daemon took the agent's pipes.
 type fdConn struct {
 	c     net.Conn
-	hello AttachHello
+	hello Hello
 	p     *attachedPipes
 }
 
@@ -47,7 +49,7 @@ func newFDDaemon(t *testing.T, take func(n int) bool) *fdDaemon {
 			}
 			br := bufio.NewReader(c)
 			line, err := br.ReadBytes('\n')
-			var h AttachHello
+			var h Hello
 			if err != nil || json.Unmarshal(line, &h) != nil {
 				c.Close()
 				continue
@@ -133,7 +135,7 @@ func TestRelayTakesThePipesBack(t *testing.T) {
 			t.Fatalf("daemon read %q, %v; want %q", line, err, want)
 		}
 		id, method, _ := relayRequestOf(line)
-		if err := j.track(id, method, line, j.lineEndPos(), 0, relayResendable[method]); err != nil {
+		if err := j.track(id, method, line, j.lineEndPos(), 0, proxy.Resendable(method)); err != nil {
 			t.Fatal(err)
 		}
 		j.done()
@@ -143,7 +145,7 @@ func TestRelayTakesThePipesBack(t *testing.T) {
 	if j.in.filled != uint64(len(call)+len(ping)+2+30) {
 		t.Fatalf("the journal holds %d bytes read, want %d", j.in.filled, len(call)+len(ping)+2+30)
 	}
-	ref, _ := j.answering([]string{frontIDKey([]byte("1"))})
+	ref, _ := j.answering([]string{proxy.IDKey([]byte("1"))})
 	j.beginOut(100, ref)
 	if _, err := f.p.write([]byte(`{"jsonrp`), j.wrote); err != nil {
 		t.Fatal(err)

@@ -1,11 +1,8 @@
-package proxy
+package transparent
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -19,8 +16,8 @@ import (
 	"time"
 
 	"github.com/elazarl/goproxy"
-
 	"github.com/foldproxy/foldproxy/policy"
+	"github.com/foldproxy/foldproxy/proxy/guard"
 )
 
 // ForwardOptions configures the forward proxy of transparent mode.
@@ -54,6 +51,15 @@ type ForwardOptions struct {
 	Logger *slog.Logger
 }
 
+// discardIfNil returns l, or a logger that discards everything when l is
+// nil.
+func discardIfNil(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
+
 // ForwardProxy is an HTTP forward proxy, built on goproxy, that serves
 // CONNECT only: intercepted hosts are answered with a certificate from the
 // local CA and their requests served by the model front (one fold core,
@@ -61,15 +67,14 @@ type ForwardOptions struct {
 // never decrypted. Plain-HTTP proxy requests are refused: foldproxy is
 // not an open relay.
 type ForwardProxy struct {
-	log       *slog.Logger
-	ca        *CA
-	needToken bool
-	tokenSum  [sha256.Size]byte
-	hosts     []hostPattern
-	ports     []int
-	model     func(string) (http.Handler, error)
-	remote    *RemoteFront
-	gp        *goproxy.ProxyHttpServer
+	log    *slog.Logger
+	ca     *CA
+	token  guard.Token
+	hosts  []hostPattern
+	ports  []int
+	model  func(string) (http.Handler, error)
+	remote *RemoteFront
+	gp     *goproxy.ProxyHttpServer
 
 	mu      sync.Mutex
 	fronts  map[string]http.Handler // by host:port
@@ -93,11 +98,8 @@ func NewForwardProxy(opts ForwardOptions) (*ForwardProxy, error) {
 	if len(opts.AllowPorts) == 0 {
 		return nil, errors.New("forward proxy: AllowPorts is empty: no CONNECT could be served")
 	}
-	if opts.Token == "" && !opts.Loopback {
-		return nil, errors.New("forward proxy: a token is required when the proxy listens on a non-loopback address (foldproxy.authToken or FOLDPROXY_TOKEN)")
-	}
 	p := &ForwardProxy{
-		log:    frontLogger(opts.Logger),
+		log:    discardIfNil(opts.Logger),
 		ca:     opts.CA,
 		ports:  slices.Clone(opts.AllowPorts),
 		model:  opts.Model,
@@ -105,12 +107,12 @@ func NewForwardProxy(opts ForwardOptions) (*ForwardProxy, error) {
 		fronts: map[string]http.Handler{},
 		ln:     newConnListener(),
 	}
-	if opts.Token != "" {
-		if strings.TrimSpace(opts.Token) != opts.Token || strings.ContainsAny(opts.Token, "\r\n") {
-			return nil, errors.New("forward proxy: the token must not contain spaces at its ends or line breaks")
-		}
-		p.needToken = true
-		p.tokenSum = sha256.Sum256([]byte(opts.Token))
+	var err error
+	switch p.token, err = guard.NewToken(opts.Token, opts.Loopback); {
+	case errors.Is(err, guard.ErrTokenRequired):
+		return nil, errors.New("forward proxy: a token is required when the proxy listens on a non-loopback address (foldproxy.authToken or FOLDPROXY_TOKEN)")
+	case err != nil:
+		return nil, fmt.Errorf("forward proxy: %w", err)
 	}
 	for _, h := range opts.InterceptHosts {
 		host, port, err := policy.ParseHostPattern(h)
@@ -196,7 +198,7 @@ func (p *ForwardProxy) modelHost(hostport string) bool {
 
 // ServeHTTP implements http.Handler: the refusals, then goproxy.
 func (p *ForwardProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !p.checkToken(r) {
+	if !p.token.Proxy(r) {
 		w.Header().Set("Proxy-Authenticate", `Basic realm="foldproxy"`)
 		w.Header().Add("Proxy-Authenticate", `Bearer realm="foldproxy"`)
 		proxyRefusal(w, http.StatusProxyAuthRequired,
@@ -245,30 +247,6 @@ func proxyRefusal(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, msg+"\n")
-}
-
-// checkToken reports whether the request carries the token, when one is
-// required: Bearer, or Basic with the token as the password.
-func (p *ForwardProxy) checkToken(r *http.Request) bool {
-	if !p.needToken {
-		return true
-	}
-	auth := strings.TrimSpace(r.Header.Get("Proxy-Authorization"))
-	scheme, cred, _ := strings.Cut(auth, " ")
-	cred = strings.TrimSpace(cred)
-	switch strings.ToLower(scheme) {
-	case "bearer":
-	case "basic":
-		raw, err := base64.StdEncoding.DecodeString(cred)
-		if err != nil {
-			return false
-		}
-		_, cred, _ = strings.Cut(string(raw), ":")
-	default:
-		return false
-	}
-	got := sha256.Sum256([]byte(cred))
-	return subtle.ConstantTimeCompare(got[:], p.tokenSum[:]) == 1
 }
 
 // intercept is goproxy's hijack of an intercepted CONNECT: it answers 200,

@@ -1,4 +1,4 @@
-package proxy
+package attach
 
 import (
 	"bufio"
@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 )
 
 // fakeDaemon is the daemon's end of the attach protocol, for Relay's tests:
@@ -23,7 +22,7 @@ type fakeDaemon struct {
 type daemonConn struct {
 	c     net.Conn
 	br    *bufio.Reader
-	hello AttachHello
+	hello Hello
 }
 
 func newFakeDaemon(t *testing.T) *fakeDaemon {
@@ -45,7 +44,7 @@ func newFakeDaemon(t *testing.T) *fakeDaemon {
 				c.Close()
 				continue
 			}
-			var h AttachHello
+			var h Hello
 			if err := json.Unmarshal(line, &h); err != nil {
 				c.Close()
 				continue
@@ -136,7 +135,7 @@ func TestRelayCopiesLinesAsTheyCome(t *testing.T) {
 	d := newFakeDaemon(t)
 	r := startRelay(t, d)
 	c := <-d.conns
-	if c.hello.Version != AttachVersion || c.hello.Config != "cfg" || c.hello.Session != "" {
+	if c.hello.Version != Version || c.hello.Config != "cfg" || c.hello.Session != "" {
 		t.Fatalf("hello %+v", c.hello)
 	}
 	// What the agent sends goes to the daemon as it is: not re-encoded,
@@ -254,45 +253,7 @@ func TestRelayRequestOf(t *testing.T) {
 	}
 }
 
-// The pool runs every function, keeps idle goroutines for the next, and
-// ends them when closed: synctest fails the test if one were left blocked.
-func TestStdioPoolEndsItsGoroutines(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var p stdioPool
-		var mu sync.Mutex
-		ran := 0
-		for round := 0; round < 3; round++ {
-			var wg sync.WaitGroup
-			for range 20 {
-				wg.Add(1)
-				p.run(func() {
-					defer wg.Done()
-					mu.Lock()
-					ran++
-					mu.Unlock()
-				})
-			}
-			wg.Wait()
-			synctest.Wait()
-			p.mu.Lock()
-			idle := len(p.idle)
-			p.mu.Unlock()
-			if idle == 0 || idle > stdioPoolIdle {
-				t.Errorf("round %d: %d idle goroutines, want 1 to %d", round, idle, stdioPoolIdle)
-			}
-		}
-		p.close()
-		if ran != 60 {
-			t.Errorf("ran %d functions, want 60", ran)
-		}
-		// A function run after close still runs, on a goroutine that then ends.
-		done := make(chan struct{})
-		p.run(func() { close(done) })
-		<-done
-	})
-}
-
-// A holding connection (AttachHello.Hold) is welcomed with the daemon's
+// A holding connection (Hello.Hold) is welcomed with the daemon's
 // HTTP address, gets no log records, keeps a daemon that exits when idle
 // up while it is open, and lets it exit once closed.
 func TestAttachHoldKeepsTheDaemonUp(t *testing.T) {
@@ -300,7 +261,7 @@ func TestAttachHoldKeepsTheDaemonUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := NewAttachServer(nil, AttachOptions{Config: "cfg", IdleExit: 0, HTTP: func() string { return "127.0.0.1:4321" }})
+	a := NewServer(nil, Options{Config: "cfg", IdleExit: 0, HTTP: func() string { return "127.0.0.1:4321" }})
 	served := make(chan error, 1)
 	go func() { served <- a.Serve(context.Background(), ln) }()
 	c, err := net.Dial("unix", ln.Addr().String())
@@ -316,7 +277,7 @@ func TestAttachHoldKeepsTheDaemonUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var w AttachWelcome
+	var w Welcome
 	if err := json.Unmarshal(line, &w); err != nil || w.HTTP != "127.0.0.1:4321" || w.Error != "" || w.Session != "" {
 		t.Fatalf("welcome %s (%v): want the HTTP address, no session, no error", line, err)
 	}

@@ -1,4 +1,4 @@
-package proxy
+package attach
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/foldproxy/foldproxy/proxy"
 )
 
 // newTestJournal lays out a journal in memory, as the relay does in its
@@ -155,7 +157,7 @@ func TestJournalRecoversAtEveryStep(t *testing.T) {
 				id := queue[0]
 				queue = queue[1:]
 				msg := []byte(`{"jsonrpc":"2.0","id":` + id + `,"result":{}}` + "\n")
-				ref, slots := j.answering([]string{frontIDKey([]byte(id))})
+				ref, slots := j.answering([]string{proxy.IDKey([]byte(id))})
 				step = "answering " + id
 				m.starting, m.complete = true, false
 				j.beginOut(len(msg), ref)
@@ -182,7 +184,7 @@ func TestJournalRecoversAtEveryStep(t *testing.T) {
 				}
 				if !tooLarge && len(line) > 0 {
 					if id, method, ok := relayRequestOf(line); ok {
-						keep := relayResendable[method]
+						keep := proxy.Resendable(method)
 						step = "tracking " + string(id)
 						if err := j.track(id, method, line, uint64(end), 0, keep); err != nil {
 							t.Fatal(err)
@@ -248,7 +250,7 @@ func TestJournalCutAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.done()
-	ref, _ := j.answering([]string{frontIDKey([]byte("7"))})
+	ref, _ := j.answering([]string{proxy.IDKey([]byte("7"))})
 	j.beginOut(5000, ref)
 	for _, tc := range []struct {
 		done    int
@@ -273,7 +275,7 @@ func TestJournalCutAnswer(t *testing.T) {
 	}
 	_ = j2.track([]byte("7"), "tools/call", line, j2.lineEndPos(), 0, false)
 	j2.done()
-	ref, _ = j2.answering([]string{frontIDKey([]byte("7"))})
+	ref, _ = j2.answering([]string{proxy.IDKey([]byte("7"))})
 	j2.beginOut(300, ref)
 	if rec, _ := recoverJournal(mem2, true); rec.mend || len(rec.pending) != 1 {
 		t.Errorf("an answer of 300 bytes to a pipe, none recorded written: mend %v, %d pending; want no mend, 1 pending", rec.mend, len(rec.pending))
@@ -292,7 +294,7 @@ func TestJournalSlotsFull(t *testing.T) {
 	if err := j.track([]byte("x"), "tools/call", nil, 0, 0, false); err != errJournalFull {
 		t.Fatalf("a request past the slots: %v, want errJournalFull", err)
 	}
-	j.untrack(frontIDKey([]byte("5")))
+	j.untrack(proxy.IDKey([]byte("5")))
 	if err := j.track([]byte("x"), "tools/call", nil, 0, 0, false); err != nil {
 		t.Fatalf("a request once a slot is free: %v", err)
 	}

@@ -1,4 +1,4 @@
-package proxy
+package attach
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/foldproxy/foldproxy/proxy"
 )
 
 // The session journal is what lets the daemon read and write an attached
@@ -323,9 +325,41 @@ type journalSource struct {
 	fill func(p []byte, got func(int)) (int, error)
 }
 
-func (s *journalSource) readLine(int64) ([]byte, bool, error) { return s.j.readLine(s.fill) }
-func (s *journalSource) more() bool                           { return s.j.more() }
-func (s *journalSource) handled()                             { s.j.done() }
+// ReadLine, More and Handled make journalSource a proxy.LineSource.
+func (s *journalSource) ReadLine(int64) ([]byte, bool, error) { return s.j.readLine(s.fill) }
+func (s *journalSource) More() bool                           { return s.j.more() }
+func (s *journalSource) Handled()                             { s.j.done() }
+
+var _ proxy.Journal = (*journal)(nil)
+
+// The methods of proxy.Journal: the stdio front's reader and writer note
+// an attached session's requests and answers with them.
+
+// NewGroup is newGroup.
+func (j *journal) NewGroup() uint64 { return j.newGroup() }
+
+// LineEndPos is lineEndPos.
+func (j *journal) LineEndPos() uint64 { return j.lineEndPos() }
+
+// Track is track.
+func (j *journal) Track(id json.RawMessage, method string, line []byte, end, group uint64, keep bool) error {
+	return j.track(id, method, line, end, group, keep)
+}
+
+// Untrack is untrack.
+func (j *journal) Untrack(key string) { j.untrack(key) }
+
+// Answering is answering.
+func (j *journal) Answering(keys []string) (ref uint64, slots []int) { return j.answering(keys) }
+
+// BeginOut is beginOut.
+func (j *journal) BeginOut(total int, ref uint64) { j.beginOut(total, ref) }
+
+// Wrote is wrote.
+func (j *journal) Wrote(n int) { j.wrote(n) }
+
+// EndOut is endOut.
+func (j *journal) EndOut(slots []int, whole bool) { j.endOut(slots, whole) }
 
 // errJournalReleased ends a read of a journal that was released.
 var errJournalReleased = errors.New("journal: released")
@@ -415,7 +449,7 @@ func (j *journal) newGroup() uint64 {
 // when keep (a request that changes nothing, alone on its line) and it
 // fits. It fails when every slot is in use.
 func (j *journal) track(id json.RawMessage, method string, line []byte, end, group uint64, keep bool) error {
-	key := frontIDKey(id)
+	key := proxy.IDKey(id)
 	if len(id)+len(method) > journalSlotData {
 		return fmt.Errorf("a request id of %d bytes is too long for this session (at most %d)", len(id), journalSlotData-len(method))
 	}
@@ -533,7 +567,7 @@ func (j *journal) endOut(slots []int, whole bool) {
 		for _, i := range slots {
 			s := j.slot(i)
 			id := s[slotData : slotData+int(atomic.LoadUint64(jWord(s, slotLens))>>32)]
-			k := frontIDKey(id)
+			k := proxy.IDKey(id)
 			j.byKey[k] = append([]int{i}, j.byKey[k]...)
 		}
 	}
