@@ -25,5 +25,5 @@
 // credentials of an entry (Entry.Credentials) never leave it: they are
 // redacted from every error an Upstream returns and every line it logs.
 // It imports nothing else of foldproxy's but the leaves under policy/
-// (jsonrpc, jsonscan, redact).
+// (jsonrpc, jsonscan, rawio, redact).
 package upstreams

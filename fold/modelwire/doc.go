@@ -30,7 +30,8 @@
 //
 // Guidance adds reminders to the main thread (see guidance.go).
 //
-// It is pure: it imports nothing of foldproxy's, keeps the original bytes
+// It is pure: it imports nothing of foldproxy's but the policy/jsonscan
+// leaf (the one JSON scanner), keeps the original bytes
 // of everything it does not change (it edits byte ranges of the request,
 // never re-encodes it), and depends on the fold state only through State,
 // so the same request and state give the same bytes, and a request with
