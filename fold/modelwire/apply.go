@@ -97,6 +97,9 @@ type applier struct {
 	recallTool bool      // the recall tool was added to this request
 	inPieces   []Piece   // the request's layout as received
 	res        Result
+	// userScrubbed are the user texts scrubbing changed, by the start
+	// of their JSON string (scrubtext.go).
+	userScrubbed map[int]string
 }
 
 type edit struct {
@@ -125,6 +128,9 @@ func (a *applier) run() (Result, error) {
 		a.decideFolds()
 		removed := a.removedMsgs()
 		if err := a.results(removed); err != nil {
+			return Result{}, err
+		}
+		if err := a.userText(removed); err != nil {
 			return Result{}, err
 		}
 		a.guidance(removed)
@@ -382,17 +388,12 @@ func (a *applier) deliver(d *delivery) error {
 				d.setValue(s)
 			}
 		} else {
-			var changed bool
 			ps := make([]string, len(r.texts))
 			for x, v := range r.texts {
-				p, _ := unquote(a.c.body[v.s:v.e])
-				var s string
-				if s, err = a.opt.Scrub(a.ctx, p); err != nil {
-					break
-				}
-				ps[x], changed = s, changed || s != p
+				ps[x], _ = unquote(a.c.body[v.s:v.e])
 			}
-			if err == nil && changed {
+			var changed bool
+			if ps, changed, err = a.scrubParts(ps); err == nil && changed {
 				d.parts, d.text = ps, strings.Join(ps, "\n")
 			}
 		}
@@ -549,11 +550,15 @@ func (a *applier) mergeTail(sp spanInfo) {
 	if last.array {
 		for _, blk := range last.blocks {
 			if blk.result < 0 {
-				tail = append(tail, c.body[blk.sp.s:blk.sp.e])
+				tail = append(tail, a.userBytes(blk.sp))
 			}
 		}
 	} else if last.content.ok() && c.body[last.content.s] == '"' {
-		if s, _ := unquote(c.body[last.content.s:last.content.e]); s != "" {
+		s, _ := unquote(c.body[last.content.s:last.content.e])
+		if v, ok := a.userScrubbed[last.content.s]; ok {
+			s = v
+		}
+		if s != "" {
 			tail = append(tail, append(append([]byte(`{"type":"text","text":`), jsonscan.Quote(s)...), '}'))
 		}
 	}

@@ -27,6 +27,9 @@ type msg struct {
 	blocks  []block
 	calls   []call
 	results []result
+	// legacyCall: a Chat assistant message with the legacy function_call,
+	// answered by a message of role "function".
+	legacyCall bool
 }
 
 // block is one content block of an Anthropic message.
@@ -245,6 +248,7 @@ func parseChatMsg(b []byte, el span, index int) (msg, error) {
 	m.content, _ = o.get("content")
 	switch m.role {
 	case "assistant":
+		_, m.legacyCall = o.get("function_call")
 		tc, ok := o.get("tool_calls")
 		if !ok || b[tc.s] != '[' {
 			break

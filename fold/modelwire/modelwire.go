@@ -69,6 +69,12 @@ type Observer interface {
 type Options struct {
 	Scrub func(ctx context.Context, text string) (string, error) // nil: no scrubbing; error: fail closed
 	Count func(text string) int                                  // token counter (o200k_base); nil: bytes/4
+	// ScrubAcross, when set, scrubs the secrets that run across the
+	// boundaries of texts read one after the other (the parts of one
+	// tool result or one message), each text already scrubbed alone by
+	// Scrub; it returns the texts with those secrets redacted in every
+	// part they touch. nil: parts are scrubbed one by one only.
+	ScrubAcross func(ctx context.Context, texts []string) ([]string, error)
 	// ChargedOnMCP reports whether the results of the named tool were
 	// already scrubbed and charged on the MCP wire, so that the model wire
 	// neither charges nor scrubs them again. nil means: names beginning

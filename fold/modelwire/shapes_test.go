@@ -1,0 +1,139 @@
+package modelwire
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+const awsKey = "AKIAIOSFODNN7EXAMPLE"
+
+func marshal(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Every shape of the model wire that carries text the model reads is
+// scrubbed: each case holds the secret in one shape only.
+func TestScrubEveryShape(t *testing.T) {
+	key := "key " + awsKey
+	anth := func(content any) []byte {
+		return marshal(t, map[string]any{"model": "m", "messages": []any{
+			map[string]any{"role": "user", "content": "go"},
+			map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": "t1", "name": "read", "input": map[string]any{}}}},
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": "t1", "content": content}}},
+		}})
+	}
+	resp := func(item map[string]any) []byte {
+		return marshal(t, map[string]any{"model": "m", "input": []any{
+			map[string]any{"type": "message", "role": "user", "content": "go"},
+			map[string]any{"type": "local_shell_call", "call_id": "s1", "id": "s1", "action": map[string]any{"type": "exec", "command": []string{"env"}}},
+			item,
+		}})
+	}
+	for _, tc := range []struct {
+		name string
+		d    Dialect
+		body []byte
+	}{
+		{"anthropic document block", Anthropic, anth([]any{map[string]any{"type": "document", "source": map[string]any{"type": "text", "media_type": "text/plain", "data": key}}})},
+		{"anthropic document content source", Anthropic, anth([]any{map[string]any{"type": "document", "source": map[string]any{"type": "content", "content": []any{map[string]any{"type": "text", "text": key}}}}})},
+		{"anthropic search_result block", Anthropic, anth([]any{map[string]any{"type": "search_result", "source": "https://example.com", "title": "t", "content": []any{map[string]any{"type": "text", "text": key}}}})},
+		{"anthropic server tool result", Anthropic, marshal(t, map[string]any{"model": "m", "messages": []any{
+			map[string]any{"role": "user", "content": "go"},
+			map[string]any{"role": "assistant", "content": []any{
+				map[string]any{"type": "mcp_tool_use", "id": "m1", "name": "read", "server_name": "s", "input": map[string]any{}},
+				map[string]any{"type": "mcp_tool_result", "tool_use_id": "m1", "is_error": false, "content": []any{map[string]any{"type": "text", "text": key}}},
+				map[string]any{"type": "text", "text": "done"},
+			}},
+		}})},
+		{"chat role function", OpenAIChat, marshal(t, map[string]any{"model": "m", "messages": []any{
+			map[string]any{"role": "user", "content": "go"},
+			map[string]any{"role": "assistant", "content": nil, "function_call": map[string]any{"name": "read", "arguments": "{}"}},
+			map[string]any{"role": "function", "name": "read", "content": key},
+		}})},
+		{"responses local_shell_call_output", OpenAIResponses, resp(map[string]any{"type": "local_shell_call_output", "id": "s1", "output": key})},
+		{"responses shell_call_output", OpenAIResponses, resp(map[string]any{"type": "shell_call_output", "call_id": "s1", "output": []any{map[string]any{"stdout": key, "stderr": "", "outcome": map[string]any{"type": "exit", "exit_code": 0}}}})},
+		{"responses mcp_call", OpenAIResponses, marshal(t, map[string]any{"model": "m", "input": []any{
+			map[string]any{"type": "message", "role": "user", "content": "go"},
+			map[string]any{"type": "mcp_call", "id": "mc1", "server_label": "s", "name": "read", "arguments": "{}", "output": key},
+		}})},
+		{"anthropic user text (a file named with @)", Anthropic, marshal(t, map[string]any{"model": "m", "messages": []any{
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": "<system-reminder>Called the Read tool with the following input: {\"file_path\":\".env\"}\nResult: " + key + "</system-reminder>"}, map[string]any{"type": "text", "text": "what is in .env?"}}},
+		}})},
+		{"anthropic user string", Anthropic, marshal(t, map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": key}}})},
+		{"anthropic user document", Anthropic, marshal(t, map[string]any{"model": "m", "messages": []any{
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "document", "source": map[string]any{"type": "text", "media_type": "text/plain", "data": key}}}},
+		}})},
+		{"chat user text", OpenAIChat, marshal(t, map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": key}}}}})},
+		{"responses user text", OpenAIResponses, marshal(t, map[string]any{"model": "m", "input": []any{map[string]any{"type": "message", "role": "user", "content": []any{map[string]any{"type": "input_text", "text": key}}}}})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(string(tc.body), awsKey) {
+				t.Fatal("the case holds no secret")
+			}
+			res := mustApply(t, tc.d, tc.body, newFakeState(), Options{Scrub: testScrub})
+			if got := string(res.Body); strings.Contains(got, awsKey) || !strings.Contains(got, "[REDACTED:aws-access-token]") {
+				t.Errorf("the secret reached the model:\n%s", got)
+			}
+		})
+	}
+}
+
+// splitScrub stands for the scrubber's ScrubAcross: a secret cut in two
+// parts ("AKIAIOSFOD" | "NN7EXAMPLE") is redacted in both.
+func splitScrub(_ context.Context, texts []string) ([]string, error) {
+	out := append([]string(nil), texts...)
+	for i := 0; i+1 < len(out); i++ {
+		if strings.HasSuffix(out[i], awsKey[:10]) && strings.HasPrefix(out[i+1], awsKey[10:]) {
+			out[i] = strings.TrimSuffix(out[i], awsKey[:10]) + "[REDACTED:aws-access-token]"
+			out[i+1] = "[REDACTED:aws-access-token]" + strings.TrimPrefix(out[i+1], awsKey[10:])
+		}
+	}
+	return out, nil
+}
+
+// A secret split across the parts of one result, or of one user message,
+// is scrubbed in both parts.
+func TestScrubSplitAcrossParts(t *testing.T) {
+	parts := []any{map[string]any{"type": "text", "text": "key " + awsKey[:10]}, map[string]any{"type": "text", "text": awsKey[10:] + " end"}}
+	for name, body := range map[string][]byte{
+		"tool result": marshal(t, map[string]any{"model": "m", "messages": []any{
+			map[string]any{"role": "user", "content": "go"},
+			map[string]any{"role": "assistant", "content": []any{map[string]any{"type": "tool_use", "id": "t1", "name": "read", "input": map[string]any{}}}},
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "tool_use_id": "t1", "content": parts}}},
+		}}),
+		"user message": marshal(t, map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": parts}}}),
+	} {
+		res := mustApply(t, Anthropic, body, newFakeState(), Options{Scrub: testScrub, ScrubAcross: splitScrub})
+		got := string(res.Body)
+		if strings.Contains(got, awsKey[:10]) || strings.Contains(got, awsKey[10:]) {
+			t.Errorf("%s: a part of the split secret reached the model:\n%s", name, got)
+		}
+	}
+}
+
+// User text moved by a fold (the span's last user message) keeps its
+// scrubbing.
+func TestScrubUserTextMovedByFold(t *testing.T) {
+	body := anthropicRequest(t, []aMsg{
+		userText("start"),
+		assistant(toolUse("c1", "mcp__foldproxy__branch_create", map[string]any{"description": "x"})),
+		user(toolResult("c1", createAnswer("b-1"), false)),
+		assistant(toolUse("c2", "read", map[string]any{})),
+		user(toolResult("c2", "file", false)),
+		assistant(toolUse("c3", "mcp__foldproxy__branch_return", map[string]any{"message": "m"})),
+		user(toolResult("c3", returnAnswer("b-1", "m"), false), map[string]any{"type": "text", "text": "typed " + awsKey}),
+	})
+	st := newFakeState(Branch{ID: "b-1", Closed: true, Summary: "sum", Budget: 1000})
+	res := mustApply(t, Anthropic, body, st, Options{Scrub: testScrub, ChargedOnMCP: func(string) bool { return false }})
+	got := string(res.Body)
+	if len(res.Folded) != 1 || strings.Contains(got, awsKey) || !strings.Contains(got, "typed [REDACTED:aws-access-token]") {
+		t.Errorf("folded %v:\n%s", res.Folded, got)
+	}
+}
