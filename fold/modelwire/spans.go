@@ -255,4 +255,3 @@ func (a *applier) removedMsgs() []bool {
 	}
 	return rm
 }
-
