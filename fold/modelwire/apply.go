@@ -51,6 +51,9 @@ func Apply(ctx context.Context, d Dialect, body []byte, st State, opt Options) (
 	if !jsonscan.Valid(body) { // as encoding/json.Valid, faster
 		return Result{}, ErrNotJSON
 	}
+	if err := duplicateKey(body); err != nil {
+		return Result{}, err
+	}
 	c, err := parseConv(d, body)
 	if err != nil {
 		return Result{}, err

@@ -3,6 +3,7 @@ package modelwire
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -135,5 +136,46 @@ func TestScrubUserTextMovedByFold(t *testing.T) {
 	got := string(res.Body)
 	if len(res.Folded) != 1 || strings.Contains(got, awsKey) || !strings.Contains(got, "typed [REDACTED:aws-access-token]") {
 		t.Errorf("folded %v:\n%s", res.Folded, got)
+	}
+}
+
+// A key twice in one object is refused, naming the key: foldproxy would
+// scrub the first, the model API read the last.
+func TestDuplicateKeysRefused(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hello","text":"key ` + awsKey + `"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"}],"messages":[{"role":"user","content":"key ` + awsKey + `"}]}`,
+	} {
+		_, err := Apply(context.Background(), Anthropic, []byte(body), newFakeState(), Options{Scrub: testScrub})
+		var de *DuplicateKeyError
+		if !errors.As(err, &de) || (de.Key != "text" && de.Key != "messages") || !strings.Contains(err.Error(), "twice") {
+			t.Errorf("Apply(%s) = %v, want a DuplicateKeyError naming the key", body, err)
+		}
+		if _, err := ScrubJSON(context.Background(), []byte(body), testScrub); !errors.As(err, &de) {
+			t.Errorf("ScrubJSON(%s) = %v, want a DuplicateKeyError", body, err)
+		}
+	}
+	// Keys repeated in different objects are fine.
+	ok := `{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`
+	if _, err := Apply(context.Background(), Anthropic, []byte(ok), newFakeState(), Options{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ScrubJSON scrubs every string the model may read of a body the context
+// manager does not fold (a message batch), and leaves ids and keys alone.
+func TestScrubJSONBatch(t *testing.T) {
+	body := `{"requests":[{"custom_id":"` + awsKey + `","params":{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"key ` + awsKey + `"}]}}]}`
+	out, err := ScrubJSON(context.Background(), []byte(body), testScrub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"requests":[{"custom_id":"` + awsKey + `","params":{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"key [REDACTED:aws-access-token]"}]}}]}`
+	if string(out) != want {
+		t.Errorf("got  %s\nwant %s", out, want)
+	}
+	same := []byte(`{"requests":[]}`)
+	if out, err := ScrubJSON(context.Background(), same, testScrub); err != nil || &out[0] != &same[0] {
+		t.Errorf("an unchanged body was copied or refused: %v", err)
 	}
 }
