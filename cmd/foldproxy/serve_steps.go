@@ -664,6 +664,12 @@ func (c *serveCore) newModelFront(o proxy.ModelOptions) (*proxy.ModelHandler, er
 			clean, _, err := c.scrubber.ScrubText(sctx, text)
 			return clean, err
 		},
+		ScrubAcross: func(ctx context.Context, texts []string) ([]string, error) {
+			sctx, cancel := context.WithTimeout(ctx, c.st.Scrub.Timeout.D())
+			defer cancel()
+			out, _, err := c.scrubber.ScrubAcross(sctx, texts)
+			return out, err
+		},
 		Count:        c.counter.CountText,
 		ChargedOnMCP: chargedOnMCP,
 		Guidance:     wireGuidance(c.st.Model.Guidance),
