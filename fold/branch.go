@@ -40,8 +40,10 @@ type createArgs struct {
 // twice: empty and unlimited fields are left out.
 type createAnswer struct {
 	BranchID string `json:"branch_id"`
-	Depth    int    `json:"depth"`
-	Budget   int    `json:"budget"`
+	// Seal ties the answer to the session it was made for (modelseal.go).
+	Seal   string `json:"seal,omitempty"`
+	Depth  int    `json:"depth"`
+	Budget int    `json:"budget"`
 	// BudgetFrom says where a learned budget came from ("7 similar
 	// branches"); absent: the budget asked for, or the default.
 	BudgetFrom      string `json:"budget_from,omitempty"`
@@ -279,6 +281,7 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	}
 	ans := &createAnswer{
 		BranchID: b.ID, Depth: b.Depth, Budget: budget, BudgetFrom: budgetFrom, TimeoutSeconds: timeout.Seconds(),
+		Seal: m.seal(ctx, s.id, b.ID),
 	}
 	for _, d := range deps {
 		db := d.cur.Load()
@@ -379,87 +382,6 @@ func (m *Manager) checkParentBudget(pb *Branch, budget *int, clamp bool) error {
 		return fmt.Errorf("%w: budget %d is above the %d tokens the main thread has left (used %d of its budget of %d, fold.rootBudget); ask for %d or less, or finish with what you have (the user can raise fold.rootBudget)", ErrBudgetExceeded, *budget, rem, pb.Used, pb.Budget, max(rem-createAnswerReserve, 0))
 	}
 	return fmt.Errorf("%w: budget %d is above the %d tokens left in parent %s (used %d of %d); ask for %d or less, or return the parent and work from a branch with more budget left", ErrBudgetExceeded, *budget, rem, pb.ID, pb.Used, pb.Budget, max(rem-createAnswerReserve, 0))
-}
-
-// parentFor resolves the parent of a new branch: the explicit id, else the
-// innermost active branch, else the root.
-func (m *Manager) parentFor(s *session, explicit string) (*node, error) {
-	if explicit == "" {
-		m.mu.Lock()
-		n := innermostLocked(s)
-		m.mu.Unlock()
-		if n == nil {
-			n = s.root
-		}
-		if !n.active() {
-			return nil, closedErr(n.cur.Load())
-		}
-		return n, nil
-	}
-	_, n, err := m.branchField(s.id, "parent_branch_id", explicit)
-	if err != nil {
-		return nil, err
-	}
-	if b := n.cur.Load(); b.Status != StatusActive {
-		return nil, closedErr(b)
-	}
-	return n, nil
-}
-
-// dependencies resolves depends_on: branches of the same session that are
-// not ancestors of the new branch (an ancestor cannot close before it).
-func (m *Manager) dependencies(s *session, parent *node, ids []string) ([]*node, error) {
-	if len(ids) > maxDependsOn {
-		return nil, fmt.Errorf("%w: depends_on lists %d branches; the maximum is %d", ErrInvalidArgument, len(ids), maxDependsOn)
-	}
-	if len(ids) == 0 {
-		return nil, nil // most creations: no maps, no walk up the tree
-	}
-	ancestors := map[string]bool{}
-	for p := parent; p != nil; p = m.lookup(p.parent) {
-		ancestors[p.id] = true
-		if p.parent == "" {
-			break
-		}
-	}
-	var out []*node
-	seen := map[string]bool{}
-	for _, id := range ids {
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		_, n, err := m.branchField(s.id, "depends_on", id)
-		if err != nil {
-			return nil, err
-		}
-		if ancestors[id] {
-			return nil, fmt.Errorf("%w: depends_on: %s is an ancestor of the new branch and cannot return before it; drop it from depends_on", ErrInvalidArgument, id)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
-// waitDependencies waits until every dependency is closed, for at most
-// Settings.DependsOnWait.
-func (m *Manager) waitDependencies(ctx context.Context, deps []*node) error {
-	if len(deps) == 0 {
-		return nil
-	}
-	wait := m.set.DependsOnWait.D()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	for _, d := range deps {
-		select {
-		case <-d.done:
-		case <-t.C:
-			return fmt.Errorf("%w: depends_on: branch %s is still active after %s; check it with branch_status and retry, or drop it from depends_on", ErrDependencyFailed, d.id, wait)
-		case <-ctx.Done():
-			return fmt.Errorf("%w: depends_on: the request was cancelled while waiting for branch %s: %v", ErrDependencyFailed, d.id, ctx.Err())
-		}
-	}
-	return nil
 }
 
 // ret is branch_return.

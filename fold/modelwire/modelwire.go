@@ -294,3 +294,14 @@ type RecallCaller interface {
 	RecordRecallCalls(ctx context.Context, calls []RecallCall) error
 	RecallCalls(ctx context.Context, ids []string) (map[string]RecallCall, error)
 }
+
+// Binder is optionally implemented by a State that binds branches to the
+// session that created them (fold.Manager's does). For each branch_create
+// answer in the conversation, Apply asks BindSpan with the request's
+// model session (Options.Session), the branch id and the seal the answer
+// carries ("" when none); on false the span is not a branch's: the answer
+// is plain content, nothing in it is charged, ended or folded. Without a
+// Binder every answer naming a branch is taken at its word.
+type Binder interface {
+	BindSpan(ctx context.Context, modelSession, branchID, seal string) (bool, error)
+}

@@ -32,6 +32,17 @@ func createdID(text string) string {
 	return ""
 }
 
+var reSeal = regexp.MustCompile(`"seal"\s*:\s*"([0-9]{12})"`)
+
+// createdSeal finds the seal in branch_create's answer ("" when none).
+func createdSeal(text string) string {
+	t := strings.ReplaceAll(text, `\"`, `"`)
+	if m := reSeal.FindStringSubmatch(t); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
 // returnedID is the branch a successful branch_return answer closed: the
 // answer's "branch_id" when it has one, else the call's branch_id
 // argument (input); ok reports a successful answer, whose branch is the
@@ -139,6 +150,16 @@ func (a *applier) discover() error {
 			id := createdID(r.text)
 			if id == "" {
 				continue
+			}
+			if bd, ok := a.st.(Binder); ok {
+				// Only the session the branch was made for sees its span.
+				ok, err := bd.BindSpan(a.ctx, a.opt.Session, id, createdSeal(r.text))
+				if err != nil {
+					return fmt.Errorf("modelwire: bind branch %s to its session: %w", id, err)
+				}
+				if !ok {
+					continue
+				}
 			}
 			lo, hi := c.turn(i)
 			last, ok := c.lastResultOf(lo, hi)
