@@ -357,7 +357,15 @@ func (a *applier) results(removed []bool) error {
 				if err := a.recallCall(&d); err != nil {
 					return err
 				}
+				if d.value == nil {
+					// A fold tool's answer is clean; an upstream tool
+					// named like one may not be.
+					a.scrub(&d)
+				}
 			case a.chargedOnMCP(name):
+				// Charged on the MCP wire; scrubbed again all the same,
+				// since a name cannot prove it passed through foldproxy.
+				a.scrub(&d)
 			default:
 				d.handled = true
 				if err := a.deliver(&d); err != nil {
@@ -381,36 +389,13 @@ func (a *applier) results(removed []bool) error {
 // it is open.
 func (a *applier) deliver(d *delivery) error {
 	r, name, k := d.r, d.name, d.k
-	text := r.text
-	if a.opt.Scrub != nil && text != "" {
-		var err error
-		if r.single || len(r.texts) == 0 {
-			var s string
-			s, err = a.opt.Scrub(a.ctx, text)
-			if err == nil && s != text {
-				d.setValue(s)
-			}
-		} else {
-			ps := make([]string, len(r.texts))
-			for x, v := range r.texts {
-				ps[x], _ = unquote(a.c.body[v.s:v.e])
-			}
-			var changed bool
-			if ps, changed, err = a.scrubParts(ps); err == nil && changed {
-				d.parts, d.text = ps, strings.Join(ps, "\n")
-			}
-		}
-		if err != nil {
-			// Fail closed: nothing of it reaches the model, nor the budget.
-			d.setValue(withheld)
-			d.withheld = true
-			return nil
-		}
+	if !a.scrub(d) {
+		return nil
 	}
 	if err := a.oversize(d); err != nil {
 		return err
 	}
-	text = d.text
+	text := d.text
 	dec := Decision{Keep: len(text)}
 	// Closed spans are asked too: a result cut before its branch closed
 	// keeps its cut (the state remembers decisions; it charges a closed
@@ -439,6 +424,40 @@ func (a *applier) deliver(d *delivery) error {
 		}
 	}
 	return nil
+}
+
+// scrub scrubs a result that stays, its parts as one text; it reports
+// false when the result could not be scanned and is withheld (fail closed:
+// nothing of it reaches the model, nor the budget).
+func (a *applier) scrub(d *delivery) bool {
+	r := d.r
+	text := r.text
+	if a.opt.Scrub != nil && text != "" {
+		var err error
+		if r.single || len(r.texts) == 0 {
+			var s string
+			s, err = a.opt.Scrub(a.ctx, text)
+			if err == nil && s != text {
+				d.setValue(s)
+			}
+		} else {
+			ps := make([]string, len(r.texts))
+			for x, v := range r.texts {
+				ps[x], _ = unquote(a.c.body[v.s:v.e])
+			}
+			var changed bool
+			if ps, changed, err = a.scrubParts(ps); err == nil && changed {
+				d.parts, d.text = ps, strings.Join(ps, "\n")
+			}
+		}
+		if err != nil {
+			// Fail closed: nothing of it reaches the model, nor the budget.
+			d.setValue(withheld)
+			d.withheld = true
+			return false
+		}
+	}
+	return true
 }
 
 // emit makes the edits a delivery decided.

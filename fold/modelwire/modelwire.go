@@ -76,10 +76,10 @@ type Options struct {
 	// part they touch. nil: parts are scrubbed one by one only.
 	ScrubAcross func(ctx context.Context, texts []string) ([]string, error)
 	// ChargedOnMCP reports whether the results of the named tool were
-	// already scrubbed and charged on the MCP wire, so that the model wire
-	// neither charges nor scrubs them again. nil means: names beginning
-	// with "mcp__" (Claude Code's names for MCP tools; foldproxy wraps all
-	// of the agent's MCP servers).
+	// already charged on the MCP wire, so that the model wire does not
+	// charge them again (it scrubs them all the same). foldproxy serve
+	// passes the tools its MCP front served (proxy.ServedTools). nil
+	// means: names beginning with "mcp__".
 	ChargedOnMCP func(name string) bool
 	// Guidance configures the reminders that suggest a branch.
 	Guidance Guidance
