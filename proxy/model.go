@@ -206,6 +206,9 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	if opts.Wire.Scrub != nil {
 		h.wire.Scrub = newScrubMemo(opts.Wire.Scrub, modelMemoEntries, modelMemoBytes).Scrub
 	}
+	if opts.Wire.ScrubAcross != nil {
+		h.wire.ScrubAcross = newAcrossMemo(opts.Wire.ScrubAcross, modelMemoEntries).ScrubAcross
+	}
 	if h.wire.Memo == nil {
 		// The tokens of the messages every request resends.
 		h.wire.Memo = modelwire.NewMemo(modelMemoEntries)
