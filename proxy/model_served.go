@@ -7,8 +7,8 @@ import (
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
-// ServedTools records the names of the tools foldproxy's MCP front served
-// (every tools/list answer), so that the model front tells foldproxy's own
+// ServedTools records the names of the tools foldproxy's MCP front serves
+// (every catalogue it builds for tools/list and tools/call), so that the model front tells foldproxy's own
 // tools from those of MCP servers the client reaches by itself (Claude
 // Code's connectors and plugin servers) by what was served, not by a name
 // prefix. The results of served tools were scrubbed and charged on the
@@ -28,7 +28,7 @@ func NewServedTools() *ServedTools { return &ServedTools{names: map[string]bool{
 // (the next tools/list fills it).
 const servedMax = 1 << 14
 
-// Add records the names of tools, the tool objects of a tools/list answer.
+// Add records the names of tools, the tool objects of a catalogue.
 func (t *ServedTools) Add(tools []json.RawMessage) {
 	if t == nil {
 		return

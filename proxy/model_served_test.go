@@ -3,6 +3,8 @@ package proxy
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/foldproxy/foldproxy/upstreams"
 )
 
 // Tools are recognised as foldproxy's by the names its MCP front served,
@@ -32,5 +34,22 @@ func TestServedTools(t *testing.T) {
 		if got := s.Served(name); got != want {
 			t.Errorf("Served(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// The MCP front records the catalogue it serves.
+func TestServedToolsFilledByCatalogue(t *testing.T) {
+	up := &fakeUpstream{name: "ev", cat: upstreams.Catalog{Tools: []json.RawMessage{json.RawMessage(echoTool)}}}
+	served := NewServedTools()
+	s, _ := newTestServer(t, []Upstream{up}, func(o *Options) { o.Served = served })
+	if served.Served("mcp__foldproxy__ev__echo") {
+		t.Fatal("served before any catalogue")
+	}
+	sess := initSession(t, s, `{}`)
+	if resp := do(t, s, sess, "tools/list", `{}`); resp.Error != nil {
+		t.Fatal(resp.Error)
+	}
+	if !served.Served("mcp__foldproxy__ev__echo") || !served.Served("mcp__foldproxy__branch_create") || served.Served("mcp__other__echo") {
+		t.Fatalf("the served tools are not the catalogue's: %v", served.names)
 	}
 }

@@ -85,8 +85,8 @@ type Options struct {
 	// declares in initialize, before foldproxy answers it (the upstreams
 	// are told which to advertise; see README, "Client capabilities").
 	ClientCapabilities func(ctx context.Context, caps json.RawMessage)
-	// Served, when set, records the tools each tools/list answer served,
-	// for the model front (model_served.go).
+	// Served, when set, records the tools of every catalogue the front
+	// built to serve, for the model front (model_served.go).
 	Served *ServedTools
 }
 
@@ -387,7 +387,7 @@ func (s *Server) dispatch(ctx context.Context, sess *Session, msg *Message, out 
 	case "ping":
 		return json.RawMessage("{}"), nil
 	case "tools/list":
-		return s.list(params, "tools", func(c *catalog) []json.RawMessage { s.opts.Served.Add(c.tools); return c.tools })
+		return s.list(params, "tools", func(c *catalog) []json.RawMessage { return c.tools })
 	case "prompts/list":
 		return s.list(params, "prompts", func(c *catalog) []json.RawMessage { return c.prompts })
 	case "resources/list":
