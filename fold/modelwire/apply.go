@@ -51,7 +51,7 @@ func Apply(ctx context.Context, d Dialect, body []byte, st State, opt Options) (
 	if !jsonscan.Valid(body) { // as encoding/json.Valid, faster
 		return Result{}, ErrNotJSON
 	}
-	if err := duplicateKey(body); err != nil {
+	if err := opt.Memo.duplicateKey(body); err != nil {
 		return Result{}, err
 	}
 	c, err := parseConv(d, body)

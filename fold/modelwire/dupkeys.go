@@ -2,6 +2,7 @@ package modelwire
 
 import (
 	"fmt"
+	"hash/maphash"
 
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
@@ -22,6 +23,50 @@ func (e *DuplicateKeyError) Error() string {
 // valid JSON body, walking every object and array of it.
 func duplicateKey(body []byte) error {
 	return dupIn(body, jsonscan.SkipSpace(body, 0), 0)
+}
+
+// duplicateKey is the package's duplicateKey for a request object whose
+// messages (messages, input) the Memo remembers as checked: an agent
+// resends its history on every request, and a message is checked once.
+func (m *Memo) duplicateKey(body []byte) error {
+	i := jsonscan.SkipSpace(body, 0)
+	if m == nil || i >= len(body) || body[i] != '{' {
+		return duplicateKey(body)
+	}
+	ms, _, err := jsonscan.ObjectAt(body, i)
+	if err != nil {
+		return nil
+	}
+	for x, mb := range ms {
+		for y := range x {
+			if ms[y].Key == mb.Key {
+				return dupErr(mb.Key)
+			}
+		}
+		v := mb.Value
+		if (mb.Key != "messages" && mb.Key != "input") || body[v.Start] != '[' {
+			if err := dupIn(body, v.Start, 1); err != nil {
+				return err
+			}
+			continue
+		}
+		es, _, err := jsonscan.ArrayAt(body, v.Start)
+		if err != nil {
+			return nil
+		}
+		for _, e := range es {
+			el := body[e.Start:e.End]
+			k := [2]uint64{maphash.Bytes(m.seed, el), maphash.Bytes(m.seed2, el)}
+			if _, ok := m.unique.get(k); ok {
+				continue
+			}
+			if err := dupIn(body, e.Start, 2); err != nil {
+				return err
+			}
+			m.unique.put(k, true)
+		}
+	}
+	return nil
 }
 
 func dupIn(b []byte, i, depth int) error {

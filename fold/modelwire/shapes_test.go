@@ -246,3 +246,26 @@ func TestSpanNeedsBinding(t *testing.T) {
 		}
 	}
 }
+
+// With a Memo, a message checked once is not walked again, and a new
+// message with a duplicate key is still refused.
+func TestDuplicateKeysWithMemo(t *testing.T) {
+	memo := NewMemo(64)
+	ok := `{"model":"m","messages":[{"role":"user","content":"a"}]}`
+	for range 2 {
+		if _, err := Apply(context.Background(), Anthropic, []byte(ok), newFakeState(), Options{Memo: memo}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, bad := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","role":"assistant","content":"b"}]}`,
+		`{"model":"m","model":"x","messages":[{"role":"user","content":"a"}]}`,
+		`{"model":"m","system":[{"type":"text","text":"a","text":"b"}],"messages":[{"role":"user","content":"a"}]}`,
+	} {
+		_, err := Apply(context.Background(), Anthropic, []byte(bad), newFakeState(), Options{Memo: memo})
+		var de *DuplicateKeyError
+		if !errors.As(err, &de) {
+			t.Errorf("Apply(%s) with a memo = %v, want a DuplicateKeyError", bad, err)
+		}
+	}
+}
