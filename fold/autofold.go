@@ -70,6 +70,10 @@ type foldBook struct {
 	found    [2]map[string]modelwire.FoldRecord // [on, observe]
 	missing  [2]map[string]bool
 	archived map[string]bool // handles whose text is archived
+
+	// The model sessions branches are bound to (modelseal.go).
+	bindMu sync.Mutex
+	bound  map[string]string
 }
 
 const foldBookMax = 1 << 17

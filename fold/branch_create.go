@@ -27,8 +27,10 @@ type createArgs struct {
 // twice: empty and unlimited fields are left out.
 type createAnswer struct {
 	BranchID string `json:"branch_id"`
-	Depth    int    `json:"depth"`
-	Budget   int    `json:"budget"`
+	// Seal ties the answer to the session it was made for (modelseal.go).
+	Seal   string `json:"seal,omitempty"`
+	Depth  int    `json:"depth"`
+	Budget int    `json:"budget"`
 	// BudgetFrom says where a learned budget came from ("7 similar
 	// branches"); absent: the budget asked for, or the default.
 	BudgetFrom      string `json:"budget_from,omitempty"`
@@ -145,6 +147,7 @@ func (m *Manager) create(ctx context.Context, sess string, a createArgs) (*creat
 	b.DependsOn = nodeIDs(deps)
 	ans := &createAnswer{
 		BranchID: b.ID, Depth: b.Depth, Budget: budget, BudgetFrom: budgetFrom, TimeoutSeconds: timeout.Seconds(),
+		Seal: m.seal(ctx, s.id, b.ID),
 	}
 	ans.Dependencies = dependencyAnswers(deps)
 	if a.InjectMemories != nil && *a.InjectMemories && m.mem == nil {

@@ -26,7 +26,8 @@ package fold
 //	(*Manager).Tools() []json.RawMessage
 //	(*Manager).CallTool(ctx, session, name string, args json.RawMessage) (json.RawMessage, error)
 //	(*Manager).Close() error
-//	(*Manager).ModelState() modelwire.State (modelstate.go: the model wire's view)
+//	(*Manager).ModelState() modelwire.State (modelstate.go: the model wire's view; it binds
+//	each branch to the model session that first showed its sealed branch_create answer, modelseal.go)
 //	(*Manager).RecordModelOutput(ctx, branchID string, tokens int) error (usage.go: the model's output tokens, for the usage breakdown)
 //
 // Budgets of parents and children: a child's budget is not reserved out of

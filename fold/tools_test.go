@@ -174,7 +174,7 @@ func TestCallToolResultShape(t *testing.T) {
 		t.Errorf("text is not compact: %s", content[0].Text)
 	}
 	keys := slices.Sorted(maps.Keys(ans))
-	if want := []string{"branch_id", "budget", "depth", "parent_remaining", "timeout_seconds"}; !slices.Equal(keys, want) {
+	if want := []string{"branch_id", "budget", "depth", "parent_remaining", "seal", "timeout_seconds"}; !slices.Equal(keys, want) {
 		t.Errorf("answer keys %v, want %v", keys, want)
 	}
 	// The root paid for the answer, and the answer says what it has left

@@ -71,6 +71,7 @@ func (s *Server) catalog() *catalog {
 		return c
 	}
 	c = s.buildCatalog()
+	s.opts.Served.Add(c.tools)
 	s.mu.Lock()
 	if s.cat == nil {
 		s.cat = c

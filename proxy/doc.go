@@ -26,6 +26,9 @@
 // each request goes through the context manager (fold/modelwire) and on to
 // the real API, every header untouched (the agent's credentials are never
 // logged or stored), the answer relayed byte for byte as it streams. The
+// JSON body of any other /v1/ request is scrubbed before it is relayed
+// (model_passthrough.go); foldproxy's own tools are told from others by
+// what the MCP front served (ServedTools). The
 // Responses API's WebSocket upgrade is refused (model.go says why).
 //
 // Many stdio sessions of one project share one process: package

@@ -140,8 +140,8 @@ const modelPassthrough = "passthrough"
 // and ModelTokenHeader aside), and the response is relayed byte for byte,
 // an event stream flushed event by event as it arrives.
 //
-// Other /v1/ paths (model lists, batches, files) are relayed untouched:
-// to the Anthropic URL when the path is under /v1/messages or the request
+// Other /v1/ paths (model lists, batches, files) are relayed, a JSON
+// body with its strings scrubbed (model_passthrough.go): to the Anthropic URL when the path is under /v1/messages or the request
 // carries an anthropic-version header, to the OpenAI URL otherwise. Any
 // other path gets 404, "/" included (Claude Code probes it).
 //
@@ -205,6 +205,9 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	}
 	if opts.Wire.Scrub != nil {
 		h.wire.Scrub = newScrubMemo(opts.Wire.Scrub, modelMemoEntries, modelMemoBytes).Scrub
+	}
+	if opts.Wire.ScrubAcross != nil {
+		h.wire.ScrubAcross = newAcrossMemo(opts.Wire.ScrubAcross, modelMemoEntries).ScrubAcross
 	}
 	if h.wire.Memo == nil {
 		// The tokens of the messages every request resends.
@@ -347,7 +350,7 @@ type modelRoute struct {
 // route maps a request to its dialect and model API; ok is false for a
 // path the front does not serve.
 func (h *ModelHandler) route(r *http.Request) (rt modelRoute, ok bool) {
-	switch p := r.URL.Path; {
+	switch p := modelPath(r.URL.Path); {
 	case p == "/v1/messages" || p == "/v1/messages/count_tokens":
 		return modelRoute{string(modelwire.Anthropic), h.anthropic}, true
 	case p == "/v1/chat/completions":
@@ -420,7 +423,11 @@ func (h *ModelHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			"foldproxy serves the Responses API over HTTP POST only, not over a WebSocket: for Codex, use a model_providers entry with wire_api = \"responses\" and supports_websockets = false (foldproxy run -- codex sets one up)")
 		return
 	}
-	if rt.dialect != modelPassthrough {
+	if rt.dialect == modelPassthrough {
+		if !h.scrubPassthrough(w, r, &ev) {
+			return
+		}
+	} else {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			modelError(w, rt.dialect, http.StatusMethodNotAllowed, "invalid_request_error", "method %s not allowed: use POST", r.Method)
@@ -451,15 +458,8 @@ func (h *ModelHandler) fold(w http.ResponseWriter, r *http.Request, rt modelRout
 			"foldproxy cannot read a request body with Content-Encoding %q: send it uncompressed", ce)
 		return false
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			modelError(w, rt.dialect, http.StatusRequestEntityTooLarge, "request_too_large",
-				"request too large: foldproxy accepts model requests of at most %d bytes (foldproxy.model.maxRequestBytes)", h.maxBytes)
-			return false
-		}
-		modelError(w, rt.dialect, http.StatusBadRequest, "invalid_request_error", "reading the request body: %v", err)
+	body, ok := h.readBody(w, r, rt.dialect)
+	if !ok {
 		return false
 	}
 	// Apply validates the body first (one pass over it, not two).
@@ -470,6 +470,10 @@ func (h *ModelHandler) fold(w http.ResponseWriter, r *http.Request, rt modelRout
 	res, err := modelwire.Apply(r.Context(), d, body, h.state, opt)
 	if errors.Is(err, modelwire.ErrNotJSON) {
 		modelError(w, rt.dialect, http.StatusBadRequest, "invalid_request_error", "the request body is not valid JSON")
+		return false
+	}
+	if de := (*modelwire.DuplicateKeyError)(nil); errors.As(err, &de) {
+		modelError(w, rt.dialect, http.StatusBadRequest, "invalid_request_error", "%s", dupKeyText(de))
 		return false
 	}
 	if err != nil {
@@ -519,7 +523,7 @@ func (h *ModelHandler) checkToken(r *http.Request) bool {
 // comes before routing: Anthropic for its paths or headers, OpenAI
 // otherwise.
 func modelErrorDialect(r *http.Request) string {
-	switch p := r.URL.Path; {
+	switch p := modelPath(r.URL.Path); {
 	case p == "/v1/chat/completions":
 		return string(modelwire.OpenAIChat)
 	case p == "/v1/responses":

@@ -138,3 +138,48 @@ func (g *twoGen[V]) putLocked(key [sha256.Size]byte, v V) {
 // stringBytes is a view of s's bytes, for hashing without a copy; it must
 // not be written to.
 func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// acrossMemo remembers which runs of texts ScrubAcross found nothing
+// across (by far the most common answer), for the same reason as
+// scrubMemo: the history's results and user messages come back on every
+// request. A run with a secret across its parts is scanned again each
+// time (rare, and nothing raw is kept).
+type acrossMemo struct {
+	across func(ctx context.Context, texts []string) ([]string, error)
+	gen    twoGen[memoEntry]
+}
+
+func newAcrossMemo(across func(ctx context.Context, texts []string) ([]string, error), maxEntries int) *acrossMemo {
+	return &acrossMemo{across: across, gen: newTwoGen[memoEntry](maxEntries, 0, nil)}
+}
+
+// ScrubAcross has the signature of modelwire.Options.ScrubAcross.
+func (m *acrossMemo) ScrubAcross(ctx context.Context, texts []string) ([]string, error) {
+	h := sha256.New()
+	var n [8]byte
+	for _, t := range texts {
+		l := len(t)
+		for i := range n {
+			n[i] = byte(l >> (8 * i))
+		}
+		h.Write(n[:])
+		h.Write(stringBytes(t))
+	}
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+	if _, ok := m.gen.get(key); ok {
+		return texts, nil
+	}
+	out, err := m.across(ctx, texts)
+	if err != nil {
+		return nil, err
+	}
+	clean := len(out) == len(texts)
+	for i := 0; clean && i < len(out); i++ {
+		clean = out[i] == texts[i]
+	}
+	if clean {
+		m.gen.put(key, memoEntry{clean: true})
+	}
+	return out, nil
+}

@@ -94,3 +94,38 @@ func TestCountMemo(t *testing.T) {
 		t.Errorf("a text of the current generation was counted again (%d counts)", calls[long])
 	}
 }
+
+// The across memo asks the scrubber once for a run of parts it found
+// clean, every time for one it changed, and never mistakes one run for
+// another made of the same bytes cut elsewhere.
+func TestAcrossMemo(t *testing.T) {
+	calls := 0
+	m := newAcrossMemo(func(_ context.Context, texts []string) ([]string, error) {
+		calls++
+		out := append([]string(nil), texts...)
+		if len(out) == 2 && out[0] == "AKIA" {
+			out[0], out[1] = "[R]", "[R]"
+		}
+		return out, nil
+	}, 16)
+	ctx := context.Background()
+	for range 3 {
+		if out, err := m.ScrubAcross(ctx, []string{"ab", "cd"}); err != nil || out[0] != "ab" {
+			t.Fatal(out, err)
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("a clean run was scanned %d times", calls)
+	}
+	if _, err := m.ScrubAcross(ctx, []string{"abc", "d"}); err != nil || calls != 2 {
+		t.Fatalf("another cut of the same bytes was taken from the memo (calls %d)", calls)
+	}
+	for range 2 {
+		if out, _ := m.ScrubAcross(ctx, []string{"AKIA", "IOSF"}); out[0] != "[R]" {
+			t.Fatalf("a changed run came back %v", out)
+		}
+	}
+	if calls != 4 {
+		t.Fatalf("calls %d, want a changed run scanned each time", calls)
+	}
+}

@@ -83,6 +83,9 @@ type Options struct {
 	// declares in initialize, before foldproxy answers it (the upstreams
 	// are told which to advertise; see README, "Client capabilities").
 	ClientCapabilities func(ctx context.Context, caps json.RawMessage)
+	// Served, when set, records the tools of every catalogue the front
+	// built to serve, for the model front (model_served.go).
+	Served *ServedTools
 }
 
 // Observer receives what the core sees beside the interceptors: sessions

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -292,13 +291,14 @@ type serveCore struct {
 	closers        []func() // what is open, in the order it was opened
 	closeErr       error    // what closing the store reported
 	loops          *selfListeners
+	served         *proxy.ServedTools // the tools the MCP front served, for the model front
 }
 
 // openCore opens the core's parts in dependency order. When a part fails,
 // the parts already open are closed before it returns the error.
 func openCore(ctx context.Context, cc coreConfig) (_ *serveCore, err error) {
 	st, logger := cc.settings, cc.logger
-	c := &serveCore{st: st, logger: logger, metrics: intercept.NewMetrics(), auditPath: cc.auditPath, loops: cc.loops}
+	c := &serveCore{st: st, logger: logger, metrics: intercept.NewMetrics(), auditPath: cc.auditPath, loops: cc.loops, served: proxy.NewServedTools()}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -582,6 +582,7 @@ func (c *serveCore) newServer() (*proxy.Server, error) {
 	}
 	readyWait := c.st.ReadyWait.D()
 	srv, err := proxy.New(proxy.Options{
+		Served:              c.served,
 		Settings:            c.st,
 		Upstreams:           ups,
 		Fold:                c.mgr,
@@ -654,8 +655,14 @@ func (c *serveCore) newModelFront(o proxy.ModelOptions) (*proxy.ModelHandler, er
 			clean, _, err := c.scrubber.ScrubText(sctx, text)
 			return clean, err
 		},
+		ScrubAcross: func(ctx context.Context, texts []string) ([]string, error) {
+			sctx, cancel := context.WithTimeout(ctx, c.st.Scrub.Timeout.D())
+			defer cancel()
+			out, _, err := c.scrubber.ScrubAcross(sctx, texts)
+			return out, err
+		},
 		Count:        c.counter.CountText,
-		ChargedOnMCP: chargedOnMCP,
+		ChargedOnMCP: c.served.Served,
 		Guidance:     wireGuidance(c.st.Model.Guidance),
 		AutoFold:     wireAutoFold(c.st.Model),
 	}
@@ -680,15 +687,6 @@ func wireAutoFold(m policy.Model) modelwire.AutoFold {
 		NoSuperseded: !a.OnSuperseded(), NoRepeats: !a.OnRepeats(), Exclude: a.Exclude,
 		ReadPrice: m.Prices.CacheRead, WritePrice: m.Prices.CacheWrite, MinRequests: a.MinRequests,
 	}
-}
-
-// chargedOnMCP reports whether a model-wire tool name is one of an MCP
-// server's, whose results foldproxy charged on the MCP wire already:
-// Claude Code's and Codex's names (mcp__<server>__<tool>, the latter
-// joined from its namespace) and OpenCode's for foldproxy's entry
-// (foldproxy_<tool>, the entry name "foldproxy run" and the README use).
-func chargedOnMCP(name string) bool {
-	return strings.HasPrefix(name, "mcp__") || strings.HasPrefix(name, "foldproxy_")
 }
 
 // newRemoteFront makes the front of the remote MCP servers intercepted in

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -51,6 +50,9 @@ func Apply(ctx context.Context, d Dialect, body []byte, st State, opt Options) (
 	}
 	if !jsonscan.Valid(body) { // as encoding/json.Valid, faster
 		return Result{}, ErrNotJSON
+	}
+	if err := opt.Memo.duplicateKey(body); err != nil {
+		return Result{}, err
 	}
 	c, err := parseConv(d, body)
 	if err != nil {
@@ -98,6 +100,9 @@ type applier struct {
 	recallTool bool      // the recall tool was added to this request
 	inPieces   []Piece   // the request's layout as received
 	res        Result
+	// userScrubbed are the user texts scrubbing changed, by the start
+	// of their JSON string (scrubtext.go).
+	userScrubbed map[int]string
 }
 
 type edit struct {
@@ -126,6 +131,9 @@ func (a *applier) run() (Result, error) {
 		a.decideFolds()
 		removed := a.removedMsgs()
 		if err := a.results(removed); err != nil {
+			return Result{}, err
+		}
+		if err := a.userText(removed); err != nil {
 			return Result{}, err
 		}
 		a.guidance(removed)
@@ -296,252 +304,6 @@ func (a *applier) chargedOnMCP(name string) bool {
 	return strings.HasPrefix(name, "mcp__")
 }
 
-var (
-	reBranchID = regexp.MustCompile(`"branch_id"\s*:\s*"([^"\\]+)"`)
-	// reSuccess recognises a successful branch_return answer however the
-	// client wraps the MCP result for its model: as it is; after a
-	// header on lines of its own (Codex 0.169: a first text part "Wall
-	// time: 0.002 seconds\nOutput:", or one text "...Output:\n{...}");
-	// or inside the JSON of the MCP content array (Codex before, whose
-	// output was the serialized [{"type":"text","text":"{...}"}]).
-	reSuccess = regexp.MustCompile(`"success"\s*:\s*true|(?m:^)\s*\{"tokens_used"\s*:|"text"\s*:\s*"\{"tokens_used"\s*:`)
-)
-
-// createdID finds the new branch's id in branch_create's answer: the first
-// "branch_id" of its JSON (escaped or not, as clients may wrap MCP results
-// in JSON of their own).
-func createdID(text string) string {
-	t := strings.ReplaceAll(text, `\"`, `"`)
-	if m := reBranchID.FindStringSubmatch(t); m != nil {
-		return m[1]
-	}
-	return ""
-}
-
-// returnedID is the branch a successful branch_return answer closed: the
-// answer's "branch_id" when it has one, else the call's branch_id
-// argument (input); ok reports a successful answer, whose branch is the
-// innermost open one when neither names it. The compact answer
-// ({"tokens_used":...}) does not repeat the id the caller named.
-func returnedID(text, input string) (id string, ok bool) {
-	t := strings.ReplaceAll(text, `\"`, `"`)
-	if !reSuccess.MatchString(t) {
-		return "", false
-	}
-	if m := reBranchID.FindStringSubmatch(t); m != nil {
-		return m[1], true
-	}
-	if m := reBranchID.FindStringSubmatch(strings.ReplaceAll(input, `\"`, `"`)); m != nil {
-		return m[1], true
-	}
-	return "", true
-}
-
-// forcedNotice reports whether a result carries the notice of branch id's
-// forced return (its automatic summary or a cut notice).
-func forcedNotice(text, id string) bool {
-	return strings.Contains(text, id) && (strings.Contains(text, "force-returned") || strings.Contains(text, "closed as failed"))
-}
-
-// discover finds the branch spans: each starts after the results of the
-// turn that called branch_create and ends with the results of the turn
-// whose branch_return closed it (or whose result carried its
-// forced-return notice). Closing a span closes the spans nested in it.
-func (a *applier) discover() error {
-	c := a.c
-	a.owner = map[resRef]int{}
-	var stack []int
-	pending := map[int][]int{}
-	for i := range c.msgs {
-		for _, k := range pending[i] {
-			if len(stack) > 0 {
-				a.spans[k].parent = stack[len(stack)-1]
-			}
-			stack = append(stack, k)
-		}
-		m := &c.msgs[i]
-		for j := range m.results {
-			r := &m.results[j]
-			top := -1
-			if len(stack) > 0 {
-				top = stack[len(stack)-1]
-			}
-			a.owner[resRef{i, j}] = top
-			if len(stack) == 0 {
-				continue
-			}
-			name := c.callName(r.callID)
-			k := -1
-			if hasSuffixTool(name, toolReturn) && !r.isError {
-				input := ""
-				if cr, ok := c.calls[r.callID]; ok {
-					input = c.msgs[cr.msg].calls[cr.idx].input
-				}
-				if id, ok := returnedID(r.text, input); id != "" {
-					k = slices.IndexFunc(stack, func(x int) bool { return a.spans[x].id == id })
-				} else if ok {
-					k = len(stack) - 1 // the innermost open branch returned
-				}
-			}
-			// branch_create answers may quote other branches' summaries
-			// (dependencies): they end nothing.
-			for x := len(stack) - 1; k < 0 && x >= 0 && !hasSuffixTool(name, toolCreate); x-- {
-				sp := &a.spans[stack[x]]
-				if sp.br.EndCall != "" && sp.br.EndCall == r.callID {
-					k, sp.cutEnd = x, true
-				} else if forcedNotice(r.text, sp.id) {
-					k = x
-				}
-			}
-			if k < 0 {
-				continue
-			}
-			end := i
-			if cr, ok := c.calls[r.callID]; ok {
-				lo, hi := c.turn(cr.msg)
-				if last, ok := c.lastResultOf(lo, hi); ok {
-					end = max(end, last)
-				}
-				if c.createsBranch(lo, hi) {
-					// The turn that ends the span also starts a new
-					// branch in the parent: it stays, and the fold ends
-					// before it.
-					end = lo - 1
-				}
-			}
-			for _, x := range stack[k:] {
-				a.spans[x].end = end
-			}
-			stack = stack[:k]
-		}
-		for _, cl := range m.calls {
-			if !hasSuffixTool(cl.name, toolCreate) {
-				continue
-			}
-			r, ri, ok := c.result(cl.id)
-			if !ok || r.isError {
-				continue
-			}
-			id := createdID(r.text)
-			if id == "" {
-				continue
-			}
-			lo, hi := c.turn(i)
-			last, ok := c.lastResultOf(lo, hi)
-			if !ok {
-				continue
-			}
-			sp := spanInfo{id: id, createMsg: i, createCall: cl.id, resMsg: ri, start: last + 1, end: -1, parent: -1}
-			br, known, err := a.st.Branch(a.ctx, id)
-			if err != nil {
-				return fmt.Errorf("modelwire: look up branch %s: %w", id, err)
-			}
-			sp.br, sp.known = br, known
-			a.spans = append(a.spans, sp)
-			a.res.Branches = append(a.res.Branches, id)
-			pending[sp.start] = append(pending[sp.start], len(a.spans)-1)
-		}
-	}
-	return nil
-}
-
-// markEnds gives a closed span that the conversation does not end an end:
-// the newest result inside it (see Ender).
-func (a *applier) markEnds() error {
-	en, ok := a.st.(Ender)
-	if !ok || len(a.c.msgs) == 0 {
-		return nil
-	}
-	last := len(a.c.msgs) - 1
-	m := &a.c.msgs[last]
-	for j := len(m.results) - 1; j >= 0; j-- {
-		k := a.owner[resRef{last, j}]
-		if k < 0 {
-			continue
-		}
-		sp := &a.spans[k]
-		if !sp.known || !sp.br.Closed || sp.end >= 0 || sp.br.EndCall != "" {
-			continue
-		}
-		r := &m.results[j]
-		name := a.c.callName(r.callID)
-		if isFoldTool(name) || a.chargedOnMCP(name) {
-			continue // the MCP wire delivers the notice with its own results
-		}
-		endCall, notice, err := en.MarkEnd(a.ctx, sp.id, r.callID)
-		if err != nil {
-			return fmt.Errorf("modelwire: mark the end of branch %s: %w", sp.id, err)
-		}
-		sp.br.EndCall, sp.br.EndNotice = endCall, notice
-		if endCall == r.callID {
-			sp.end, sp.cutEnd = last, true
-			for x := k + 1; x < len(a.spans); x++ {
-				if a.spans[x].end < 0 && a.spans[x].start <= last && a.isInside(x, k) {
-					a.spans[x].end = last
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// isInside reports whether span x is nested in span k.
-func (a *applier) isInside(x, k int) bool {
-	for p := a.spans[x].parent; p >= 0; p = a.spans[p].parent {
-		if p == k {
-			return true
-		}
-	}
-	return false
-}
-
-// createsBranch reports whether the turn lo..hi calls branch_create.
-func (c *conv) createsBranch(lo, hi int) bool {
-	for i := lo; i <= hi; i++ {
-		for _, cl := range c.msgs[i].calls {
-			if hasSuffixTool(cl.name, toolCreate) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// decideFolds marks the outermost closed spans that have an end in the
-// conversation.
-func (a *applier) decideFolds() {
-	for k := range a.spans {
-		sp := &a.spans[k]
-		if sp.parent >= 0 && a.spans[sp.parent].covered {
-			sp.covered = true
-			continue
-		}
-		// A span that ends at the model-wire cut that closed it folds once
-		// the model has answered the request that carried the cut: a
-		// resend of that request gets the same cut, byte for byte.
-		if sp.cutEnd && sp.end == len(a.c.msgs)-1 {
-			continue
-		}
-		if sp.known && sp.br.Closed && sp.end >= sp.start {
-			sp.fold, sp.covered = true, true
-			a.res.Folded = append(a.res.Folded, sp.id)
-		}
-	}
-}
-
-// removedMsgs marks the messages that folds remove.
-func (a *applier) removedMsgs() []bool {
-	rm := make([]bool, len(a.c.msgs))
-	for _, sp := range a.spans {
-		if sp.fold {
-			for i := sp.start; i <= sp.end; i++ {
-				rm[i] = true
-			}
-		}
-	}
-	return rm
-}
-
 // delivery is what the model is to read of one tool result that stays in
 // the request, decided before any edit is made: scrubbed, cut to its
 // oversize or its branch's budget, with notices, or folded to a stub.
@@ -586,13 +348,24 @@ func (a *applier) results(removed []bool) error {
 		for j := range m.results {
 			r := &m.results[j]
 			name := c.callName(r.callID)
+			if name == "" {
+				name = r.name
+			}
 			d := delivery{r: r, msg: i, name: name, k: a.owner[resRef{i, j}], text: r.text}
 			switch {
 			case isFoldTool(name):
 				if err := a.recallCall(&d); err != nil {
 					return err
 				}
+				if d.value == nil {
+					// A fold tool's answer is clean; an upstream tool
+					// named like one may not be.
+					a.scrub(&d)
+				}
 			case a.chargedOnMCP(name):
+				// Charged on the MCP wire; scrubbed again all the same,
+				// since a name cannot prove it passed through foldproxy.
+				a.scrub(&d)
 			default:
 				d.handled = true
 				if err := a.deliver(&d); err != nil {
@@ -616,41 +389,13 @@ func (a *applier) results(removed []bool) error {
 // it is open.
 func (a *applier) deliver(d *delivery) error {
 	r, name, k := d.r, d.name, d.k
-	text := r.text
-	if a.opt.Scrub != nil && text != "" {
-		var err error
-		if r.single || len(r.texts) == 0 {
-			var s string
-			s, err = a.opt.Scrub(a.ctx, text)
-			if err == nil && s != text {
-				d.setValue(s)
-			}
-		} else {
-			var changed bool
-			ps := make([]string, len(r.texts))
-			for x, v := range r.texts {
-				p, _ := unquote(a.c.body[v.s:v.e])
-				var s string
-				if s, err = a.opt.Scrub(a.ctx, p); err != nil {
-					break
-				}
-				ps[x], changed = s, changed || s != p
-			}
-			if err == nil && changed {
-				d.parts, d.text = ps, strings.Join(ps, "\n")
-			}
-		}
-		if err != nil {
-			// Fail closed: nothing of it reaches the model, nor the budget.
-			d.setValue(withheld)
-			d.withheld = true
-			return nil
-		}
+	if !a.scrub(d) {
+		return nil
 	}
 	if err := a.oversize(d); err != nil {
 		return err
 	}
-	text = d.text
+	text := d.text
 	dec := Decision{Keep: len(text)}
 	// Closed spans are asked too: a result cut before its branch closed
 	// keeps its cut (the state remembers decisions; it charges a closed
@@ -672,13 +417,47 @@ func (a *applier) deliver(d *delivery) error {
 		kept := text[:alignRune(text, dec.Keep)]
 		d.setValue(joinNotice(kept, dec.Notice))
 	case dec.Notice != "":
-		if d.parts == nil || d.value != nil || r.single || len(r.texts) == 0 {
+		if d.parts == nil || d.value != nil || r.single || r.nested || len(r.texts) == 0 {
 			d.setValue(joinNotice(text, dec.Notice))
 		} else {
 			d.notice, d.text = dec.Notice, joinNotice(text, dec.Notice)
 		}
 	}
 	return nil
+}
+
+// scrub scrubs a result that stays, its parts as one text; it reports
+// false when the result could not be scanned and is withheld (fail closed:
+// nothing of it reaches the model, nor the budget).
+func (a *applier) scrub(d *delivery) bool {
+	r := d.r
+	text := r.text
+	if a.opt.Scrub != nil && text != "" {
+		var err error
+		if r.single || len(r.texts) == 0 {
+			var s string
+			s, err = a.opt.Scrub(a.ctx, text)
+			if err == nil && s != text {
+				d.setValue(s)
+			}
+		} else {
+			ps := make([]string, len(r.texts))
+			for x, v := range r.texts {
+				ps[x], _ = unquote(a.c.body[v.s:v.e])
+			}
+			var changed bool
+			if ps, changed, err = a.scrubParts(ps); err == nil && changed {
+				d.parts, d.text = ps, strings.Join(ps, "\n")
+			}
+		}
+		if err != nil {
+			// Fail closed: nothing of it reaches the model, nor the budget.
+			d.setValue(withheld)
+			d.withheld = true
+			return false
+		}
+	}
+	return true
 }
 
 // emit makes the edits a delivery decided.
@@ -793,11 +572,15 @@ func (a *applier) mergeTail(sp spanInfo) {
 	if last.array {
 		for _, blk := range last.blocks {
 			if blk.result < 0 {
-				tail = append(tail, c.body[blk.sp.s:blk.sp.e])
+				tail = append(tail, a.userBytes(blk.sp))
 			}
 		}
 	} else if last.content.ok() && c.body[last.content.s] == '"' {
-		if s, _ := unquote(c.body[last.content.s:last.content.e]); s != "" {
+		s, _ := unquote(c.body[last.content.s:last.content.e])
+		if v, ok := a.userScrubbed[last.content.s]; ok {
+			s = v
+		}
+		if s != "" {
 			tail = append(tail, append(append([]byte(`{"type":"text","text":`), jsonscan.Quote(s)...), '}'))
 		}
 	}

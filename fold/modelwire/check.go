@@ -68,7 +68,7 @@ func checkNonEmpty(c *conv, m *msg) error {
 			}
 		}
 	}
-	if c.d == OpenAIChat && m.role == "assistant" && len(m.calls) == 0 {
+	if c.d == OpenAIChat && m.role == "assistant" && len(m.calls) == 0 && !m.legacyCall {
 		if !m.content.ok() || string(c.body[m.content.s:m.content.e]) == "null" || string(c.body[m.content.s:m.content.e]) == `""` {
 			return fmt.Errorf("assistant message without content or tool calls")
 		}

@@ -1,9 +1,6 @@
 package modelwire
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // conv is a request's conversation, dialect-neutral: messages (Anthropic,
 // Chat Completions) or items (Responses) with the calls and results they
@@ -30,6 +27,9 @@ type msg struct {
 	blocks  []block
 	calls   []call
 	results []result
+	// legacyCall: a Chat assistant message with the legacy function_call,
+	// answered by a message of role "function".
+	legacyCall bool
 }
 
 // block is one content block of an Anthropic message.
@@ -61,6 +61,12 @@ type result struct {
 	other   bool   // it holds non-text parts (images, ...)
 	isError bool
 	block   int // Anthropic: the block index in its message; -1 otherwise
+	// nested: its text parts sit inside a structure (shapes.go) that
+	// takes no added text part; a notice replaces the value instead.
+	nested bool
+	// name is the tool's name when the result names it itself (Chat's
+	// role "function"), "" otherwise (the call names it).
+	name string
 }
 
 func parseConv(d Dialect, body []byte) (*conv, error) {
@@ -91,9 +97,9 @@ func parseConv(d Dialect, body []byte) (*conv, error) {
 		case Anthropic:
 			m, err = parseAnthropicMsg(body, el)
 		case OpenAIChat:
-			m, err = parseChatMsg(body, el)
+			m, err = parseChatMsg(body, el, i)
 		default:
-			m, err = parseResponsesItem(body, el)
+			m, err = parseResponsesItem(body, el, i)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("modelwire: %s[%d]: %w", key, i, err)
@@ -133,7 +139,6 @@ func readContent(b []byte, r *result) error {
 		if err != nil {
 			return err
 		}
-		var parts []string
 		for _, el := range els {
 			if b[el.s] != '{' {
 				r.other = true
@@ -150,17 +155,16 @@ func readContent(b []byte, r *result) error {
 					r.other = true
 					continue
 				}
-				s, err := unquote(b[v.s:v.e])
-				if err != nil {
-					return err
-				}
-				parts = append(parts, s)
 				r.texts = append(r.texts, v)
+			case "document", "search_result":
+				// Their text is read too (shapes.go).
+				r.other = true
+				collectTexts(b, el, r, 0)
 			default:
 				r.other = true
 			}
 		}
-		r.text = strings.Join(parts, "\n")
+		return readTexts(b, r)
 	case 'n': // null
 	default:
 		r.other = true
@@ -209,6 +213,18 @@ func parseAnthropicMsg(b []byte, el span) (msg, error) {
 			if blk.typ == "tool_use" {
 				m.calls = append(m.calls, cl)
 			}
+		case "mcp_tool_result", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
+			"bash_code_execution_tool_result", "text_editor_code_execution_tool_result", "tool_search_tool_result":
+			// A server tool's answer, in an assistant message (shapes.go).
+			if id := bo.str("tool_use_id"); id != "" {
+				r, err := otherResult(b, bo, bel, "content", id, len(m.blocks))
+				if err != nil {
+					return msg{}, err
+				}
+				r.nested = true
+				blk.result = len(m.results)
+				m.results = append(m.results, r)
+			}
 		case "tool_result":
 			r := result{callID: bo.str("tool_use_id"), obj: bel, key: "content", isError: bo.isTrue("is_error"), block: len(m.blocks)}
 			r.val, _ = bo.get("content")
@@ -223,7 +239,7 @@ func parseAnthropicMsg(b []byte, el span) (msg, error) {
 	return m, nil
 }
 
-func parseChatMsg(b []byte, el span) (msg, error) {
+func parseChatMsg(b []byte, el span, index int) (msg, error) {
 	o, err := parseObj(b, el)
 	if err != nil {
 		return msg{}, err
@@ -232,6 +248,7 @@ func parseChatMsg(b []byte, el span) (msg, error) {
 	m.content, _ = o.get("content")
 	switch m.role {
 	case "assistant":
+		_, m.legacyCall = o.get("function_call")
 		tc, ok := o.get("tool_calls")
 		if !ok || b[tc.s] != '[' {
 			break
@@ -269,11 +286,19 @@ func parseChatMsg(b []byte, el span) (msg, error) {
 			return msg{}, err
 		}
 		m.results = append(m.results, r)
+	case "function":
+		// The legacy answer to a function_call: no call id, the name
+		// its own (shapes.go).
+		r := result{callID: synthID("function", index), obj: el, key: "content", val: m.content, block: -1, name: o.str("name")}
+		if err := readContent(b, &r); err != nil {
+			return msg{}, err
+		}
+		m.results = append(m.results, r)
 	}
 	return m, nil
 }
 
-func parseResponsesItem(b []byte, el span) (msg, error) {
+func parseResponsesItem(b []byte, el span, index int) (msg, error) {
 	o, err := parseObj(b, el)
 	if err != nil {
 		return msg{}, err
@@ -315,6 +340,23 @@ func parseResponsesItem(b []byte, el span) (msg, error) {
 			// reasoning, web_search_call, local_shell_call,
 			// item_reference...: the model's side of the conversation.
 			m.role = "assistant"
+			if responsesOutputs[typ] {
+				// The answers of the shell tools and a hosted MCP call:
+				// the model reads them (shapes.go).
+				id := o.str("call_id")
+				if id == "" {
+					id = o.str("id")
+				}
+				if id == "" {
+					id = synthID(typ, index)
+				}
+				r, err := otherResult(b, o, el, "output", id, -1)
+				if err != nil {
+					return msg{}, err
+				}
+				r.nested = true
+				m.results = append(m.results, r)
+			}
 			break
 		}
 		// An item this parser does not know (Codex's additional_tools
@@ -340,6 +382,12 @@ var responsesModelItems = map[string]bool{
 	"shell_call": true, "shell_call_output": true, "apply_patch_call": true, "apply_patch_call_output": true,
 	"mcp_call": true, "mcp_list_tools": true, "mcp_approval_request": true, "mcp_approval_response": true,
 	"tool_search_call": true, "tool_search_output": true,
+}
+
+// responsesOutputs are the items of responsesModelItems that carry a
+// tool's output the model reads.
+var responsesOutputs = map[string]bool{
+	"local_shell_call_output": true, "shell_call_output": true, "apply_patch_call_output": true, "mcp_call": true,
 }
 
 // turn returns the run of consecutive assistant messages around i.

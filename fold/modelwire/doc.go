@@ -5,7 +5,9 @@
 // Spans. A branch's span starts after the results of the turn that called
 // a tool whose name (joined to its Responses namespace, as Codex calls MCP
 // tools) ends in branch_create (the branch id is read from that
-// result) and ends with the results of the turn whose branch_return closed
+// result), when the State binds it (Binder: fold.Manager honours a span
+// only for an answer whose seal verifies, in the model session that first
+// showed it; any other answer naming a branch is plain content), and ends with the results of the turn whose branch_return closed
 // it, whose result carried its forced-return notice, or whose result the
 // model wire cut (State's Branch.EndCall). Closing a span closes the spans
 // nested in it. A closed span is folded: its messages go (Responses input
@@ -25,8 +27,16 @@
 // own answers are never charged. A Decision cuts a result (replaced by a
 // string: the kept text and the notice) or adds a notice.
 //
-// Scrubbing runs over every other tool result that stays, through
-// Options.Scrub; an error withholds the result (fail closed).
+// Scrubbing runs over every tool result that stays, through
+// Options.Scrub, those charged on the MCP wire and the fold tools' answers
+// included (a name proves nothing), in every shape the model reads
+// (text parts, documents, search results, server tool results, Chat's
+// role "function", the Responses shell outputs; shapes.go), the parts of
+// one result as one text (Options.ScrubAcross), and over the text of every
+// user message (file contents; scrubtext.go); an error withholds the
+// result or text (fail closed). A request with a key twice in one object
+// is refused (DuplicateKeyError); ScrubJSON scrubs the bodies the front
+// relays without folding.
 //
 // Guidance adds reminders to the main thread (see guidance.go).
 //

@@ -227,18 +227,24 @@ func FuzzApplyRaw(f *testing.F) {
 		}
 	}
 	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"}]}`))
+	// The shapes whose text is read besides text parts (shapes.go).
+	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"AKIAIOSFOD"},{"type":"text","text":"NN7EXAMPLE"},{"type":"document","source":{"type":"text","data":"d"}}]},{"role":"assistant","content":[{"type":"mcp_tool_use","id":"m","name":"n","input":{}},{"type":"mcp_tool_result","tool_use_id":"m","content":[{"type":"text","text":"AKIAIOSFODNN7EXAMPLE"}]}]}]}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":"go"},{"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{}"}},{"role":"function","name":"f","content":"x"}]}`))
+	f.Add([]byte(`{"input":[{"type":"message","role":"user","content":"go"},{"type":"shell_call_output","call_id":"s","output":[{"stdout":"AKIAIOSFODNN7EXAMPLE","stderr":""}]},{"type":"local_shell_call_output","id":"l","output":"o"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, d := range []Dialect{Anthropic, OpenAIChat, OpenAIResponses} {
 			valid := Check(d, body) == nil
-			st := newFakeState(Branch{ID: "b-7f3a9c01d2e4b5a6", Closed: true, Summary: "S"}, Branch{ID: "b-0a1b2c3d4e5f6071", Budget: 10},
-				Branch{ID: "b-99887766554433aa", Closed: true})
-			res, err := Apply(context.Background(), d, body, st, Options{})
-			if err != nil {
-				continue
-			}
-			if valid {
-				if err := Check(d, res.Body); err != nil {
-					t.Fatalf("%s: valid in, invalid out: %v\nin:  %s\nout: %s", d, err, body, res.Body)
+			for _, opt := range []Options{{}, {Scrub: testScrub, ScrubAcross: splitScrub}} {
+				st := newFakeState(Branch{ID: "b-7f3a9c01d2e4b5a6", Closed: true, Summary: "S"}, Branch{ID: "b-0a1b2c3d4e5f6071", Budget: 10},
+					Branch{ID: "b-99887766554433aa", Closed: true})
+				res, err := Apply(context.Background(), d, body, st, opt)
+				if err != nil {
+					continue
+				}
+				if valid {
+					if err := Check(d, res.Body); err != nil {
+						t.Fatalf("%s: valid in, invalid out: %v\nin:  %s\nout: %s", d, err, body, res.Body)
+					}
 				}
 			}
 		}

@@ -147,7 +147,7 @@ func (a *applier) remind(i int, text string) bool {
 	for x := i; x >= 0 && r == nil && len(c.msgs[x].results) > 0; x-- {
 		rs := c.msgs[x].results
 		for y := len(rs) - 1; y >= 0; y-- {
-			if !isFoldTool(c.callName(rs[y].callID)) {
+			if !isFoldTool(c.callName(rs[y].callID)) && !rs[y].nested {
 				r = &rs[y]
 				break
 			}

@@ -19,12 +19,13 @@ type Memo struct {
 	tokens      twoGen[uint64, int]
 	specs       twoGen[uint64, callSpec]
 	handles     twoGen[[2]uint64, string]
+	unique      twoGen[[2]uint64, bool] // messages found without a duplicate key
 }
 
 // NewMemo returns a Memo of at most max entries a table and generation.
 func NewMemo(max int) *Memo {
 	m := &Memo{seed: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
-	m.tokens.max, m.specs.max, m.handles.max = max, max, max
+	m.tokens.max, m.specs.max, m.handles.max, m.unique.max = max, max, max, max
 	return m
 }
 

@@ -69,11 +69,17 @@ type Observer interface {
 type Options struct {
 	Scrub func(ctx context.Context, text string) (string, error) // nil: no scrubbing; error: fail closed
 	Count func(text string) int                                  // token counter (o200k_base); nil: bytes/4
+	// ScrubAcross, when set, scrubs the secrets that run across the
+	// boundaries of texts read one after the other (the parts of one
+	// tool result or one message), each text already scrubbed alone by
+	// Scrub; it returns the texts with those secrets redacted in every
+	// part they touch. nil: parts are scrubbed one by one only.
+	ScrubAcross func(ctx context.Context, texts []string) ([]string, error)
 	// ChargedOnMCP reports whether the results of the named tool were
-	// already scrubbed and charged on the MCP wire, so that the model wire
-	// neither charges nor scrubs them again. nil means: names beginning
-	// with "mcp__" (Claude Code's names for MCP tools; foldproxy wraps all
-	// of the agent's MCP servers).
+	// already charged on the MCP wire, so that the model wire does not
+	// charge them again (it scrubs them all the same). foldproxy serve
+	// passes the tools its MCP front served (proxy.ServedTools). nil
+	// means: names beginning with "mcp__".
 	ChargedOnMCP func(name string) bool
 	// Guidance configures the reminders that suggest a branch.
 	Guidance Guidance
@@ -287,4 +293,15 @@ type RecallCall struct {
 type RecallCaller interface {
 	RecordRecallCalls(ctx context.Context, calls []RecallCall) error
 	RecallCalls(ctx context.Context, ids []string) (map[string]RecallCall, error)
+}
+
+// Binder is optionally implemented by a State that binds branches to the
+// session that created them (fold.Manager's does). For each branch_create
+// answer in the conversation, Apply asks BindSpan with the request's
+// model session (Options.Session), the branch id and the seal the answer
+// carries ("" when none); on false the span is not a branch's: the answer
+// is plain content, nothing in it is charged, ended or folded. Without a
+// Binder every answer naming a branch is taken at its word.
+type Binder interface {
+	BindSpan(ctx context.Context, modelSession, branchID, seal string) (bool, error)
 }
