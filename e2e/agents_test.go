@@ -435,6 +435,7 @@ supports_websockets = false
 [mcp_servers.foldproxy]
 command = "/usr/local/bin/foldproxy"
 args = ["serve", "--config", "/path/to/project/foldproxy.json"]
+startup_timeout_sec = 60
 
 [mcp_servers.foldproxy.tools.branch_create]
 approval_mode = "approve"

@@ -428,6 +428,11 @@ func agentSetup(in agentInput) (agentWiring, error) {
 		}
 		c(`mcp_servers.foldproxy.command=` + q(in.exe))
 		c(`mcp_servers.foldproxy.args=[` + strings.Join(list, ",") + `]`)
+		// Codex gives an MCP server 10 s to answer initialize and
+		// tools/list, then goes on without its tools; a stdio entry that
+		// attaches to a daemon still starting (or a loaded machine) can
+		// take longer, and a session without the fold tools never folds.
+		c(`mcp_servers.foldproxy.startup_timeout_sec=60`)
 		// Codex asks before an MCP tool it cannot tell is read-only, and
 		// "codex exec" cannot ask: foldproxy's own tools change nothing
 		// outside foldproxy, so they are approved; the upstreams' tools
