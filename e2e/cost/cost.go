@@ -25,7 +25,7 @@ const (
 	MaxFoldTools         = 470 // the four fold tool definitions together (issue 26 added branch_status's orphans and usage by kind)
 	MaxCheckpointTools   = 170 // checkpoint_save, checkpoint_list, checkpoint_resume together
 	MaxForwardedOverhead = 10  // each forwarded tool over its upstream definition
-	MaxBranchFixedCost   = 60  // branch_create + branch_return answers, besides message and return value
+	MaxBranchFixedCost   = 67  // branch_create + branch_return answers, besides message and return value (60 before issue 27: the seal that binds a branch to its session costs exactly 7 tokens)
 )
 
 // Counter counts the tokens of a text (*intercept.Counter is one).
