@@ -1,4 +1,4 @@
-package proxy
+package modelfront
 
 import (
 	"bytes"
@@ -177,7 +177,7 @@ type modelTarget struct {
 // NewModelHandler validates opts and returns the model front.
 func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	h := &ModelHandler{
-		log:      frontLogger(opts.Logger),
+		log:      opts.Logger,
 		loopback: opts.Loopback,
 		maxBytes: opts.MaxRequestBytes,
 		state:    opts.State,
@@ -187,6 +187,9 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 		transparent: opts.Transparent,
 		read:        opts.CacheRead,
 		write:       opts.CacheWrite,
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
 	}
 	if h.read == 0 {
 		h.read = 0.1
@@ -217,12 +220,14 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	if !opts.Transparent {
 		// Behind the forward proxy the agent's CONNECT was admitted
 		// already; no token applies (see Transparent).
-		if h.needToken, h.tokenSum, err = httpTokenSum("model front", opts.Token, opts.Loopback); err != nil {
+		t, err := guard.FrontToken("model front", opts.Token, opts.Loopback)
+		if err != nil {
 			return nil, err
 		}
+		h.needToken, h.tokenSum = t.Sum()
 	}
-	if h.allowed, err = httpOrigins("model front", opts.AllowedOrigins); err != nil {
-		return nil, err
+	if h.allowed, err = guard.NewOrigins(opts.AllowedOrigins); err != nil {
+		return nil, fmt.Errorf("model front: %w", err)
 	}
 	if h.maxBytes < 0 {
 		return nil, fmt.Errorf("model front: MaxRequestBytes %d is negative", opts.MaxRequestBytes)
@@ -394,7 +399,7 @@ func (h *ModelHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	if reason := httpOriginRefusal(r, h.loopback, h.allowed); reason != "" && !h.transparent {
+	if reason := guard.Refusal(r, h.loopback, h.allowed); reason != "" && !h.transparent {
 		modelError(w, ev.Dialect, http.StatusForbidden, "permission_error", "%s", reason)
 		return
 	}
