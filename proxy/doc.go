@@ -21,15 +21,13 @@
 // the calls to upstreams and fold tools in server_calls.go, waiting for
 // upstreams in server_ready.go).
 //
-// On the same HTTP listener, the model front (ModelHandler) serves the
-// model APIs (Anthropic Messages, OpenAI Chat Completions and Responses):
-// each request goes through the context manager (fold/modelwire) and on to
-// the real API, every header untouched (the agent's credentials are never
-// logged or stored), the answer relayed byte for byte as it streams. The
-// JSON body of any other /v1/ request is scrubbed before it is relayed
-// (model_passthrough.go); foldproxy's own tools are told from others by
-// what the MCP front served (ServedTools). The
-// Responses API's WebSocket upgrade is refused (model.go says why).
+// On the same HTTP listener, cmd/foldproxy mounts the model front of
+// package proxy/modelfront (the model APIs: Anthropic Messages, OpenAI
+// Chat Completions and Responses). proxy does not import it; what the model
+// front learns of the MCP front is which tools foldproxy served
+// (ServedTools, served.go), filled by the catalogues Server builds and
+// handed to the model front by cmd/foldproxy through fold/modelwire's
+// options.
 //
 // Many stdio sessions of one project share one process: package
 // proxy/attach serves each attached stdio process as its own session of
@@ -44,7 +42,7 @@
 // that are not up.
 //
 // Transparent mode is package proxy/transparent: an HTTPS proxy whose
-// intercepted model hosts go to the model front and whose intercepted
+// intercepted model hosts go to proxy/modelfront and whose intercepted
 // remote MCP servers go to its RemoteFront, which takes the core's
 // intercept chains and fold tools through remote_seam.go; every other
 // host is tunnelled, never decrypted.

@@ -84,7 +84,7 @@ type Options struct {
 	// are told which to advertise; see README, "Client capabilities").
 	ClientCapabilities func(ctx context.Context, caps json.RawMessage)
 	// Served, when set, records the tools of every catalogue the front
-	// built to serve, for the model front (model_served.go).
+	// built to serve, for the model front (served.go).
 	Served *ServedTools
 }
 

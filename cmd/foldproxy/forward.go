@@ -13,6 +13,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
+	"github.com/foldproxy/foldproxy/proxy/modelfront"
 	"github.com/foldproxy/foldproxy/proxy/transparent"
 )
 
@@ -23,7 +24,7 @@ import (
 // MCP servers of ps.MCP (nil when there are none) with that transport.
 // stop closes it.
 func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
-	newFront func(proxy.ModelOptions) (*proxy.ModelHandler, error),
+	newFront func(modelfront.Options) (*modelfront.Handler, error),
 	newRemote func(http.RoundTripper) (*transparent.RemoteFront, error), guard *localUsers, loops *selfListeners, logger *slog.Logger,
 ) (stop func(), err error) {
 	ca, created, err := transparent.LoadOrCreateCA(stateDir)
@@ -37,7 +38,7 @@ func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 	if err != nil {
 		return nil, err
 	}
-	transport := proxy.NewModelTransport(roots)
+	transport := modelfront.NewTransport(roots)
 	transport.DialContext = loops.guard(transport.DialContext, "an intercepted host must not resolve to foldproxy itself")
 	var remote *transparent.RemoteFront
 	if len(ps.MCP) > 0 {
@@ -57,7 +58,7 @@ func startForwardProxy(addr, stateDir, configDir, token string, ps policy.Proxy,
 		Dial: loops.guard((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			"foldproxy does not tunnel to itself: CONNECT to the real host"),
 		Model: func(base string) (http.Handler, error) {
-			return newFront(proxy.ModelOptions{AnthropicURL: base, OpenAIURL: base, Transparent: true, Transport: transport})
+			return newFront(modelfront.Options{AnthropicURL: base, OpenAIURL: base, Transparent: true, Transport: transport})
 		},
 		Logger: logger,
 	})

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/fold"
-	"github.com/foldproxy/foldproxy/proxy"
 	"github.com/foldproxy/foldproxy/proxy/attach"
+	"github.com/foldproxy/foldproxy/proxy/modelfront"
 )
 
 // runCommand puts foldproxy in front of an agent in one step:
@@ -387,7 +387,7 @@ func agentSetup(in agentInput) (agentWiring, error) {
 			if old, ok := lookupEnv(in.env, "ANTHROPIC_CUSTOM_HEADERS"); ok && strings.TrimSpace(old) != "" {
 				h = strings.TrimRight(old, "\n") + "\n" + h
 			}
-			set("ANTHROPIC_CUSTOM_HEADERS", h, "<its own lines>"+"\\n"+proxy.ModelTokenHeader+": <foldproxy's token>")
+			set("ANTHROPIC_CUSTOM_HEADERS", h, "<its own lines>"+"\\n"+modelfront.TokenHeader+": <foldproxy's token>")
 		}
 		if _, ok := lookupEnv(in.env, "MCP_CONNECTION_NONBLOCKING"); !ok {
 			set("MCP_CONNECTION_NONBLOCKING", "false", "")
@@ -424,7 +424,7 @@ func agentSetup(in agentInput) (agentWiring, error) {
 			c(`model_providers.foldproxy.requires_openai_auth=true`)
 		}
 		if in.token != "" {
-			c(`model_providers.foldproxy.env_http_headers={"` + proxy.ModelTokenHeader + `"="FOLDPROXY_TOKEN"}`)
+			c(`model_providers.foldproxy.env_http_headers={"` + modelfront.TokenHeader + `"="FOLDPROXY_TOKEN"}`)
 		}
 		c(`mcp_servers.foldproxy.command=` + q(in.exe))
 		c(`mcp_servers.foldproxy.args=[` + strings.Join(list, ",") + `]`)
@@ -450,7 +450,7 @@ func agentSetup(in agentInput) (agentWiring, error) {
 		}
 		opts := map[string]any{"baseURL": in.base + "/v1"}
 		if in.token != "" {
-			opts["headers"] = map[string]string{proxy.ModelTokenHeader: in.token}
+			opts["headers"] = map[string]string{modelfront.TokenHeader: in.token}
 		}
 		providers := subMap(cfg, "provider")
 		for _, p := range []string{"openai", "anthropic"} {
@@ -476,7 +476,7 @@ func agentSetup(in agentInput) (agentWiring, error) {
 
 // modelTokenHeaderLine is foldproxy's token as one header line of
 // ANTHROPIC_CUSTOM_HEADERS.
-func modelTokenHeaderLine(token string) string { return proxy.ModelTokenHeader + ": " + token }
+func modelTokenHeaderLine(token string) string { return modelfront.TokenHeader + ": " + token }
 
 // subMap returns m[k] as a map, making it when absent or not a map.
 func subMap(m map[string]any, k string) map[string]any {

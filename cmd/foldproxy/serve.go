@@ -22,8 +22,8 @@ import (
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/statedir"
-	"github.com/foldproxy/foldproxy/proxy"
 	"github.com/foldproxy/foldproxy/proxy/attach"
+	"github.com/foldproxy/foldproxy/proxy/modelfront"
 	"github.com/foldproxy/foldproxy/proxy/transparent"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
@@ -465,7 +465,7 @@ type observer struct {
 // tokens as received and as forwarded).
 // The audit record is written first, so that a request seen in the
 // metrics is in the log.
-func (o observer) ModelRequest(ev proxy.ModelEvent) {
+func (o observer) ModelRequest(ev modelfront.Event) {
 	rec := intercept.Record{Time: time.Now(), Kind: intercept.KindModel, Session: ev.Session, Method: ev.Dialect, Outcome: ev.Outcome,
 		ResultTokens: ev.TokensBefore, DeliveredTokens: ev.TokensAfter, Tokens: ev.Folded,
 		LatencyMS: float64(ev.Duration) / float64(time.Millisecond), Model: modelFigures(ev, o.prices)}
@@ -478,7 +478,7 @@ func (o observer) ModelRequest(ev proxy.ModelEvent) {
 
 // modelFigures are a model request's figures for its audit record; nil
 // for a request relayed without the context manager.
-func modelFigures(ev proxy.ModelEvent, prices policy.ModelPrices) *intercept.ModelFigures {
+func modelFigures(ev modelfront.Event, prices policy.ModelPrices) *intercept.ModelFigures {
 	if ev.Session == "" {
 		return nil
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
 	"github.com/foldproxy/foldproxy/proxy/attach"
+	"github.com/foldproxy/foldproxy/proxy/modelfront"
 )
 
 // The fronts serve starts once its core is open: the metrics listener, the
@@ -127,7 +128,7 @@ func (c *serveCore) httpHandler(listen, token string) (handler http.Handler, clo
 	if err != nil {
 		return nil, nil, err // it names the HTTP front
 	}
-	model, err := c.newModelFront(proxy.ModelOptions{
+	model, err := c.newModelFront(modelfront.Options{
 		AnthropicURL:   c.st.Model.AnthropicURL,
 		OpenAIURL:      c.st.Model.OpenAIURL,
 		Token:          token,

@@ -24,6 +24,7 @@ import (
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
 	"github.com/foldproxy/foldproxy/proxy/attach"
+	"github.com/foldproxy/foldproxy/proxy/modelfront"
 	"github.com/foldproxy/foldproxy/proxy/transparent"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
@@ -638,11 +639,11 @@ func (c *serveCore) waitUpstreams(ctx context.Context) {
 // manager's model state, the scrubber, the token counter, the audit log and
 // the metrics. The HTTP front has one; the forward proxy one per
 // intercepted host.
-func (c *serveCore) newModelFront(o proxy.ModelOptions) (*proxy.ModelHandler, error) {
+func (c *serveCore) newModelFront(o modelfront.Options) (*modelfront.Handler, error) {
 	if o.Transport == nil {
 		// The HTTP front's: to model.anthropicURL and model.openaiURL,
 		// never back to foldproxy (loop.go).
-		t := proxy.NewModelTransport(nil)
+		t := modelfront.NewTransport(nil)
 		t.DialContext = c.loops.guard(t.DialContext, "set model.anthropicURL and model.openaiURL to the model APIs, not to foldproxy")
 		o.Transport = t
 	}
@@ -669,7 +670,7 @@ func (c *serveCore) newModelFront(o proxy.ModelOptions) (*proxy.ModelHandler, er
 	o.CacheRead, o.CacheWrite = c.st.Model.Prices.CacheRead, c.st.Model.Prices.CacheWrite
 	o.Observer = c.observer()
 	o.Logger = c.logger
-	return proxy.NewModelHandler(o)
+	return modelfront.NewHandler(o)
 }
 
 // wireGuidance is foldproxy.model.guidance as the context manager takes it.

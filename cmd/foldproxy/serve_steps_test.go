@@ -25,6 +25,7 @@ import (
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
 	"github.com/foldproxy/foldproxy/proxy/attach"
+	"github.com/foldproxy/foldproxy/proxy/modelfront"
 	"github.com/foldproxy/foldproxy/upstreams"
 )
 
@@ -700,7 +701,7 @@ func TestHTTPHandler(t *testing.T) {
 		req.Host = "127.0.0.1:8080"
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
-			req.Header.Set(proxy.ModelTokenHeader, token)
+			req.Header.Set(modelfront.TokenHeader, token)
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)

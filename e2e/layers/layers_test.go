@@ -22,7 +22,7 @@ const module = "github.com/foldproxy/foldproxy/"
 var allowed = map[string][]string{
 	"cmd/foldproxy": {"fold", "fold/memory", "fold/memory/badger", "fold/memory/qdrant", "fold/modelwire", "fold/store",
 		"intercept", "policy", "policy/jsonscan", "policy/redact", "policy/statedir",
-		"proxy", "proxy/attach", "proxy/transparent", "upstreams"},
+		"proxy", "proxy/attach", "proxy/modelfront", "proxy/transparent", "upstreams"},
 	"fold":                  {"fold/memory", "fold/modelwire", "fold/store", "policy", "policy/jsonscan"},
 	"fold/memory":           {"policy"},
 	"fold/memory/badger":    {"fold/memory"},
@@ -39,10 +39,11 @@ var allowed = map[string][]string{
 	"policy/rawio":          {},
 	"policy/redact":         {},
 	"policy/statedir":       {},
-	"proxy": {"fold", "fold/modelwire", "intercept", "policy", "policy/jsonrpc", "policy/jsonscan", "policy/rawio",
+	"proxy": {"fold", "intercept", "policy", "policy/jsonrpc", "policy/jsonscan", "policy/rawio",
 		"proxy/guard", "upstreams"},
 	"proxy/attach":      {"policy/jsonscan", "policy/rawio", "proxy"},
 	"proxy/guard":       {},
+	"proxy/modelfront":  {"fold/modelwire", "proxy/guard"},
 	"proxy/transparent": {"fold", "intercept", "policy", "policy/jsonscan", "policy/statedir", "proxy", "proxy/guard"},
 	"upstreams":         {"policy/jsonrpc", "policy/jsonscan", "policy/rawio", "policy/redact"},
 }

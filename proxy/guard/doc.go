@@ -4,7 +4,8 @@
 //
 // It owns three decisions: the bearer token (Token: required off
 // loopback, compared in constant time against its hash, read from the
-// header each front uses), the DNS-rebinding check (Origins.Refusal: on a
+// header each front uses; FrontToken words its configuration errors alike
+// for every front), the DNS-rebinding check (Origins.Refusal: on a
 // loopback listener the Host header must name a loopback host, and an
 // Origin header must be a loopback origin, the request's own host, or one
 // configured), and what counts as a loopback address (IsLoopback,

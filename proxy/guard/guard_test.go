@@ -28,6 +28,33 @@ func TestNewToken(t *testing.T) {
 	}
 }
 
+// TestFrontToken pins the wording every front's options error carries:
+// the front's name and the field, Token.
+func TestFrontToken(t *testing.T) {
+	tests := []struct {
+		token    string
+		loopback bool
+		want     string
+	}{
+		{"", false, "model front: Token is required when the listen address is not loopback"},
+		{" s3cret", true, "model front: Token must not contain spaces at its ends or line breaks"},
+		{"s3cret", false, ""},
+	}
+	for _, tt := range tests {
+		tok, err := FrontToken("model front", tt.token, tt.loopback)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("FrontToken(%q, %v) err = %q, want %q", tt.token, tt.loopback, got, tt.want)
+		}
+		if err == nil && !tok.Required() {
+			t.Errorf("FrontToken(%q, %v) does not require the token", tt.token, tt.loopback)
+		}
+	}
+}
+
 func TestTokenHeaders(t *testing.T) {
 	tok, err := NewToken("s3cret", false)
 	if err != nil {

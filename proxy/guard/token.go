@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 )
@@ -39,6 +40,20 @@ func NewToken(token string, loopback bool) (Token, error) {
 		return Token{}, ErrTokenMalformed
 	}
 	return Token{need: true, sum: sha256.Sum256([]byte(token))}, nil
+}
+
+// FrontToken is NewToken with its errors worded for the front named
+// front, whose options call the field Token: the MCP front (package proxy)
+// and the model front (package proxy/modelfront) word them alike.
+func FrontToken(front, token string, loopback bool) (Token, error) {
+	t, err := NewToken(token, loopback)
+	switch {
+	case errors.Is(err, ErrTokenRequired):
+		return t, fmt.Errorf("%s: Token is required when the listen address is not loopback", front)
+	case errors.Is(err, ErrTokenMalformed):
+		return t, fmt.Errorf("%s: Token must not contain spaces at its ends or line breaks", front)
+	}
+	return t, err
 }
 
 // Required reports whether requests must carry the token.

@@ -7,7 +7,7 @@
 // It owns the CONNECT decisions (the token in Proxy-Authorization, checked
 // with proxy/guard; the allowed ports; which hosts are intercepted) and the
 // CA's files. An intercepted model host's requests go to a model front
-// (the Model function of ForwardOptions, the core's proxy.ModelHandler);
+// (the Model function of ForwardOptions, proxy/modelfront's Handler);
 // an intercepted remote MCP server's go to RemoteFront, whose calls take
 // the core's intercept chains and fold tools (proxy.CallFoldTool) while
 // the client keeps its own MCP session and credentials.

@@ -1,4 +1,4 @@
-package proxy
+package modelfront
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ func modelPath(p string) string {
 
 // readBody reads a request body within the front's bound, answering the
 // error itself (and reporting false) when it cannot.
-func (h *ModelHandler) readBody(w http.ResponseWriter, r *http.Request, dialect string) ([]byte, bool) {
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, dialect string) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -56,7 +56,7 @@ func dupKeyText(de *modelwire.DuplicateKeyError) string {
 // scrubPassthrough scrubs the JSON body of a relayed request (see above)
 // and puts it in r's place. It answers the error itself and reports false
 // when the request cannot go on.
-func (h *ModelHandler) scrubPassthrough(w http.ResponseWriter, r *http.Request, ev *ModelEvent) bool {
+func (h *Handler) scrubPassthrough(w http.ResponseWriter, r *http.Request, ev *Event) bool {
 	if r.Body == nil || r.Body == http.NoBody || !strings.HasPrefix(modelPath(r.URL.Path), "/v1/") {
 		return true
 	}
@@ -82,7 +82,7 @@ func (h *ModelHandler) scrubPassthrough(w http.ResponseWriter, r *http.Request, 
 			out = body // not JSON after all: the API answers it
 		case err != nil:
 			// Fail closed: nothing unscanned goes to the model API.
-			ev.Outcome = ModelError
+			ev.Outcome = OutcomeError
 			h.log.Warn("model front: a relayed request could not be scanned for secrets; it was not forwarded", "path", r.URL.Path, "err", err)
 			modelError(w, ev.Dialect, http.StatusInternalServerError, "api_error",
 				"foldproxy could not scan the request for secrets, so it was not forwarded")

@@ -1,4 +1,4 @@
-package proxy
+package modelfront
 
 import (
 	"bytes"
@@ -9,11 +9,11 @@ import (
 	"strings"
 )
 
-// ModelUsage is what a model API reported of one answer's tokens: input
+// Usage is what a model API reported of one answer's tokens: input
 // not read from the prompt cache, read from it, written to it, and the
 // output. Known is false when the answer carried no usage the front could
 // read (an error, an encoding it does not decode, a stream cut short).
-type ModelUsage struct {
+type Usage struct {
 	Known      bool
 	Input      int
 	CacheRead  int
@@ -22,11 +22,11 @@ type ModelUsage struct {
 }
 
 // Total is every input token of the answer, cached or not.
-func (u ModelUsage) Total() int { return u.Input + u.CacheRead + u.CacheWrite }
+func (u Usage) Total() int { return u.Input + u.CacheRead + u.CacheWrite }
 
 // Billed is the input billed at the prices given (relative to an uncached
 // token): uncached input, plus reads and writes weighted.
-func (u ModelUsage) Billed(read, write float64) float64 {
+func (u Usage) Billed(read, write float64) float64 {
 	return float64(u.Input) + read*float64(u.CacheRead) + write*float64(u.CacheWrite)
 }
 
@@ -39,7 +39,7 @@ func (u ModelUsage) Billed(read, write float64) float64 {
 type usageTap struct {
 	rc     io.ReadCloser
 	stream bool
-	usage  *ModelUsage
+	usage  *Usage
 	recall *recallCalls // nil: no recall tool to watch for
 
 	// dec, when the answer is compressed, decodes what was read so far
@@ -56,7 +56,7 @@ type usageTap struct {
 // maxUsageBody bounds the JSON answer kept to read its usage.
 const maxUsageBody = 8 << 20
 
-func newUsageTap(rc io.ReadCloser, contentType, encoding string, usage *ModelUsage, recall *recallCalls) io.ReadCloser {
+func newUsageTap(rc io.ReadCloser, contentType, encoding string, usage *Usage, recall *recallCalls) io.ReadCloser {
 	mt := strings.ToLower(strings.TrimSpace(strings.SplitN(contentType, ";", 2)[0]))
 	t := &usageTap{rc: rc, stream: mt == "text/event-stream", usage: usage, recall: recall}
 	if !t.stream && mt != "application/json" {
@@ -212,7 +212,7 @@ type wireUsage struct {
 // readUsage merges the usage of one answer or event into u: later events
 // carry the final counts (Anthropic's message_delta repeats the input
 // counts and adds the output).
-func readUsage(data []byte, u *ModelUsage) {
+func readUsage(data []byte, u *Usage) {
 	var v struct {
 		Usage   *wireUsage `json:"usage"`
 		Message *struct {

@@ -1,4 +1,4 @@
-package proxy
+package modelfront
 
 import (
 	"bytes"
@@ -25,23 +25,23 @@ func TestUsageTap(t *testing.T) {
 		"event: message_delta\r\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":57}}\r\n\r\n"
 	tests := []struct {
 		name, ctype, enc, body string
-		want                   ModelUsage
+		want                   Usage
 	}{
-		{"anthropic stream", "text/event-stream; charset=utf-8", "", anthropicSSE, ModelUsage{true, 12, 4000, 300, 57}},
-		{"anthropic json", "application/json", "", `{"id":"m","content":[],"usage":{"input_tokens":5,"cache_creation_input_tokens":0,"cache_read_input_tokens":90,"output_tokens":7}}`, ModelUsage{true, 5, 90, 0, 7}},
-		{"anthropic json gzip", "application/json", "gzip", gz(`{"usage":{"input_tokens":5,"cache_read_input_tokens":90,"output_tokens":7}}`), ModelUsage{true, 5, 90, 0, 7}},
-		{"anthropic stream gzip", "text/event-stream", "gzip", gz(anthropicSSE), ModelUsage{true, 12, 4000, 300, 57}},
-		{"chat stream", "text/event-stream", "", "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":20,\"prompt_tokens_details\":{\"cached_tokens\":800}}}\n\ndata: [DONE]\n\n", ModelUsage{true, 200, 800, 0, 20}},
-		{"chat json", "application/json", "", `{"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":3}}`, ModelUsage{true, 50, 0, 0, 3}},
-		{"responses stream", "text/event-stream", "", "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":600,\"input_tokens_details\":{\"cached_tokens\":512},\"output_tokens\":40}}}\n\n", ModelUsage{true, 88, 512, 0, 40}},
-		{"no usage", "text/event-stream", "", "data: {\"type\":\"ping\"}\n\n", ModelUsage{}},
-		{"other type", "text/plain", "", `{"usage":{"input_tokens":5}}`, ModelUsage{}},
-		{"brotli", "application/json", "br", "\x0b\x02\x80", ModelUsage{}},
-		{"broken gzip", "application/json", "gzip", "not gzip", ModelUsage{}},
+		{"anthropic stream", "text/event-stream; charset=utf-8", "", anthropicSSE, Usage{true, 12, 4000, 300, 57}},
+		{"anthropic json", "application/json", "", `{"id":"m","content":[],"usage":{"input_tokens":5,"cache_creation_input_tokens":0,"cache_read_input_tokens":90,"output_tokens":7}}`, Usage{true, 5, 90, 0, 7}},
+		{"anthropic json gzip", "application/json", "gzip", gz(`{"usage":{"input_tokens":5,"cache_read_input_tokens":90,"output_tokens":7}}`), Usage{true, 5, 90, 0, 7}},
+		{"anthropic stream gzip", "text/event-stream", "gzip", gz(anthropicSSE), Usage{true, 12, 4000, 300, 57}},
+		{"chat stream", "text/event-stream", "", "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":20,\"prompt_tokens_details\":{\"cached_tokens\":800}}}\n\ndata: [DONE]\n\n", Usage{true, 200, 800, 0, 20}},
+		{"chat json", "application/json", "", `{"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":3}}`, Usage{true, 50, 0, 0, 3}},
+		{"responses stream", "text/event-stream", "", "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"usage\":null}}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":600,\"input_tokens_details\":{\"cached_tokens\":512},\"output_tokens\":40}}}\n\n", Usage{true, 88, 512, 0, 40}},
+		{"no usage", "text/event-stream", "", "data: {\"type\":\"ping\"}\n\n", Usage{}},
+		{"other type", "text/plain", "", `{"usage":{"input_tokens":5}}`, Usage{}},
+		{"brotli", "application/json", "br", "\x0b\x02\x80", Usage{}},
+		{"broken gzip", "application/json", "gzip", "not gzip", Usage{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var u ModelUsage
+			var u Usage
 			rc := newUsageTap(io.NopCloser(iotest.OneByteReader(bytes.NewReader([]byte(tc.body)))), tc.ctype, tc.enc, &u, nil)
 			got, err := io.ReadAll(rc)
 			if err != nil || string(got) != tc.body {
@@ -56,7 +56,7 @@ func TestUsageTap(t *testing.T) {
 }
 
 func TestUsageTapClosedEarly(t *testing.T) {
-	var u ModelUsage
+	var u Usage
 	body := gzipOf(t, `{"usage":{"input_tokens":5}}`)
 	rc := newUsageTap(io.NopCloser(bytes.NewReader(body)), "application/json", "gzip", &u, nil)
 	buf := make([]byte, 3)
@@ -162,7 +162,7 @@ func TestRecallCallsFromAnswers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []modelwire.RecallCall
-			var u ModelUsage
+			var u Usage
 			rc := newUsageTap(io.NopCloser(iotest.OneByteReader(bytes.NewReader([]byte(tc.body)))), tc.ctype, "", &u,
 				newRecallCalls(func(c []modelwire.RecallCall) { got = append(got, c...) }))
 			if b, err := io.ReadAll(rc); err != nil || string(b) != tc.body {

@@ -1,4 +1,4 @@
-package proxy
+package modelfront
 
 import (
 	"bufio"
@@ -34,12 +34,12 @@ func (modelNoBranches) ChargeResult(_ context.Context, _, _, _, text string) (mo
 // event once it is done with a request, log line included, but the agent
 // may have its answer a moment before: last waits for the event.
 type modelEvents struct {
-	ch chan ModelEvent
+	ch chan Event
 }
 
-func (m *modelEvents) ModelRequest(ev ModelEvent) { m.ch <- ev }
+func (m *modelEvents) ModelRequest(ev Event) { m.ch <- ev }
 
-func (m *modelEvents) last(t *testing.T) ModelEvent {
+func (m *modelEvents) last(t *testing.T) Event {
 	t.Helper()
 	return <-m.ch
 }
@@ -87,15 +87,15 @@ func (u *modelUpstream) count() int {
 
 // newModelTest serves the model front on a loopback test server, both
 // model APIs pointing at up (nil: a closed port).
-func newModelTest(t *testing.T, up *modelUpstream, tune func(*ModelOptions)) (string, *modelEvents, *modelLog) {
+func newModelTest(t *testing.T, up *modelUpstream, tune func(*Options)) (string, *modelEvents, *modelLog) {
 	t.Helper()
 	target := "http://" + closedAddr(t)
 	if up != nil {
 		target = up.srv.URL
 	}
-	obs := &modelEvents{ch: make(chan ModelEvent, 100)}
+	obs := &modelEvents{ch: make(chan Event, 100)}
 	logs := &modelLog{}
-	opts := ModelOptions{
+	opts := Options{
 		AnthropicURL: target,
 		OpenAIURL:    target,
 		Loopback:     true,
@@ -106,9 +106,9 @@ func newModelTest(t *testing.T, up *modelUpstream, tune func(*ModelOptions)) (st
 	if tune != nil {
 		tune(&opts)
 	}
-	h, err := NewModelHandler(opts)
+	h, err := NewHandler(opts)
 	if err != nil {
-		t.Fatalf("NewModelHandler: %v", err)
+		t.Fatalf("NewHandler: %v", err)
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -221,7 +221,7 @@ func TestModelStreamRelayedAsItArrives(t *testing.T) {
 	if string(body) != modelTestRequest {
 		t.Errorf("forwarded body = %s, want the request unchanged (no branches)", body)
 	}
-	if ev := obs.last(t); ev.Outcome != ModelOK || ev.Dialect != "anthropic" || ev.Status != 200 {
+	if ev := obs.last(t); ev.Outcome != OutcomeOK || ev.Dialect != "anthropic" || ev.Status != 200 {
 		t.Errorf("event = %+v", ev)
 	}
 }
@@ -238,7 +238,7 @@ func TestModelHeadersPassThrough(t *testing.T) {
 		w.Header().Add("Set-Cookie", "b=2")
 		io.WriteString(w, answer)
 	})
-	url, obs, logs := newModelTest(t, up, func(o *ModelOptions) { o.Token = "fp-token-1" })
+	url, obs, logs := newModelTest(t, up, func(o *Options) { o.Token = "fp-token-1" })
 	hdr := map[string]string{
 		"X-Api-Key":                "sk-ant-secret-1",
 		"Authorization":            "Bearer sk-oauth-secret-2",
@@ -246,7 +246,7 @@ func TestModelHeadersPassThrough(t *testing.T) {
 		"Anthropic-Version":        "2023-06-01",
 		"X-Claude-Code-Session-Id": "sess-1",
 		"User-Agent":               "claude-cli/2.1.197",
-		ModelTokenHeader:           "fp-token-1",
+		TokenHeader:                "fp-token-1",
 		"Connection":               "keep-alive, X-Hop",
 		"X-Hop":                    "hop-value",
 	}
@@ -263,7 +263,7 @@ func TestModelHeadersPassThrough(t *testing.T) {
 	r, _ := up.last(t)
 	for k, v := range hdr {
 		switch k {
-		case ModelTokenHeader, "Connection", "X-Hop":
+		case TokenHeader, "Connection", "X-Hop":
 			if got := r.Header.Get(k); got != "" {
 				t.Errorf("%s reached the model API: %q", k, got)
 			}
@@ -302,7 +302,7 @@ func TestModelUpstreamErrorsRelayed(t *testing.T) {
 	if resp.Header.Get("X-Foldproxy-Error") != "" {
 		t.Error("an error of the model API is marked as foldproxy's")
 	}
-	if ev := obs.last(t); ev.Outcome != ModelUpstreamError || ev.Status != 429 {
+	if ev := obs.last(t); ev.Outcome != OutcomeUpstreamError || ev.Status != 429 {
 		t.Errorf("event = %+v", ev)
 	}
 }
@@ -349,7 +349,7 @@ func TestModelUnreachable(t *testing.T) {
 			!strings.Contains(e.Error.Message, "127.0.0.1") {
 			t.Errorf("%s: error = %+v", tt.path, e)
 		}
-		if ev := obs.last(t); ev.Outcome != ModelUnreachable || ev.Status != 502 {
+		if ev := obs.last(t); ev.Outcome != OutcomeUnreachable || ev.Status != 502 {
 			t.Errorf("%s: event = %+v", tt.path, ev)
 		}
 	}
@@ -362,7 +362,7 @@ func TestModelUnreachable(t *testing.T) {
 // dialect's shape, without reaching the model API.
 func TestModelRefusals(t *testing.T) {
 	up := newModelUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })
-	url, _, _ := newModelTest(t, up, func(o *ModelOptions) { o.MaxRequestBytes = 2048 })
+	url, _, _ := newModelTest(t, up, func(o *Options) { o.MaxRequestBytes = 2048 })
 	tests := []struct {
 		name, method, path, body string
 		hdr                      map[string]string
@@ -416,34 +416,34 @@ func TestModelRefusals(t *testing.T) {
 }
 
 // TestModelToken: with a token, model requests need it in
-// ModelTokenHeader; Authorization stays the model API's.
+// TokenHeader; Authorization stays the model API's.
 func TestModelToken(t *testing.T) {
 	up := newModelUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })
-	url, _, _ := newModelTest(t, up, func(o *ModelOptions) { o.Token = "fp-token-2"; o.Loopback = false })
+	url, _, _ := newModelTest(t, up, func(o *Options) { o.Token = "fp-token-2"; o.Loopback = false })
 	for _, hdr := range []map[string]string{
 		nil,
 		{"Authorization": "Bearer fp-token-2"},
-		{ModelTokenHeader: "wrong"},
+		{TokenHeader: "wrong"},
 	} {
 		resp := modelPost(t, url+"/v1/messages", modelTestRequest, hdr)
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("%v: status %d, want 401", hdr, resp.StatusCode)
 			continue
 		}
-		if e := modelErrorOf(t, resp); e.Error.Type != "authentication_error" || !strings.Contains(e.Error.Message, ModelTokenHeader) {
+		if e := modelErrorOf(t, resp); e.Error.Type != "authentication_error" || !strings.Contains(e.Error.Message, TokenHeader) {
 			t.Errorf("%v: error = %+v", hdr, e)
 		}
 	}
 	if up.count() != 0 {
 		t.Fatal("a request without the token reached the model API")
 	}
-	resp := modelPost(t, url+"/v1/chat/completions", `{"model":"m","messages":[]}`, map[string]string{ModelTokenHeader: "fp-token-2", "Authorization": "Bearer sk-openai"})
+	resp := modelPost(t, url+"/v1/chat/completions", `{"model":"m","messages":[]}`, map[string]string{TokenHeader: "fp-token-2", "Authorization": "Bearer sk-openai"})
 	if resp.StatusCode != 200 {
 		t.Fatalf("with the token: status %d", resp.StatusCode)
 	}
 	r, _ := up.last(t)
-	if r.Header.Get("Authorization") != "Bearer sk-openai" || r.Header.Get(ModelTokenHeader) != "" {
-		t.Errorf("forwarded Authorization %q, %s %q", r.Header.Get("Authorization"), ModelTokenHeader, r.Header.Get(ModelTokenHeader))
+	if r.Header.Get("Authorization") != "Bearer sk-openai" || r.Header.Get(TokenHeader) != "" {
+		t.Errorf("forwarded Authorization %q, %s %q", r.Header.Get("Authorization"), TokenHeader, r.Header.Get(TokenHeader))
 	}
 }
 
@@ -452,7 +452,7 @@ func TestModelToken(t *testing.T) {
 func TestModelRouting(t *testing.T) {
 	ant := newModelUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `"anthropic"`) })
 	oai := newModelUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `"openai"`) })
-	url, obs, _ := newModelTest(t, nil, func(o *ModelOptions) {
+	url, obs, _ := newModelTest(t, nil, func(o *Options) {
 		o.AnthropicURL = ant.srv.URL + "/gw/anthropic"
 		o.OpenAIURL = oai.srv.URL
 	})
@@ -503,28 +503,28 @@ func TestModelRouting(t *testing.T) {
 }
 
 func TestNewModelHandlerValidates(t *testing.T) {
-	ok := ModelOptions{AnthropicURL: "https://api.anthropic.com", OpenAIURL: "https://api.openai.com", Loopback: true, State: modelNoBranches{}}
+	ok := Options{AnthropicURL: "https://api.anthropic.com", OpenAIURL: "https://api.openai.com", Loopback: true, State: modelNoBranches{}}
 	tests := []struct {
 		name string
-		tune func(*ModelOptions)
+		tune func(*Options)
 		says string
 	}{
-		{"no state", func(o *ModelOptions) { o.State = nil }, "State"},
-		{"no token off loopback", func(o *ModelOptions) { o.Loopback = false }, "Token"},
-		{"token with space", func(o *ModelOptions) { o.Token = " x" }, "Token"},
-		{"bad anthropic url", func(o *ModelOptions) { o.AnthropicURL = "api.anthropic.com" }, "AnthropicURL"},
-		{"bad openai url", func(o *ModelOptions) { o.OpenAIURL = "" }, "OpenAIURL"},
-		{"bad origin", func(o *ModelOptions) { o.AllowedOrigins = []string{"x"} }, "AllowedOrigins"},
-		{"negative size", func(o *ModelOptions) { o.MaxRequestBytes = -1 }, "MaxRequestBytes"},
+		{"no state", func(o *Options) { o.State = nil }, "State"},
+		{"no token off loopback", func(o *Options) { o.Loopback = false }, "Token"},
+		{"token with space", func(o *Options) { o.Token = " x" }, "Token"},
+		{"bad anthropic url", func(o *Options) { o.AnthropicURL = "api.anthropic.com" }, "AnthropicURL"},
+		{"bad openai url", func(o *Options) { o.OpenAIURL = "" }, "OpenAIURL"},
+		{"bad origin", func(o *Options) { o.AllowedOrigins = []string{"x"} }, "AllowedOrigins"},
+		{"negative size", func(o *Options) { o.MaxRequestBytes = -1 }, "MaxRequestBytes"},
 	}
 	for _, tt := range tests {
 		o := ok
 		tt.tune(&o)
-		if _, err := NewModelHandler(o); err == nil || !strings.Contains(err.Error(), tt.says) {
+		if _, err := NewHandler(o); err == nil || !strings.Contains(err.Error(), tt.says) {
 			t.Errorf("%s: err = %v, want one naming %s", tt.name, err, tt.says)
 		}
 	}
-	if _, err := NewModelHandler(ok); err != nil {
+	if _, err := NewHandler(ok); err != nil {
 		t.Errorf("valid options: %v", err)
 	}
 }
@@ -543,7 +543,7 @@ func (modelOneBranch) Branch(_ context.Context, id string) (modelwire.Branch, bo
 // manager's output, and the event says what it did.
 func TestModelForwardsTheFold(t *testing.T) {
 	up := newModelUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"type":"message"}`) })
-	url, obs, _ := newModelTest(t, up, func(o *ModelOptions) { o.State = modelOneBranch{} })
+	url, obs, _ := newModelTest(t, up, func(o *Options) { o.State = modelOneBranch{} })
 	req := `{"model":"m","max_tokens":10,"messages":[` +
 		`{"role":"user","content":"go"},` +
 		`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"mcp__foldproxy__branch_create","input":{"description":"d"}}]},` +
@@ -566,7 +566,7 @@ func TestModelForwardsTheFold(t *testing.T) {
 		t.Errorf("Content-Length %d for a %d-byte body", r.ContentLength, len(body))
 	}
 	ev := obs.last(t)
-	if !ev.Changed || ev.Folded != 1 || ev.TokensAfter >= ev.TokensBefore || ev.Outcome != ModelOK {
+	if !ev.Changed || ev.Folded != 1 || ev.TokensAfter >= ev.TokensBefore || ev.Outcome != OutcomeOK {
 		t.Errorf("event = %+v, want one branch folded and fewer tokens", ev)
 	}
 }
@@ -575,7 +575,7 @@ func TestModelForwardsTheFold(t *testing.T) {
 // reaches the model API: the context manager withholds it.
 func TestModelScrubFailsClosed(t *testing.T) {
 	up := newModelUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })
-	url, obs, _ := newModelTest(t, up, func(o *ModelOptions) {
+	url, obs, _ := newModelTest(t, up, func(o *Options) {
 		o.Wire.Scrub = func(context.Context, string) (string, error) { return "", errors.New("scan timed out") }
 	})
 	req := `{"model":"m","max_tokens":10,"messages":[` +
@@ -607,7 +607,7 @@ func (modelBrokenState) Branch(context.Context, string) (modelwire.Branch, bool,
 // its dialect's shape.
 func TestModelStateFailureNotForwarded(t *testing.T) {
 	up := newModelUpstream(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })
-	url, obs, _ := newModelTest(t, up, func(o *ModelOptions) { o.State = modelBrokenState{} })
+	url, obs, _ := newModelTest(t, up, func(o *Options) { o.State = modelBrokenState{} })
 	req := `{"model":"m","max_tokens":10,"messages":[` +
 		`{"role":"user","content":"go"},` +
 		`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"mcp__foldproxy__branch_create","input":{"description":"d"}}]},` +
@@ -622,7 +622,7 @@ func TestModelStateFailureNotForwarded(t *testing.T) {
 	if up.count() != 0 {
 		t.Error("the request reached the model API")
 	}
-	if ev := obs.last(t); ev.Outcome != ModelError {
+	if ev := obs.last(t); ev.Outcome != OutcomeError {
 		t.Errorf("event = %+v", ev)
 	}
 }
@@ -656,7 +656,7 @@ func TestModelForwardsTheFoldOpenAI(t *testing.T) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			io.WriteString(w, "data: {\"choices\":[]}\n\ndata: [DONE]\n\n")
 		})
-		url, obs, _ := newModelTest(t, up, func(o *ModelOptions) { o.State = modelOneBranch{} })
+		url, obs, _ := newModelTest(t, up, func(o *Options) { o.State = modelOneBranch{} })
 		resp := modelPost(t, url+tt.path, tt.body, map[string]string{"Authorization": "Bearer sk-x"})
 		if got := string(readAll(t, resp.Body)); resp.StatusCode != 200 || got != "data: {\"choices\":[]}\n\ndata: [DONE]\n\n" {
 			t.Errorf("%s: answer %d %q", tt.path, resp.StatusCode, got)

@@ -1,4 +1,4 @@
-package proxy
+package modelfront
 
 import (
 	"crypto/sha256"
@@ -41,7 +41,7 @@ func modelSession(r *http.Request, d modelwire.Dialect, body []byte) string {
 
 // modelLedger remembers, per model session, the layout of the request
 // forwarded last and the size of the conversation received last, for the
-// prompt-cache model of each request's bill (see ModelBill). It holds at
+// prompt-cache model of each request's bill (see Bill). It holds at
 // most ledgerSessions sessions, forgetting the least recently seen.
 type modelLedger struct {
 	mu   sync.Mutex
@@ -57,7 +57,7 @@ type ledgerEntry struct {
 
 const ledgerSessions = 4096
 
-// ModelBill is the prompt-cache model of one request's input, in the
+// Bill is the prompt-cache model of one request's input, in the
 // front's token count (o200k_base): a request reads from the cache what
 // it shares with the session's request before it, up to the first piece
 // (the head, or a message) that changed, and writes the rest. Held is the
@@ -65,12 +65,12 @@ const ledgerSessions = 4096
 // request's bill had foldproxy changed nothing, the client's own requests
 // being taken to grow by appending (the previous one wholly read, the
 // growth written).
-type ModelBill struct {
+type Bill struct {
 	Held, Billed, Without float64
 }
 
 // observe records a forwarded request and returns its bill.
-func (l *modelLedger) observe(session string, body []byte, pieces []modelwire.Piece, received, forwarded int, read, write float64) ModelBill {
+func (l *modelLedger) observe(session string, body []byte, pieces []modelwire.Piece, received, forwarded int, read, write float64) Bill {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.sess == nil {
@@ -105,7 +105,7 @@ func (l *modelLedger) observe(session string, body []byte, pieces []modelwire.Pi
 	if e.pieces == nil {
 		heldBytes = 0
 	}
-	var b ModelBill
+	var b Bill
 	if len(body) > 0 {
 		b.Held = float64(forwarded) * float64(heldBytes) / float64(len(body))
 	}

@@ -1,4 +1,4 @@
-package proxy
+package modelfront
 
 import (
 	"net/http"
@@ -29,7 +29,7 @@ func TestModelRefusesResponsesWebSocket(t *testing.T) {
 	if resp.StatusCode != http.StatusNotImplemented || !strings.Contains(e.Error.Message, "supports_websockets = false") {
 		t.Errorf("upgrade: %d %q, want 501 saying how to configure Codex", resp.StatusCode, e.Error.Message)
 	}
-	if ev := obs.last(t); ev.Outcome != ModelRefused || ev.Dialect != "openai-responses" {
+	if ev := obs.last(t); ev.Outcome != OutcomeRefused || ev.Dialect != "openai-responses" {
 		t.Errorf("event %+v, want a refused openai-responses request", ev)
 	}
 	if up.count() != 0 {

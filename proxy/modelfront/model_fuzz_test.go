@@ -1,4 +1,4 @@
-package proxy
+package modelfront
 
 import (
 	"bytes"
@@ -52,7 +52,7 @@ func FuzzModelFront(f *testing.F) {
 		f.Add(s.method, s.path, s.hdr, []byte(s.body))
 	}
 	rt := &modelRoundTrip{}
-	h, err := NewModelHandler(ModelOptions{
+	h, err := NewHandler(Options{
 		AnthropicURL: "http://anthropic.invalid", OpenAIURL: "http://openai.invalid",
 		Loopback: true, State: modelOneBranch{}, Transport: rt, MaxRequestBytes: 1 << 20,
 	})

@@ -1,4 +1,4 @@
-package proxy
+package modelfront
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func TestModelScrubsEveryPath(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"ok":true}`))
 	})
-	url, obs, _ := newModelTest(t, up, func(o *ModelOptions) { o.Wire.Scrub = scrubAWS })
+	url, obs, _ := newModelTest(t, up, func(o *Options) { o.Wire.Scrub = scrubAWS })
 	msg := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"key ` + testAWSKey + `"}]}`
 	for _, tc := range []struct {
 		name, path, body string

@@ -1,4 +1,4 @@
-package proxy
+package modelfront
 
 import (
 	"bytes"
@@ -24,25 +24,25 @@ import (
 	"github.com/foldproxy/foldproxy/proxy/guard"
 )
 
-// ModelTokenHeader carries foldproxy's own token on model requests when one
+// TokenHeader carries foldproxy's own token on model requests when one
 // is configured. The Authorization and x-api-key headers belong to the
 // model API (the agent's own credentials) and pass through untouched, so
 // foldproxy's token cannot travel in them; this header is removed before
 // the request is forwarded. Claude Code sends it with
 // ANTHROPIC_CUSTOM_HEADERS="X-Foldproxy-Token: <token>".
-const ModelTokenHeader = "X-Foldproxy-Token"
+const TokenHeader = "X-Foldproxy-Token"
 
-// ModelOptions configures the model front.
-type ModelOptions struct {
+// Options configures the model front.
+type Options struct {
 	// AnthropicURL and OpenAIURL are the model APIs requests are forwarded
 	// to: the request's path and query are appended to them. Both required.
 	AnthropicURL string
 	OpenAIURL    string
-	// Token, when set, must come with every request in ModelTokenHeader.
+	// Token, when set, must come with every request in TokenHeader.
 	// It is required when Loopback is false.
 	Token string
 	// Loopback and AllowedOrigins guard against DNS rebinding as on the MCP
-	// front (see HTTPOptions).
+	// front (see proxy.HTTPOptions).
 	Loopback       bool
 	AllowedOrigins []string
 	// MaxRequestBytes bounds one request body; larger gets 413. Default 32 MiB.
@@ -54,7 +54,7 @@ type ModelOptions struct {
 	State modelwire.State
 	Wire  modelwire.Options
 	// Observer hears of every request answered; nil: nobody.
-	Observer ModelObserver
+	Observer Observer
 	// Logger receives diagnostics, never a header or a body. nil discards.
 	Logger *slog.Logger
 	// Transport sends the requests upstream. nil: a transport like
@@ -69,18 +69,18 @@ type ModelOptions struct {
 	Transparent bool
 	// CacheRead and CacheWrite are the prices of a cached input token
 	// read and written, relative to an uncached one, for the bills of
-	// ModelEvent. Default 0.1 and 1.25.
+	// Event. Default 0.1 and 1.25.
 	CacheRead, CacheWrite float64
 }
 
-// ModelObserver is told of each model request once it is answered, for
+// Observer is told of each model request once it is answered, for
 // metrics and the audit log. It must not block.
-type ModelObserver interface {
-	ModelRequest(ev ModelEvent)
+type Observer interface {
+	ModelRequest(ev Event)
 }
 
-// ModelEvent describes one model request. It holds no content and no header.
-type ModelEvent struct {
+// Event describes one model request. It holds no content and no header.
+type Event struct {
 	// Dialect is the modelwire dialect, or "passthrough" for a request
 	// relayed without folding (another /v1 path).
 	Dialect string
@@ -104,18 +104,18 @@ type ModelEvent struct {
 	AutoFold modelwire.AutoFoldResult
 	// Usage is what the model API reported of its answer; Bill the
 	// prompt-cache model of the request's input, with and without
-	// foldproxy (see ModelBill).
-	Usage ModelUsage
-	Bill  ModelBill
+	// foldproxy (see Bill).
+	Usage Usage
+	Bill  Bill
 }
 
-// Model request outcomes (ModelEvent.Outcome).
+// Model request outcomes (Event.Outcome).
 const (
-	ModelOK            = "ok"
-	ModelUpstreamError = "upstream_error"
-	ModelUnreachable   = "unreachable"
-	ModelRefused       = "refused"
-	ModelError         = "error"
+	OutcomeOK            = "ok"
+	OutcomeUpstreamError = "upstream_error"
+	OutcomeUnreachable   = "unreachable"
+	OutcomeRefused       = "refused"
+	OutcomeError         = "error"
 )
 
 // Bounds of the scrub and count memos: texts remembered, and bytes of
@@ -131,13 +131,13 @@ const (
 // modelPassthrough is the Dialect of a request relayed without folding.
 const modelPassthrough = "passthrough"
 
-// ModelHandler is the model front: the Anthropic Messages API
+// Handler is the model front: the Anthropic Messages API
 // (POST /v1/messages, /v1/messages/count_tokens), OpenAI Chat Completions
 // (POST /v1/chat/completions) and the OpenAI Responses API
 // (POST /v1/responses) on the HTTP listener. Each request body goes through
 // the context manager (modelwire.Apply) and on to the model API; every
 // header passes through untouched in both directions (hop-by-hop headers
-// and ModelTokenHeader aside), and the response is relayed byte for byte,
+// and TokenHeader aside), and the response is relayed byte for byte,
 // an event stream flushed event by event as it arrives.
 //
 // Other /v1/ paths (model lists, batches, files) are relayed, a JSON
@@ -147,7 +147,7 @@ const modelPassthrough = "passthrough"
 //
 // Errors that foldproxy itself answers come in the dialect's own error
 // shape; the model API's own errors are relayed as they are.
-type ModelHandler struct {
+type Handler struct {
 	log       *slog.Logger
 	needToken bool
 	tokenSum  [sha256.Size]byte
@@ -156,16 +156,16 @@ type ModelHandler struct {
 	maxBytes  int64
 	state     modelwire.State
 	wire      modelwire.Options
-	obs       ModelObserver
+	obs       Observer
 	anthropic *modelTarget
 	openai    *modelTarget
-	// transparent: see ModelOptions.Transparent.
+	// transparent: see Options.Transparent.
 	transparent bool
 	read, write float64 // cache prices
 	ledger      modelLedger
 }
 
-var _ http.Handler = (*ModelHandler)(nil)
+var _ http.Handler = (*Handler)(nil)
 
 // modelTarget is one model API and the reverse proxy that reaches it.
 type modelTarget struct {
@@ -174,10 +174,10 @@ type modelTarget struct {
 	rp   *httputil.ReverseProxy
 }
 
-// NewModelHandler validates opts and returns the model front.
-func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
-	h := &ModelHandler{
-		log:      frontLogger(opts.Logger),
+// NewHandler validates opts and returns the model front.
+func NewHandler(opts Options) (*Handler, error) {
+	h := &Handler{
+		log:      opts.Logger,
 		loopback: opts.Loopback,
 		maxBytes: opts.MaxRequestBytes,
 		state:    opts.State,
@@ -187,6 +187,9 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 		transparent: opts.Transparent,
 		read:        opts.CacheRead,
 		write:       opts.CacheWrite,
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
 	}
 	if h.read == 0 {
 		h.read = 0.1
@@ -198,7 +201,7 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 		return nil, fmt.Errorf("model front: cache prices read %v and write %v: want 0 < read <= write", opts.CacheRead, opts.CacheWrite)
 	}
 	if h.state == nil {
-		return nil, errors.New("model front: ModelOptions.State is required")
+		return nil, errors.New("model front: Options.State is required")
 	}
 	if opts.Wire.Count != nil {
 		h.wire.Count = newCountMemo(opts.Wire.Count, modelCountMemoEntries).Count
@@ -217,12 +220,14 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	if !opts.Transparent {
 		// Behind the forward proxy the agent's CONNECT was admitted
 		// already; no token applies (see Transparent).
-		if h.needToken, h.tokenSum, err = httpTokenSum("model front", opts.Token, opts.Loopback); err != nil {
+		t, err := guard.FrontToken("model front", opts.Token, opts.Loopback)
+		if err != nil {
 			return nil, err
 		}
+		h.needToken, h.tokenSum = t.Sum()
 	}
-	if h.allowed, err = httpOrigins("model front", opts.AllowedOrigins); err != nil {
-		return nil, err
+	if h.allowed, err = guard.NewOrigins(opts.AllowedOrigins); err != nil {
+		return nil, fmt.Errorf("model front: %w", err)
 	}
 	if h.maxBytes < 0 {
 		return nil, fmt.Errorf("model front: MaxRequestBytes %d is negative", opts.MaxRequestBytes)
@@ -232,7 +237,7 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	}
 	tr := opts.Transport
 	if tr == nil {
-		tr = NewModelTransport(nil)
+		tr = NewTransport(nil)
 	}
 	if h.anthropic, err = h.newTarget("Anthropic", "AnthropicURL", opts.AnthropicURL, tr); err != nil {
 		return nil, err
@@ -243,14 +248,14 @@ func NewModelHandler(opts ModelOptions) (*ModelHandler, error) {
 	return h, nil
 }
 
-// NewModelTransport is http.DefaultTransport's setup with compression left
+// NewTransport is http.DefaultTransport's setup with compression left
 // to the agent: its Accept-Encoding goes upstream as it is, and the
 // response comes back as the model API encoded it. roots, when not nil,
 // replaces the system roots in verifying the model API's certificate
 // (a failure is an error, never skipped); the forward proxy passes the
 // system roots plus its extra roots, and no proxy from the environment
 // (foldproxy would be its own proxy).
-func NewModelTransport(roots *x509.CertPool) *http.Transport {
+func NewTransport(roots *x509.CertPool) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	if roots != nil {
 		t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
@@ -261,7 +266,7 @@ func NewModelTransport(roots *x509.CertPool) *http.Transport {
 	return t
 }
 
-func (h *ModelHandler) newTarget(name, field, raw string, tr http.RoundTripper) (*modelTarget, error) {
+func (h *Handler) newTarget(name, field, raw string, tr http.RoundTripper) (*modelTarget, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("model front: %s %q must be an http:// or https:// URL", field, raw)
@@ -279,7 +284,7 @@ func (h *ModelHandler) newTarget(name, field, raw string, tr http.RoundTripper) 
 					pr.Out.Header[k] = v
 				}
 			}
-			pr.Out.Header.Del(ModelTokenHeader)
+			pr.Out.Header.Del(TokenHeader)
 		},
 		Transport: tr,
 		// Flush every write at once: an event stream reaches the agent
@@ -330,7 +335,7 @@ type modelCall struct {
 	dialect        string
 	upstreamStatus int
 	unreachable    bool
-	usage          ModelUsage   // filled as the answer is relayed
+	usage          Usage        // filled as the answer is relayed
 	recall         *recallCalls // watches the answer for calls of the added recall tool
 }
 
@@ -349,7 +354,7 @@ type modelRoute struct {
 
 // route maps a request to its dialect and model API; ok is false for a
 // path the front does not serve.
-func (h *ModelHandler) route(r *http.Request) (rt modelRoute, ok bool) {
+func (h *Handler) route(r *http.Request) (rt modelRoute, ok bool) {
 	switch p := modelPath(r.URL.Path); {
 	case p == "/v1/messages" || p == "/v1/messages/count_tokens":
 		return modelRoute{string(modelwire.Anthropic), h.anthropic}, true
@@ -368,10 +373,10 @@ func (h *ModelHandler) route(r *http.Request) (rt modelRoute, ok bool) {
 }
 
 // ServeHTTP implements http.Handler.
-func (h *ModelHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	w := &modelStatusWriter{ResponseWriter: rw}
-	ev := ModelEvent{Dialect: modelErrorDialect(r), Outcome: ModelRefused}
+	ev := Event{Dialect: modelErrorDialect(r), Outcome: OutcomeRefused}
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler { // the reverse proxy aborting a broken stream
@@ -382,7 +387,7 @@ func (h *ModelHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			if w.status == 0 {
 				modelError(w, ev.Dialect, http.StatusInternalServerError, "api_error", "internal error in foldproxy")
 			}
-			ev.Outcome = ModelError
+			ev.Outcome = OutcomeError
 		}
 		ev.Status = w.status
 		ev.Duration = time.Since(start)
@@ -394,13 +399,13 @@ func (h *ModelHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	if reason := httpOriginRefusal(r, h.loopback, h.allowed); reason != "" && !h.transparent {
+	if reason := guard.Refusal(r, h.loopback, h.allowed); reason != "" && !h.transparent {
 		modelError(w, ev.Dialect, http.StatusForbidden, "permission_error", "%s", reason)
 		return
 	}
 	if !h.checkToken(r) {
 		modelError(w, ev.Dialect, http.StatusUnauthorized, "authentication_error",
-			"foldproxy requires its token in the %s header (the model API's own credentials go in x-api-key or Authorization as usual)", ModelTokenHeader)
+			"foldproxy requires its token in the %s header (the model API's own credentials go in x-api-key or Authorization as usual)", TokenHeader)
 		return
 	}
 	rt, ok := h.route(r)
@@ -441,18 +446,18 @@ func (h *ModelHandler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	ev.Usage = call.usage
 	switch {
 	case call.unreachable:
-		ev.Outcome = ModelUnreachable
+		ev.Outcome = OutcomeUnreachable
 	case call.upstreamStatus >= 400:
-		ev.Outcome = ModelUpstreamError
+		ev.Outcome = OutcomeUpstreamError
 	default:
-		ev.Outcome = ModelOK
+		ev.Outcome = OutcomeOK
 	}
 }
 
 // fold reads the request body, runs the context manager over it and puts
 // the result in r's place. It writes the error response and reports false
 // when the request cannot go on.
-func (h *ModelHandler) fold(w http.ResponseWriter, r *http.Request, rt modelRoute, ev *ModelEvent) bool {
+func (h *Handler) fold(w http.ResponseWriter, r *http.Request, rt modelRoute, ev *Event) bool {
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		modelError(w, rt.dialect, http.StatusUnsupportedMediaType, "invalid_request_error",
 			"foldproxy cannot read a request body with Content-Encoding %q: send it uncompressed", ce)
@@ -477,7 +482,7 @@ func (h *ModelHandler) fold(w http.ResponseWriter, r *http.Request, rt modelRout
 		return false
 	}
 	if err != nil {
-		ev.Outcome = ModelError
+		ev.Outcome = OutcomeError
 		h.log.Warn("model front: the context manager failed; the request was not forwarded", "dialect", rt.dialect, "err", err)
 		modelError(w, rt.dialect, http.StatusInternalServerError, "api_error",
 			"foldproxy could not apply its context manager to the request, so it was not forwarded: %v", err)
@@ -515,8 +520,8 @@ func isWebSocketUpgrade(r *http.Request) bool {
 
 // checkToken reports whether the request carries foldproxy's token, when
 // one is required.
-func (h *ModelHandler) checkToken(r *http.Request) bool {
-	return guard.MatchSum(h.needToken, h.tokenSum, r.Header.Get(ModelTokenHeader))
+func (h *Handler) checkToken(r *http.Request) bool {
+	return guard.MatchSum(h.needToken, h.tokenSum, r.Header.Get(TokenHeader))
 }
 
 // modelErrorDialect guesses the dialect of a request for an error that
