@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/foldproxy/foldproxy/e2e/cost"
-	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/foldproxy/foldproxy/e2e/cost"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 )
 
 // Issue 10: what foldproxy's own words cost the agent, measured exactly
@@ -49,7 +50,7 @@ func bareConnect(t testing.TB, name string, tr transport.Interface) *peer {
 
 // modelTokens counts a tools/call result as a model is shown it
 // (cost.ModelTokens).
-func modelTokens(t testing.TB, c *intercept.Counter, r foldReply) int {
+func modelTokens(t testing.TB, c *tokens.Counter, r foldReply) int {
 	t.Helper()
 	n, err := cost.ModelTokens(c, r.raw)
 	if err != nil {

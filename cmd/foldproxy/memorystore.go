@@ -13,7 +13,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold/memory"
 	membadger "github.com/foldproxy/foldproxy/fold/memory/badger"
 	memqdrant "github.com/foldproxy/foldproxy/fold/memory/qdrant"
-	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/secrets"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -99,7 +99,7 @@ func openMemory(ctx context.Context, set policy.Memory, d memoryDeps) (*memory.S
 
 // scrubFunc adapts the scrubber to the memory service: every text is
 // scanned within timeout; nil when scrubbing is off.
-func scrubFunc(s *intercept.Scrubber, timeout time.Duration) func(context.Context, string) (string, error) {
+func scrubFunc(s *secrets.Scrubber, timeout time.Duration) func(context.Context, string) (string, error) {
 	if s == nil || s.Disabled() {
 		return nil
 	}

@@ -28,7 +28,7 @@ const (
 	MaxBranchFixedCost   = 60  // branch_create + branch_return answers, besides message and return value
 )
 
-// Counter counts the tokens of a text (*intercept.Counter is one).
+// Counter counts the tokens of a text (*tokens.Counter is one).
 type Counter interface{ CountText(string) int }
 
 // Requester sends one JSON-RPC request and returns its result, byte for

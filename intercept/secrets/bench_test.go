@@ -1,4 +1,4 @@
-package intercept
+package secrets
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 )
 
 // trajectoryPath holds real coding-agent tool output (see its README).
-const trajectoryPath = "../e2e/testdata/trajectories/swe-dev.jsonl.gz"
+const trajectoryPath = "../../e2e/testdata/trajectories/swe-dev.jsonl.gz"
 
 // loadOutputs returns the output of every step of the replay trajectories,
 // skipping the test when the file is absent.

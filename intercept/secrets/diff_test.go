@@ -1,4 +1,4 @@
-package intercept
+package secrets
 
 import (
 	"context"
@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zricethezav/gitleaks/v8/detect"
+
 	"github.com/foldproxy/foldproxy/intercept/secretgen"
 	"github.com/foldproxy/foldproxy/policy"
-	"github.com/zricethezav/gitleaks/v8/detect"
 )
 
 // rsa8192TestKey is a real RSA-8192 private key (PKCS#1, 6,4 KB of PEM)

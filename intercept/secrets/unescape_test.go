@@ -1,6 +1,7 @@
-package intercept
+package secrets
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -137,4 +138,20 @@ func TestUnescapeViewMatchesRef(t *testing.T) {
 			check(v.text)
 		}
 	}
+}
+
+// pipeResults returns every step output of the trajectories as a tools/call
+// result, as intercept's pipeline benchmarks make them.
+func pipeResults(tb testing.TB) []json.RawMessage {
+	tb.Helper()
+	outs := loadOutputs(tb)
+	res := make([]json.RawMessage, len(outs))
+	for i, o := range outs {
+		b, err := json.Marshal(map[string]any{"content": []map[string]string{{"type": "text", "text": o}}})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		res[i] = b
+	}
+	return res
 }

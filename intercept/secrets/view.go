@@ -1,4 +1,4 @@
-package intercept
+package secrets
 
 import (
 	"encoding/binary"
@@ -35,7 +35,7 @@ type view struct {
 // text it scans (and again what that holds escaped); the buffers go back
 // to viewPool once nothing refers to the view anymore (release): the
 // deeper views when the scan ends, the first one when the count has read
-// it (decodedJSON.release), rather than becoming garbage a call.
+// it (Decoded.release), rather than becoming garbage a call.
 type viewBufs struct {
 	buf []byte
 	esc []escRec
@@ -604,10 +604,10 @@ func lineEnd(nls []int, li, n int) int {
 	return nls[li] + 1
 }
 
-// decodedJSON is a JSON text with its strings decoded, as the scrubber
+// Decoded is a JSON text with its strings decoded, as the scrubber
 // scanned it: the count of a result the scan left as it was reads its
 // texts here instead of decoding them again (Counter.countResult).
-type decodedJSON struct {
+type Decoded struct {
 	raw []byte // the JSON text
 	// v is raw with one level of escaping undone (v.parent.text is raw,
 	// or the scan's copy of it), or raw itself (v.parent is nil) when raw
@@ -618,9 +618,9 @@ type decodedJSON struct {
 	own *viewBufs
 }
 
-// release gives back the buffers of d's decoded view (view.release): for
+// Release gives back the buffers of d's decoded view (view.release): for
 // the count to call once it has read d. Nothing may use d afterwards.
-func (d *decodedJSON) release() {
+func (d *Decoded) Release() {
 	if d != nil {
 		d.v.release()
 		d.own.put()
@@ -628,15 +628,15 @@ func (d *decodedJSON) release() {
 	}
 }
 
-// of reports whether d decodes raw: the same bytes at the same address, as
+// Of reports whether d decodes raw: the same bytes at the same address, as
 // the scrubber handed them on.
-func (d *decodedJSON) of(raw []byte) bool {
-	return d != nil && len(raw) > 0 && sameBytes(d.raw, raw)
+func (d *Decoded) Of(raw []byte) bool {
+	return d != nil && len(raw) > 0 && len(d.raw) == len(raw) && unsafe.SliceData(d.raw) == unsafe.SliceData(raw)
 }
 
 // at maps offset p of raw, which must not fall inside an escape sequence,
 // to its offset in d.v.text.
-func (d *decodedJSON) at(p int) int {
+func (d *Decoded) at(p int) int {
 	esc := d.v.esc
 	// k is the number of escapes that start before p.
 	k, _ := slices.BinarySearchFunc(esc, p, func(r escRec, p int) int {
@@ -655,11 +655,11 @@ func (d *decodedJSON) at(p int) int {
 	return r.dst() + r.dlen() + p - (r.src() + r.slen())
 }
 
-// text returns the decoded value of the JSON string whose literal, quotes
+// Text returns the decoded value of the JSON string whose literal, quotes
 // included, is raw[start:end], and whether it is the value a JSON decoder
 // gives: false when the decoded bytes are not valid UTF-8 (a decoder
 // replaces them by U+FFFD).
-func (d *decodedJSON) text(start, end int) (string, bool) {
+func (d *Decoded) Text(start, end int) (string, bool) {
 	if start < 0 || end > len(d.raw) || end-start < 2 || d.raw[start] != '"' || d.raw[end-1] != '"' {
 		return "", false
 	}

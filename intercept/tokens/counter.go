@@ -1,13 +1,11 @@
-package intercept
+package tokens
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 	"unsafe"
@@ -394,137 +392,6 @@ func cleanCut(s string, lo, fit int) int {
 	return q
 }
 
-// Tokens returns the interceptor that counts what passes through: after the
-// upstream answers, it sets ArgTokens, and ResultTokens and Over counted
-// against ex.Remaining (no limit when negative). It never fails a call: a
-// result it cannot parse is counted as raw JSON text. With a nil Counter it
-// passes exchanges through untouched.
-//
-// Counting is part of the work that scrub.timeout bounds (ex.WorkDeadline,
-// set by Scrub): a result not counted by then is withheld (fail closed),
-// its Outcome OutcomeWithheld and ex.Err wrapping ErrWithheld.
-func Tokens(c *Counter) Interceptor {
-	return func(next Handler) Handler {
-		return func(ctx context.Context, ex *Exchange) error {
-			err := next(ctx, ex)
-			if c == nil || ex.Result == nil {
-				return err
-			}
-			var dec *decodedJSON
-			if ex.decoded.of(ex.Result) {
-				dec = ex.decoded
-			}
-			tc, ok := c.countBy(ex.WorkDeadline, ex.Args, ex.Result, dec, ex.Method, ex.Remaining)
-			if ok && ex.decoded != nil {
-				// The count has read the decoded texts (a count that did
-				// not end in time may still be reading them: left to the
-				// collector), and nothing after it does.
-				ex.decoded.release()
-				ex.decoded = nil
-			}
-			if !ok {
-				ex.Result, ex.RPCError = nil, nil
-				ex.Outcome = OutcomeWithheld
-				ex.Err = fmt.Errorf("%w: it could not be scanned for secrets and counted within scrub.timeout", ErrWithheld)
-				return ex.Err
-			}
-			ex.ArgTokens, ex.ResultTokens, ex.Over = tc.args, tc.n, tc.over
-			ex.resultErr, ex.resultErrOf = tc.isErr, ex.Result
-			return err
-		}
-	}
-}
-
-// countExchange counts a call's arguments and its result against
-// remaining, the result as raw JSON text when it cannot be parsed. dec,
-// when not nil, holds the result's strings decoded (by the scan).
-func (c *Counter) countExchange(args, res json.RawMessage, dec *decodedJSON, method string, remaining int) tokenCounts {
-	var tc tokenCounts
-	tc.args = c.CountArgs(args)
-	var err error
-	tc.n, tc.over, err = c.countResult(method, res, remaining, dec, &tc.isErr)
-	if err != nil {
-		tc.n, tc.over = c.CountUpTo(string(res), remaining)
-	}
-	return tc
-}
-
-// tokenCounts are what Tokens counts of one exchange.
-type tokenCounts struct {
-	args, n int
-	over    bool
-	isErr   errFlag // the result's "isError", as isErrorResult reads it
-}
-
-// errFlag is whether a result has "isError": true, when known.
-type errFlag uint8
-
-const (
-	errUnknown errFlag = iota
-	errNo
-	errYes
-)
-
-// errFlag reads the result's "isError" member as isErrorResult does: the
-// first member of that key, true only when its value is the literal true.
-func (sh *shape) errFlag() errFlag {
-	for i, m := range sh.members {
-		if m.Key == "isError" {
-			if string(sh.value(i)) == "true" {
-				return errYes
-			}
-			return errNo
-		}
-	}
-	return errNo
-}
-
-// inlineCountBytes is the size under which Tokens counts on the caller's
-// goroutine and checks the deadline once done: counting is linear in the
-// text's length, and that much takes well under a millisecond, so a
-// goroutine to wait on would cost the common case for nothing. Larger texts
-// are counted on a goroutine of their own so that the deadline ends the
-// wait.
-const inlineCountBytes = 64 << 10
-
-// countBy counts an exchange (countExchange) and reports whether the count
-// finished by deadline (always, when deadline is zero). A count that
-// overruns is left to finish on its own, its result discarded: counting
-// takes time linear in the texts' size, so it ends soon after. It reads the
-// texts it was given, which nothing writes once an upstream has answered. A
-// count that panics on its own goroutine reports false rather than killing
-// the process.
-func (c *Counter) countBy(deadline time.Time, args, res json.RawMessage, dec *decodedJSON, method string, remaining int) (tokenCounts, bool) {
-	if deadline.IsZero() {
-		return c.countExchange(args, res, dec, method, remaining), true
-	}
-	if len(args)+len(res) < inlineCountBytes {
-		tc := c.countExchange(args, res, dec, method, remaining)
-		return tc, !time.Now().After(deadline)
-	}
-	type outcome struct {
-		tc tokenCounts
-		ok bool
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				done <- outcome{}
-			}
-		}()
-		done <- outcome{c.countExchange(args, res, dec, method, remaining), true}
-	}()
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case o := <-done:
-		return o.tc, o.ok
-	case <-t.C:
-		return tokenCounts{}, false
-	}
-}
-
 // What is counted for a result: the tokens of what the agent receives.
 //
 //   - tools/call: each content block (text: its text; image and audio: the
@@ -560,15 +427,15 @@ func (c *Counter) CountResult(method string, result json.RawMessage, limit int) 
 // sets *isErr (when isErr is not nil) to what the result's top-level
 // members say of "isError", as isErrorResult would read it, once they are
 // parsed: the budget interceptor then need not parse the result again.
-func (c *Counter) countResult(method string, result json.RawMessage, limit int, dec *decodedJSON, isErr *errFlag) (n int, over bool, err error) {
+func (c *Counter) countResult(method string, result json.RawMessage, limit int, dec Decoded, isErr *IsError) (n int, over bool, err error) {
 	sh, err := c.parseResult(method, result)
 	if err != nil {
 		return 0, false, err
 	}
 	if isErr != nil {
-		*isErr = sh.errFlag()
+		*isErr = sh.isError()
 	}
-	if dec.of(result) {
+	if dec != nil && dec.Of(result) {
 		for i := range sh.items {
 			sh.items[i].useDecoded(result, dec)
 		}
@@ -874,7 +741,7 @@ type item struct {
 // JSON text the item was parsed from: the item's JSON is a slice of result,
 // found by its capacity (everything is sliced from result with two-index
 // slices) and checked by address.
-func (it *item) useDecoded(result []byte, dec *decodedJSON) {
+func (it *item) useDecoded(result []byte, dec Decoded) {
 	if !it.isText || it.decoded || len(it.raw) == 0 {
 		return
 	}
@@ -882,7 +749,7 @@ func (it *item) useDecoded(result []byte, dec *decodedJSON) {
 	if off < 0 || off+len(it.raw) > len(result) || &result[off] != &it.raw[0] {
 		return
 	}
-	if t, ok := dec.text(off+it.ts, off+it.te); ok {
+	if t, ok := dec.Text(off+it.ts, off+it.te); ok {
 		it.text, it.decoded = t, true
 	}
 }
@@ -1267,3 +1134,13 @@ func (c *Counter) blobTokens(mime string, n int) int {
 }
 
 func isArray(b []byte) bool { return len(b) > 0 && b[0] == '[' }
+
+// WithWorkHook returns a copy of c that calls hook with the length of
+// every text it hands to the codec or merges at once: for tests of its
+// callers to see, slow down or block the work of a count. c itself is left
+// as it is.
+func (c *Counter) WithWorkHook(hook func(n int)) *Counter {
+	d := *c
+	d.libHook = hook
+	return &d
+}

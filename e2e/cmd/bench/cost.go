@@ -10,11 +10,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/foldproxy/foldproxy/e2e/cost"
-	"github.com/foldproxy/foldproxy/intercept"
-	"github.com/foldproxy/foldproxy/policy"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/foldproxy/foldproxy/e2e/cost"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
+	"github.com/foldproxy/foldproxy/policy"
 )
 
 // costBefore is a foldproxy binary from before the compact answers (for
@@ -48,7 +49,7 @@ const summaryTokens = 150
 // answers. Token counts are deterministic: one round.
 func runCost(ctx context.Context, e *env, res *results) error {
 	const sec = "9 cost (tokens, o200k_base)"
-	c, err := intercept.NewCounter(policy.Default().Tokens)
+	c, err := tokens.NewCounter(policy.Default().Tokens)
 	if err != nil {
 		return err
 	}
