@@ -2,11 +2,16 @@
 // its way back to the agent, one per file, in a fixed and tested order:
 // scrub (execution-time secret removal) → tokens (counting) → budget
 // (charging the branch; warn, cut, force-return) → audit (the JSONL record)
-// → metrics (Prometheus).
+// → metrics (Prometheus). chain.go builds the standard chain and
+// exchange.go holds the Exchange they pass along.
 //
-// Scrubbing comes first so that nothing after it (the archive, the audit log,
-// the store) ever holds a raw secret. The package must never forward content
-// it failed to scan, and never log or record a secret.
+// The engines they drive are subpackages: intercept/secrets finds and
+// redacts secrets, intercept/tokens counts and cuts. The interceptors stay
+// thin: they apply an engine to an exchange and record what it did.
+//
+// Scrubbing comes first so that nothing after it (the archive, the audit
+// log, the store) ever holds a raw secret. The package must never forward
+// content it failed to scan, and never log or record a secret.
 //
 // The budget interceptor measures a result and shapes it (cuts it with the
 // Counter, appends notices as content blocks, resource contents or prompt
