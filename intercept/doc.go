@@ -3,7 +3,9 @@
 // scrub (execution-time secret removal) → tokens (counting) → budget
 // (charging the branch; warn, cut, force-return) → audit (the JSONL record)
 // → metrics (Prometheus). chain.go builds the standard chain and
-// exchange.go holds the Exchange they pass along.
+// exchange.go holds the Exchange they pass along. The audit log's encoding
+// and reading (audit_encode.go, audit_read.go) and the model wire's
+// figures (metrics_model.go) sit beside the interceptor they belong to.
 //
 // The engines they drive are subpackages: intercept/secrets finds and
 // redacts secrets, intercept/tokens counts and cuts. The interceptors stay

@@ -123,7 +123,7 @@ func (s *Scrubber) scan(ctx context.Context, text string, jsonMode bool) ([]foun
 	for i, r := range res {
 		all = appendMapped(all, jobs[i].t.v, r.fs, jobs[i].t.off)
 	}
-	// Compressed text (gzip+base64, scrub_split.go), looked for in the
+	// Compressed text (gzip+base64, split.go), looked for in the
 	// text as the client reads it.
 	if strings.Contains(first.text, gzipMagic64) {
 		gz, err := s.gzipFindings(ctx, first.text)

@@ -20,11 +20,11 @@ var ErrNotCuttable = errors.New("result cannot be cut")
 
 // Counter counts tokens in the configured encoding and cuts text and results
 // to a token limit. It is safe for concurrent use: the codec it wraps keeps
-// no per-call state, and its piece cache takes no lock (tokens_fast.go).
+// no per-call state, and its piece cache takes no lock (fast.go).
 //
 // Counts are exactly the codec's, but most of the work is done without it:
 // ASCII text is split into the encoding's pieces by hand and the count of
-// each piece is cached (tokens_fast.go), which is an order of magnitude
+// each piece is cached (fast.go), which is an order of magnitude
 // faster than the codec (a few MB/s). Counting a long text is still the
 // expensive part of the proxy's path, so everything that takes a limit does
 // work in proportion to the limit, not to the length of the text: text is
@@ -35,7 +35,7 @@ type Counter struct {
 	codec tokenizer.Codec
 	image int
 	audio int
-	// fast splits and caches (tokens_fast.go); with lib set, every count
+	// fast splits and caches (fast.go); with lib set, every count
 	// goes to the codec, as a reference for tests and benchmarks.
 	fast *fastCounter
 	lib  bool
@@ -87,7 +87,7 @@ func NewCounter(t policy.Tokens) (*Counter, error) {
 func (c *Counter) Encoding() string { return c.codec.GetName() }
 
 // CountText returns the number of tokens of s. It satisfies fold.Counter.
-// The count is the codec's, computed by the fast path of tokens_fast.go.
+// The count is the codec's, computed by the fast path of fast.go.
 func (c *Counter) CountText(s string) int {
 	if s == "" {
 		return 0
