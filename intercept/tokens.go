@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/foldproxy/foldproxy/intercept/secrets"
 	"github.com/foldproxy/foldproxy/intercept/tokens"
 )
+
+// The scan's decoded strings are what the count reads shared texts from.
+var _ tokens.Decoded = (*secrets.Decoded)(nil)
 
 // Tokens returns the interceptor that counts what passes through: after the
 // upstream answers, it sets ArgTokens, and ResultTokens and Over counted

@@ -540,7 +540,8 @@ func lineEnd(nls []int, li, n int) int {
 
 // Decoded is a JSON text with its strings decoded, as the scrubber
 // scanned it: the count of a result the scan left as it was reads its
-// texts here instead of decoding them again (Counter.countResult).
+// texts here instead of decoding them again (intercept/tokens reads it
+// through its Decoded interface; the Tokens interceptor hands it on).
 type Decoded struct {
 	raw []byte // the JSON text
 	// v is raw with one level of escaping undone (v.parent.text is raw,
