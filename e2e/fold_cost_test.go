@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldproxy/foldproxy/e2e/cost"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/foldproxy/foldproxy/e2e/cost"
-	"github.com/foldproxy/foldproxy/intercept/tokens"
 )
 
 // Issue 10: what foldproxy's own words cost the agent, measured exactly
