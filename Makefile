@@ -160,7 +160,7 @@ fuzz:
 # default minute. A real hang still fails: the worker panics after 10 s on
 # one input and the input is written to testdata/fuzz.
 FUZZCI_TARGETS := ./proxy/:FuzzStdioFront:40000x ./proxy/:FuzzHTTPFront:40000x \
-	./proxy/:FuzzModelFront:40000x ./proxy/:FuzzParseOneFast:40000x ./intercept/:FuzzLongPieceExact:1500x \
+	./proxy/:FuzzModelFront:40000x ./proxy/:FuzzParseOneFast:40000x ./intercept/tokens/:FuzzLongPieceExact:1500x \
 	./fold/:FuzzScanWAL:20000x
 fuzz-ci:
 	@set -e; for triple in $(FUZZCI_TARGETS); do \

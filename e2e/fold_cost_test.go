@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/e2e/cost"
-	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -49,7 +49,7 @@ func bareConnect(t testing.TB, name string, tr transport.Interface) *peer {
 
 // modelTokens counts a tools/call result as a model is shown it
 // (cost.ModelTokens).
-func modelTokens(t testing.TB, c *intercept.Counter, r foldReply) int {
+func modelTokens(t testing.TB, c *tokens.Counter, r foldReply) int {
 	t.Helper()
 	n, err := cost.ModelTokens(c, r.raw)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/e2e/trajectory"
-	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -221,9 +221,9 @@ func foldSessionTree(ctx context.Context, t testing.TB, p *peer) foldTree {
 }
 
 // foldCounter is the o200k_base counter the proxy uses by default.
-func foldCounter(t testing.TB) *intercept.Counter {
+func foldCounter(t testing.TB) *tokens.Counter {
 	t.Helper()
-	c, err := intercept.NewCounter(policy.Tokens{})
+	c, err := tokens.NewCounter(policy.Tokens{})
 	if err != nil {
 		t.Fatalf("token counter: %v", err)
 	}
@@ -235,7 +235,7 @@ func foldCounter(t testing.TB) *intercept.Counter {
 
 // resultTokens counts a tools/call result as the proxy counts what the
 // agent receives.
-func resultTokens(t testing.TB, c *intercept.Counter, raw json.RawMessage) int {
+func resultTokens(t testing.TB, c *tokens.Counter, raw json.RawMessage) int {
 	t.Helper()
 	n, _, err := c.CountResult("tools/call", raw, -1)
 	if err != nil {

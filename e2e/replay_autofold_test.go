@@ -20,7 +20,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/e2e/replay"
 	"github.com/foldproxy/foldproxy/e2e/trajectory"
-	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -50,7 +50,7 @@ func (f replayFigures) String() string {
 // with the default configuration.
 func playReplay(ctx context.Context, t testing.TB, trajs []trajectory.Trajectory, perConv int) replayFigures {
 	t.Helper()
-	c, err := intercept.NewCounter(policy.Default().Tokens)
+	c, err := tokens.NewCounter(policy.Default().Tokens)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold/memory"
 	membadger "github.com/foldproxy/foldproxy/fold/memory/badger"
 	"github.com/foldproxy/foldproxy/fold/store"
-	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -112,7 +112,7 @@ func replayPhases(t testing.TB) [][]phase {
 // that outlives it, so that a second pass runs on the first's history.
 type replayEnv struct {
 	dir     string
-	counter *intercept.Counter
+	counter *tokens.Counter
 	clock   time.Time
 	// repoOf maps every branch of every pass to its trajectory's repository.
 	repoOf map[string]string
@@ -120,7 +120,7 @@ type replayEnv struct {
 
 func newReplayEnv(t testing.TB) *replayEnv {
 	t.Helper()
-	c, err := intercept.NewCounter(policy.Tokens{Encoding: "o200k_base"})
+	c, err := tokens.NewCounter(policy.Tokens{Encoding: "o200k_base"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -9,6 +10,36 @@ import (
 
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
+
+// prepare sets a zero Time to now, stores the time in UTC and shortens
+// Error and Tool.
+func prepare(rec *Record) {
+	if rec.Time.IsZero() {
+		rec.Time = time.Now()
+	}
+	rec.Time = rec.Time.UTC()
+	rec.Error = shorten(rec.Error, maxErrorLen)
+	rec.Tool = shorten(rec.Tool, maxToolLen)
+}
+
+// encodeLine appends rec's line to buf. It is encoded by hand: the same
+// bytes as json.Marshal, without its reflection and allocations; a record
+// appendRecord leaves to it goes through json.Marshal, which also says
+// what is wrong with one it cannot encode.
+func encodeLine(buf []byte, rec *Record) ([]byte, error) {
+	if !encodable(rec) {
+		// A copy, so that rec itself stays where the caller has it (on
+		// the stack, for write's record) rather than escaping for this
+		// rare path.
+		cp := *rec
+		m, err := json.Marshal(&cp)
+		if err != nil {
+			return buf, fmt.Errorf("audit record %s: %w", rec.Kind, err)
+		}
+		return append(append(buf, m...), '\n'), nil
+	}
+	return append(appendRecord(buf, rec), '\n'), nil
+}
 
 // appendRecord appends rec as encoding/json would marshal it, byte for
 // byte (field order, omitempty, HTML-safe string escapes, sorted map keys,

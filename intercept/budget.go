@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
@@ -62,7 +63,7 @@ var ErrOverBudget = errors.New("ErrOverBudget")
 // unset. thresholds are the three warning fractions; nil or malformed means
 // the policy default. A nil Brancher or Counter makes every call fail with
 // an error that says so.
-func Budget(b Brancher, c *Counter, thresholds []float64) Interceptor {
+func Budget(b Brancher, c *tokens.Counter, thresholds []float64) Interceptor {
 	if len(thresholds) != 3 {
 		thresholds = policy.Default().Fold.Thresholds
 	}
@@ -77,7 +78,7 @@ func Budget(b Brancher, c *Counter, thresholds []float64) Interceptor {
 // budgeter holds the budget interceptor's configuration; it is read-only.
 type budgeter struct {
 	b          Brancher
-	c          *Counter
+	c          *tokens.Counter
 	thresholds []float64
 }
 
@@ -265,7 +266,7 @@ type mcpResult struct {
 // boundary), and notices are extra items of its notice array (content
 // blocks, resource contents, prompt messages).
 type mcpWire struct {
-	c      *Counter
+	c      *tokens.Counter
 	method string
 	orig   json.RawMessage // the whole result
 }
@@ -419,8 +420,8 @@ func appendNotices(method string, result json.RawMessage, notices []string) (out
 // the isError of ex.Result, which Tokens read when it counted ex.Result.
 // A cut result is read (a cut may mark it an error).
 func deliveredIsError(ex *Exchange, d delivery) bool {
-	if !d.cut && ex.resultErr != errUnknown && sameBytes(ex.resultErrOf, ex.Result) {
-		return ex.resultErr == errYes
+	if !d.cut && ex.resultErr != tokens.IsErrorUnknown && sameBytes(ex.resultErrOf, ex.Result) {
+		return ex.resultErr == tokens.IsErrorTrue
 	}
 	return isErrorResult(d.result)
 }
@@ -499,3 +500,7 @@ func markCutError(method string, orig, cut json.RawMessage) (json.RawMessage, er
 	out = append(out, `"isError":true}`...)
 	return out, nil
 }
+
+// isArray reports whether a JSON value (a valid one, no leading space) is
+// an array.
+func isArray(b []byte) bool { return len(b) > 0 && b[0] == '[' }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/foldproxy/foldproxy/fold"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 )
 
 // fakeBrancher is a Brancher with fold's lock semantics: Charge runs fit
@@ -121,7 +122,7 @@ func serve(result string) Handler {
 }
 
 // run runs one exchange through tokens and budget.
-func run(t testing.TB, f Brancher, c *Counter, method, branch string, up Handler) *Exchange {
+func run(t testing.TB, f Brancher, c *tokens.Counter, method, branch string, up Handler) *Exchange {
 	t.Helper()
 	h := Chain(up, Budget(f, c, nil), Tokens(c))
 	ex := &Exchange{Session: "s1", Method: method, Name: "x", Args: json.RawMessage(`{"q":1}`), ExplicitBranch: branch}
@@ -149,7 +150,7 @@ func texts(t testing.TB, result json.RawMessage) []string {
 }
 
 // checkDelivered checks that DeliveredTokens is the exact count of Result.
-func checkDelivered(t testing.TB, c *Counter, ex *Exchange) {
+func checkDelivered(t testing.TB, c *tokens.Counter, ex *Exchange) {
 	t.Helper()
 	n, _, err := c.CountResult(ex.Method, ex.Result, -1)
 	if err != nil || n != ex.DeliveredTokens {
@@ -575,21 +576,21 @@ func TestCountIsErrorFlag(t *testing.T) {
 	}
 	for _, method := range []string{"tools/call", "resources/read", "prompts/get", "completion/complete", "other/method"} {
 		for _, r := range results {
-			var fl errFlag
-			_, _, err := c.countResult(method, json.RawMessage(r), -1, nil, &fl)
+			fl := c.CountExchange(nil, json.RawMessage(r), nil, method, -1).IsError
+			_, _, err := c.CountResult(method, json.RawMessage(r), -1)
 			if err != nil {
-				if fl != errUnknown {
+				if fl != tokens.IsErrorUnknown {
 					t.Errorf("%s %s: the count failed (%v) but read isError %v", method, r, err, fl)
 				}
 				continue
 			}
-			if want := isErrorResult([]byte(r)); fl == errUnknown || (fl == errYes) != want {
-				t.Errorf("%s %s: the count read isError %v (known %v), isErrorResult %v", method, r, fl == errYes, fl != errUnknown, want)
+			if want := isErrorResult([]byte(r)); fl == tokens.IsErrorUnknown || (fl == tokens.IsErrorTrue) != want {
+				t.Errorf("%s %s: the count read isError %v (known %v), isErrorResult %v", method, r, fl == tokens.IsErrorTrue, fl != tokens.IsErrorUnknown, want)
 			}
 		}
 	}
 	// Budget takes the count's reading only for the result it was made of.
-	ex := &Exchange{Result: json.RawMessage(`{"content":[],"isError":true}`), resultErr: errNo}
+	ex := &Exchange{Result: json.RawMessage(`{"content":[],"isError":true}`), resultErr: tokens.IsErrorFalse}
 	ex.resultErrOf = ex.Result
 	if deliveredIsError(ex, delivery{result: ex.Result}) {
 		t.Error("deliveredIsError did not take the count's reading of the same result")

@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/foldproxy/foldproxy/intercept/secrets"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 )
 
 // Parts are the components of foldproxy's standard chain. Every one is
 // required: a chain that would fail or skip its work on every call is
 // refused when it is built. To turn scrubbing off, pass a Scrubber made by
-// NewScrubber from settings that disable it.
+// secrets.NewScrubber from settings that disable it.
 type Parts struct {
-	Scrubber *Scrubber
-	Counter  *Counter
+	Scrubber *secrets.Scrubber
+	Counter  *tokens.Counter
 	Brancher Brancher
 	// Thresholds are the three warning fractions of a budget, ascending in
 	// (0, 1); nil means the policy default.

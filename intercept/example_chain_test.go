@@ -7,6 +7,8 @@ import (
 
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/secrets"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -34,12 +36,12 @@ func (m *mainThread) Charge(_ context.Context, _, branch string, fit func(fold.B
 func ExampleNewChain() {
 	ctx := context.Background()
 	set := policy.Default()
-	scrubber, err := intercept.NewScrubber(set.Scrub, nil)
+	scrubber, err := secrets.NewScrubber(set.Scrub, nil)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	counter, err := intercept.NewCounter(set.Tokens)
+	counter, err := tokens.NewCounter(set.Tokens)
 	if err != nil {
 		fmt.Println(err)
 		return

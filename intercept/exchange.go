@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/foldproxy/foldproxy/intercept/secrets"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 )
 
 // Outcome values recorded for an exchange.
@@ -105,13 +108,13 @@ type Exchange struct {
 
 	// decoded holds the strings of Result as Scrub decoded them to scan
 	// them, when it left Result as it was: Tokens counts from it instead of
-	// decoding the texts again. Only good while decoded.of(Result).
-	decoded *decodedJSON
+	// decoding the texts again. Only good while decoded.Of(Result).
+	decoded *secrets.Decoded
 	// resultErr is whether resultErrOf, the Result that Tokens counted,
 	// has "isError": true, as Tokens found it parsing the result (unknown
 	// when it could not): Budget reads it rather than parsing the result
 	// again, while Result is still resultErrOf.
-	resultErr   errFlag
+	resultErr   tokens.IsError
 	resultErrOf []byte
 }
 

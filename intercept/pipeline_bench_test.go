@@ -14,6 +14,8 @@ import (
 	"github.com/foldproxy/foldproxy/e2e/trajectory"
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/fold/store"
+	"github.com/foldproxy/foldproxy/intercept/secrets"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -72,8 +74,8 @@ func pipeToolResult(text string) json.RawMessage {
 // audit log in a temporary folder.
 type pipeStack struct {
 	set     policy.Settings
-	counter *Counter
-	scrub   *Scrubber
+	counter *tokens.Counter
+	scrub   *secrets.Scrubber
 	mgr     *fold.Manager
 	audit   *Auditor
 	metrics *Metrics
@@ -92,10 +94,10 @@ func newPipeStack(tb testing.TB) *pipeStack {
 	}
 	tb.Cleanup(func() { store.Close() })
 	s := &pipeStack{set: set, metrics: NewMetrics()}
-	if s.counter, err = NewCounter(set.Tokens); err != nil {
+	if s.counter, err = tokens.NewCounter(set.Tokens); err != nil {
 		tb.Fatal(err)
 	}
-	if s.scrub, err = NewScrubber(set.Scrub, nil); err != nil {
+	if s.scrub, err = secrets.NewScrubber(set.Scrub, nil); err != nil {
 		tb.Fatal(err)
 	}
 	if s.audit, err = NewAuditor(set.Audit, filepath.Join(dir, "audit.jsonl"), nil); err != nil {
@@ -180,7 +182,7 @@ func pipeBytes(rs []json.RawMessage) int64 {
 
 func BenchmarkPipelineCount(b *testing.B) {
 	res := pipeResults(b)
-	c, err := NewCounter(policy.Tokens{})
+	c, err := tokens.NewCounter(policy.Tokens{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -200,7 +202,7 @@ func BenchmarkPipelineCount(b *testing.B) {
 // with -cpu 1,2 it shows whether counting scales.
 func BenchmarkPipelineCountParallel(b *testing.B) {
 	res := pipeResults(b)
-	c, err := NewCounter(policy.Tokens{})
+	c, err := tokens.NewCounter(policy.Tokens{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -339,7 +341,7 @@ func BenchmarkPipelineScrubOnOff(b *testing.B) {
 			sc := s.scrub
 			if mode == "off" {
 				var err error
-				if sc, err = NewScrubber(policy.Scrub{Disabled: true}, nil); err != nil {
+				if sc, err = secrets.NewScrubber(policy.Scrub{Disabled: true}, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -362,7 +364,7 @@ func BenchmarkPipelineScrubOnOff(b *testing.B) {
 // rules compiled), which every start of the proxy pays before serving.
 func BenchmarkPipelineNewScrubber(b *testing.B) {
 	for b.Loop() {
-		if _, err := NewScrubber(policy.Scrub{}, nil); err != nil {
+		if _, err := secrets.NewScrubber(policy.Scrub{}, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -450,7 +452,7 @@ func BenchmarkPipelineScrub1MB(b *testing.B) {
 
 func BenchmarkPipelineCount1MB(b *testing.B) {
 	res := pipeMB(b, 8)
-	c, err := NewCounter(policy.Tokens{})
+	c, err := tokens.NewCounter(policy.Tokens{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -45,20 +45,16 @@ func TestWorkTimeoutCoversCounting(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				base := testScrubber(t, policy.Scrub{})
-				s := *base
-				s.timeout = timeout
 				var scanned atomic.Bool
-				s.find = func(ctx context.Context, text string, nls []int, lo, hi int) ([]found, []int, error) {
+				s := testScrubber(t, policy.Scrub{}).WithFault(timeout, false, func(ctx context.Context, text string) error {
 					if !scanned.Swap(true) {
 						time.Sleep(tt.scan)
 					}
-					return base.find(ctx, text, nls, lo, hi)
-				}
-				c := newCounter(t, "")
+					return nil
+				})
 				release := make(chan struct{})
 				var counted atomic.Bool
-				c.libHook = func(int) {
+				c := newCounter(t, "").WithWorkHook(func(int) {
 					if counted.Swap(true) {
 						return
 					}
@@ -67,7 +63,7 @@ func TestWorkTimeoutCoversCounting(t *testing.T) {
 						return
 					}
 					time.Sleep(tt.count)
-				}
+				})
 				res := workResult(t, tt.words)
 				if len(res) >= inlineCountBytes != (tt.words > 10) {
 					t.Fatalf("the result is %d bytes: the case does not take the path it names", len(res))
@@ -75,7 +71,7 @@ func TestWorkTimeoutCoversCounting(t *testing.T) {
 				h := Chain(func(ctx context.Context, ex *Exchange) error {
 					ex.Result = res
 					return nil
-				}, Tokens(c), Scrub(&s))
+				}, Tokens(c), Scrub(s))
 				ex := &Exchange{Method: "tools/call", Remaining: -1, Outcome: OutcomeOK}
 				start := time.Now()
 				err := h(t.Context(), ex)

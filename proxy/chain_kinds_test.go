@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/secrets"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 	"github.com/foldproxy/foldproxy/upstreams"
@@ -25,7 +26,7 @@ func TestUpstreamErrorReachesAgentAsOneTypeScrubbed(t *testing.T) {
 	up.answer = func(context.Context, string, json.RawMessage) (json.RawMessage, error) {
 		return nil, &jsonrpc.Error{Code: -32000, Message: "auth failed for " + secret}
 	}
-	sc, err := intercept.NewScrubber(policy.Default().Scrub, nil)
+	sc, err := secrets.NewScrubber(policy.Default().Scrub, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ type Folder interface {
 }
 
 // JSONScrubber scrubs secrets out of relayed notifications and
-// server-to-client requests (*intercept.Scrubber).
+// server-to-client requests (*secrets.Scrubber).
 type JSONScrubber interface {
 	ScrubJSON(ctx context.Context, raw json.RawMessage) (json.RawMessage, map[string]int, error)
 }

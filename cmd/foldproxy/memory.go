@@ -17,7 +17,8 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/fold/memory"
 	foldstore "github.com/foldproxy/foldproxy/fold/store"
-	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/secrets"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -103,13 +104,13 @@ func (c *memoryCommand) Run(ctx context.Context, args []string) error {
 		defer bs.Close()
 		store = bs
 	}
-	counter, err := intercept.NewCounter(settings.Tokens)
+	counter, err := tokens.NewCounter(settings.Tokens)
 	if err != nil {
 		return err
 	}
 	deps := memoryDeps{store: store, logger: logger, count: counter.CountText}
 	if verb == "import" { // imported text is scrubbed like any other
-		sc, err := intercept.NewScrubber(settings.Scrub, logger)
+		sc, err := secrets.NewScrubber(settings.Scrub, logger)
 		if err != nil {
 			return err
 		}

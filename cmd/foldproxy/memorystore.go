@@ -14,7 +14,7 @@ import (
 	membadger "github.com/foldproxy/foldproxy/fold/memory/badger"
 	memqdrant "github.com/foldproxy/foldproxy/fold/memory/qdrant"
 	foldstore "github.com/foldproxy/foldproxy/fold/store"
-	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/secrets"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -100,7 +100,7 @@ func openMemory(ctx context.Context, set policy.Memory, d memoryDeps) (*memory.S
 
 // scrubFunc adapts the scrubber to the memory service: every text is
 // scanned within timeout; nil when scrubbing is off.
-func scrubFunc(s *intercept.Scrubber, timeout time.Duration) func(context.Context, string) (string, error) {
+func scrubFunc(s *secrets.Scrubber, timeout time.Duration) func(context.Context, string) (string, error) {
 	if s == nil || s.Disabled() {
 		return nil
 	}

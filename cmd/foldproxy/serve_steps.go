@@ -21,6 +21,8 @@ import (
 	"github.com/foldproxy/foldproxy/fold/modelwire"
 	foldstore "github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/secrets"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
 	"github.com/foldproxy/foldproxy/proxy/attach"
@@ -282,8 +284,8 @@ type serveCore struct {
 	metrics        *intercept.Metrics
 	store          fold.Store
 	set            *upstreams.Set
-	scrubber       *intercept.Scrubber
-	counter        *intercept.Counter
+	scrubber       *secrets.Scrubber
+	counter        *tokens.Counter
 	auditor        *intercept.Auditor
 	mem            *memory.Service // nil: memories are off
 	mgr            *fold.Manager
@@ -319,7 +321,7 @@ func openCore(ctx context.Context, cc coreConfig) (_ *serveCore, err error) {
 	var srvp atomic.Pointer[proxy.Server]
 	c.set = startUpstreams(ctx, cc.servers, upstreamHooks{
 		srv: &srvp, metrics: c.metrics, logger: logger, scrubTimeout: st.Scrub.Timeout.D(),
-		scrubber: func() *intercept.Scrubber { s, _ := scrubber(); return s },
+		scrubber: func() *secrets.Scrubber { s, _ := scrubber(); return s },
 	})
 	c.onClose(func() { c.set.Close() })
 	// The tokenizer loads while the upstreams start and the rules compile.
@@ -376,20 +378,20 @@ func (c *serveCore) Close() error {
 // it runs while the state store opens, the upstreams start and the
 // tokenizer loads. wait returns the scanner (nil if it failed) and the
 // error.
-func buildScrubber(s policy.Scrub, logger *slog.Logger) (wait func() (*intercept.Scrubber, error)) {
-	var scrubber *intercept.Scrubber
+func buildScrubber(s policy.Scrub, logger *slog.Logger) (wait func() (*secrets.Scrubber, error)) {
+	var scrubber *secrets.Scrubber
 	var err error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if scrubber, err = intercept.NewScrubber(s, logger); err != nil {
+		if scrubber, err = secrets.NewScrubber(s, logger); err != nil {
 			err = fmt.Errorf("secret scanner: %w", err)
 		}
 		// Building the rules leaves tens of MB of garbage: give it back
 		// to the OS now rather than keep it resident while idle.
 		debug.FreeOSMemory()
 	}()
-	return func() (*intercept.Scrubber, error) {
+	return func() (*secrets.Scrubber, error) {
 		<-done
 		return scrubber, err
 	}
@@ -430,7 +432,7 @@ type upstreamHooks struct {
 	srv          *atomic.Pointer[proxy.Server]
 	metrics      *intercept.Metrics
 	logger       *slog.Logger
-	scrubber     func() *intercept.Scrubber
+	scrubber     func() *secrets.Scrubber
 	scrubTimeout time.Duration
 }
 
@@ -495,8 +497,8 @@ func upstreamOptions(ctx context.Context, h upstreamHooks) upstreams.Options {
 }
 
 // newCounter loads the tokenizer.
-func newCounter(t policy.Tokens) (*intercept.Counter, error) {
-	counter, err := intercept.NewCounter(t)
+func newCounter(t policy.Tokens) (*tokens.Counter, error) {
+	counter, err := tokens.NewCounter(t)
 	if err != nil {
 		return nil, fmt.Errorf("token counter: %w", err)
 	}

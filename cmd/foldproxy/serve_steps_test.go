@@ -22,6 +22,8 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/secrets"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/proxy"
 	"github.com/foldproxy/foldproxy/proxy/attach"
@@ -200,13 +202,13 @@ func freeAddr(t *testing.T) string {
 // missing part stops start-up with an error that names it.
 func TestBuildChains(t *testing.T) {
 	st := policy.Default()
-	counter, err := intercept.NewCounter(st.Tokens)
+	counter, err := tokens.NewCounter(st.Tokens)
 	if err != nil {
 		t.Fatal(err)
 	}
 	off := st.Scrub
 	off.Disabled = true
-	scrubber, err := intercept.NewScrubber(off, nil)
+	scrubber, err := secrets.NewScrubber(off, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,13 +283,13 @@ func TestUpstreamOptions(t *testing.T) {
 	var logged strings.Builder
 	logger := slog.New(slog.NewTextHandler(&logged, nil))
 	m := intercept.NewMetrics()
-	scrubber, err := intercept.NewScrubber(policy.Default().Scrub, nil)
+	scrubber, err := secrets.NewScrubber(policy.Default().Scrub, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var srvp atomic.Pointer[proxy.Server]
 	hooks := upstreamHooks{srv: &srvp, metrics: m, logger: logger, scrubTimeout: 10 * time.Second,
-		scrubber: func() *intercept.Scrubber { return scrubber }}
+		scrubber: func() *secrets.Scrubber { return scrubber }}
 	opts := upstreamOptions(context.Background(), hooks)
 	u := upstreams.New(upstreams.Entry{Name: "gh", Type: "stdio", Command: "true"}, opts)
 
@@ -304,7 +306,7 @@ func TestUpstreamOptions(t *testing.T) {
 		t.Errorf("stderr logged as %q: want it scrubbed and attributed", logged.String())
 	}
 	logged.Reset()
-	opts = upstreamOptions(context.Background(), upstreamHooks{srv: &srvp, metrics: m, logger: logger, scrubber: func() *intercept.Scrubber { return nil }})
+	opts = upstreamOptions(context.Background(), upstreamHooks{srv: &srvp, metrics: m, logger: logger, scrubber: func() *secrets.Scrubber { return nil }})
 	opts.Stderr(u, "token "+secret)
 	if logged.Len() != 0 {
 		t.Errorf("stderr without a scrubber logged %q, want nothing", logged.String())

@@ -28,7 +28,7 @@ const (
 	MaxBranchFixedCost   = 67  // branch_create + branch_return answers, besides message and return value (60 before issue 27: the seal that binds a branch to its session costs exactly 7 tokens)
 )
 
-// Counter counts the tokens of a text (*intercept.Counter is one).
+// Counter counts the tokens of a text (*tokens.Counter is one).
 type Counter interface{ CountText(string) int }
 
 // Requester sends one JSON-RPC request and returns its result, byte for

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -113,7 +113,7 @@ func TestCatalogueAndBranch(t *testing.T) {
 // 5013f25, as the bench's -cost-before measured them). Exact counts, fixed
 // bounds.
 func TestReplayShareAtTheBounds(t *testing.T) {
-	c, err := intercept.NewCounter(policy.Default().Tokens)
+	c, err := tokens.NewCounter(policy.Default().Tokens)
 	if err != nil {
 		t.Fatal(err)
 	}

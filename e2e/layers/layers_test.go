@@ -21,7 +21,7 @@ const module = "github.com/foldproxy/foldproxy/"
 // make sure the layer rule below still holds.
 var allowed = map[string][]string{
 	"cmd/foldproxy": {"fold", "fold/memory", "fold/memory/badger", "fold/memory/qdrant", "fold/modelwire", "fold/store",
-		"intercept", "policy", "policy/jsonscan", "policy/redact", "policy/statedir",
+		"intercept", "intercept/secrets", "intercept/tokens", "policy", "policy/jsonscan", "policy/redact", "policy/statedir",
 		"proxy", "proxy/attach", "proxy/modelfront", "proxy/transparent", "upstreams"},
 	"fold":                  {"fold/memory", "fold/modelwire", "fold/store", "policy", "policy/jsonscan"},
 	"fold/memory":           {"policy"},
@@ -31,7 +31,9 @@ var allowed = map[string][]string{
 	"fold/modelwire":        {"policy/jsonscan"},
 	"fold/store":            {"policy/jsonscan", "policy/rawio"},
 	"fold/store/storetest":  {"fold"},
-	"intercept":             {"fold", "policy", "policy/jsonrpc", "policy/jsonscan", "policy/rawio", "policy/statedir"},
+	"intercept":             {"fold", "intercept/secrets", "intercept/tokens", "policy", "policy/jsonrpc", "policy/jsonscan", "policy/rawio", "policy/statedir"},
+	"intercept/secrets":     {"fold", "policy", "policy/jsonscan"},
+	"intercept/tokens":      {"policy", "policy/jsonscan"},
 	"intercept/secretgen":   {},
 	"policy":                {},
 	"policy/jsonrpc":        {},

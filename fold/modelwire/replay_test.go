@@ -14,7 +14,7 @@ import (
 	"github.com/foldproxy/foldproxy/e2e/trajectory"
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/fold/modelwire"
-	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -40,7 +40,7 @@ func loadTrajectories(t testing.TB) []trajectory.Trajectory {
 // memoCounter memoizes a counter: the context manager counts a request
 // message by message, so each request recounts only its new messages.
 type memoCounter struct {
-	c  *intercept.Counter
+	c  *tokens.Counter
 	mu sync.Mutex
 	m  map[string]int
 }
@@ -127,7 +127,7 @@ func TestTrajectoryReplay(t *testing.T) {
 	if !full {
 		trs = trs[:6]
 	}
-	base, err := intercept.NewCounter(policy.Tokens{})
+	base, err := tokens.NewCounter(policy.Tokens{})
 	if err != nil {
 		t.Fatal(err)
 	}

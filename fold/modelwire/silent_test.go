@@ -11,7 +11,7 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/fold/modelwire"
 	"github.com/foldproxy/foldproxy/fold/store"
-	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -23,7 +23,7 @@ import (
 // it was force-returned (the notice reserve keeps room for it).
 func TestReplayNeverSilent(t *testing.T) {
 	trs := loadTrajectories(t)[:4]
-	base, err := intercept.NewCounter(policy.Tokens{})
+	base, err := tokens.NewCounter(policy.Tokens{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,10 @@
 // Package jsonscan is foldproxy's one JSON scanner: it finds the byte spans
 // of JSON values, lists an object's members and an array's elements,
-// decodes and encodes strings, and edits one member of an object in place,
-// so that every byte a caller does not change passes through as it came
-// (key order, number spelling, escapes, white space).
+// decodes and encodes strings (and single escape sequences: AppendEscape,
+// with which the secret scanner undoes the escaping of whole JSON texts),
+// and edits one member of an object in place, so that every byte a caller
+// does not change passes through as it came (key order, number spelling,
+// escapes, white space).
 //
 // It lives under policy/ because policy is at the bottom of the dependency
 // table: fold (and fold/modelwire), intercept, upstreams, proxy and cmd may

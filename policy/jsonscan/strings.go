@@ -61,53 +61,81 @@ func AppendUnquoted(dst, body []byte, limit int) ([]byte, int, error) {
 		if len(body)-i < 2 {
 			return dst, i, fmt.Errorf("%w: bad escape at the end of a string", ErrSyntax)
 		}
-		switch e := body[i+1]; e {
-		case '"', '\\', '/':
-			dst = append(dst, e)
-			i += 2
-		case 'b':
-			dst, i = append(dst, '\b'), i+2
-		case 'f':
-			dst, i = append(dst, '\f'), i+2
-		case 'n':
-			dst, i = append(dst, '\n'), i+2
-		case 'r':
-			dst, i = append(dst, '\r'), i+2
-		case 't':
-			dst, i = append(dst, '\t'), i+2
-		case 'u':
-			r, ok := hex4(body[i+2:])
-			if !ok {
+		if c := shortEscapes[body[i+1]]; c != 0 {
+			dst, i = append(dst, c), i+2
+			continue
+		}
+		var n int
+		var ok bool
+		if dst, n, ok = AppendEscape(dst, body[i:]); !ok {
+			if body[i+1] == 'u' {
 				return dst, i, fmt.Errorf("%w: bad \\u escape", ErrSyntax)
 			}
-			i += 6
-			if r >= 0xD800 && r < 0xE000 {
-				r2 := rune(-1)
-				if len(body)-i >= 6 && body[i] == '\\' && body[i+1] == 'u' {
-					r2, _ = hex4(body[i+2:])
-				}
-				if r < 0xDC00 && r2 >= 0xDC00 && r2 < 0xE000 {
-					r = (r-0xD800)<<10 | (r2 - 0xDC00) + 0x10000
-					i += 6
-				} else {
-					r = utf8.RuneError
-				}
-			}
-			dst = utf8.AppendRune(dst, r)
-		default:
-			return dst, i, fmt.Errorf("%w: bad escape \\%c", ErrSyntax, e)
+			return dst, i, fmt.Errorf("%w: bad escape \\%c", ErrSyntax, body[i+1])
 		}
+		i += n
 	}
 	return dst, i, nil
 }
 
+// shortEscapes maps the byte after a backslash to the character a
+// one-character JSON escape stands for; 0 for the others (\u, and what is
+// no escape).
+var shortEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// ShortEscape returns the byte the one-character JSON escape \c stands
+// for (\", \\, \/, \b, \f, \n, \r, \t), or 0 when \c is none: a \u
+// escape, or no escape at all. It is a table lookup, small enough to be
+// inlined in a loop that decodes text; AppendEscape decodes every escape.
+func ShortEscape(c byte) byte { return shortEscapes[c] }
+
+// AppendEscape decodes the JSON escape sequence s starts with (s[0] is a
+// backslash), appending the character it stands for to dst as UTF-8, and
+// returns dst and the length of the escape in s. As encoding/json decodes
+// it, a \u escape of a lone surrogate stands for U+FFFD, and a surrogate
+// pair (12 bytes) for one character. ok is false, and dst is returned as
+// it was, when s does not start with a JSON escape.
+//
+// It is the one decoder of JSON escapes in the module: AppendUnquoted
+// decodes strings with it, and the secret scanner the escapes of whole
+// JSON texts, keeping its own map from the decoded text to the raw one.
+func AppendEscape[T ~string | ~[]byte](dst []byte, s T) (out []byte, n int, ok bool) {
+	if len(s) < 2 || s[0] != '\\' {
+		return dst, 0, false
+	}
+	if c := shortEscapes[s[1]]; c != 0 {
+		return append(dst, c), 2, true
+	}
+	if s[1] != 'u' {
+		return dst, 0, false
+	}
+	r, ok := hex4(s[2:])
+	if !ok {
+		return dst, 0, false
+	}
+	n = 6
+	if r >= 0xD800 && r < 0xE000 {
+		r2 := rune(-1)
+		if len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
+			r2, _ = hex4(s[8:])
+		}
+		if r < 0xDC00 && r2 >= 0xDC00 && r2 < 0xE000 {
+			r, n = (r-0xD800)<<10|(r2-0xDC00)+0x10000, 12
+		} else {
+			r = utf8.RuneError
+		}
+	}
+	return utf8.AppendRune(dst, r), n, true
+}
+
 // hex4 decodes four hex digits.
-func hex4(b []byte) (rune, bool) {
+func hex4[T ~string | ~[]byte](b T) (rune, bool) {
 	if len(b) < 4 {
 		return 0, false
 	}
 	var r rune
-	for _, c := range b[:4] {
+	for i := range 4 {
+		c := b[i]
 		switch {
 		case c >= '0' && c <= '9':
 			c -= '0'

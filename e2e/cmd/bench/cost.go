@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/e2e/cost"
-	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -48,7 +48,7 @@ const summaryTokens = 150
 // answers. Token counts are deterministic: one round.
 func runCost(ctx context.Context, e *env, res *results) error {
 	const sec = "9 cost (tokens, o200k_base)"
-	c, err := intercept.NewCounter(policy.Default().Tokens)
+	c, err := tokens.NewCounter(policy.Default().Tokens)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/foldproxy/foldproxy/fold"
 	foldstore "github.com/foldproxy/foldproxy/fold/store"
 	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/secrets"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -21,8 +23,8 @@ type stack struct {
 	set     policy.Settings
 	store   *foldstore.BadgerStore
 	mgr     *fold.Manager
-	counter *intercept.Counter
-	scrub   *intercept.Scrubber
+	counter *tokens.Counter
+	scrub   *secrets.Scrubber
 	audit   *intercept.Auditor
 	metrics *intercept.Metrics
 	chain   []intercept.Interceptor // intercept.NewChain's, as serve builds it
@@ -31,13 +33,13 @@ type stack struct {
 // newStack builds the stack with the bench settings. scrub may be shared
 // between stacks (it is built once and is safe for concurrent use); nil
 // builds a new one.
-func newStack(ctx context.Context, dir string, scrub *intercept.Scrubber) (*stack, error) {
+func newStack(ctx context.Context, dir string, scrub *secrets.Scrubber) (*stack, error) {
 	return newStackOn(ctx, dir, scrub, false)
 }
 
 // newStackOn is newStack, with the fold manager on the in-memory store
 // instead of Badger when mem is set (to show what the archive costs).
-func newStackOn(ctx context.Context, dir string, scrub *intercept.Scrubber, mem bool) (*stack, error) {
+func newStackOn(ctx context.Context, dir string, scrub *secrets.Scrubber, mem bool) (*stack, error) {
 	raw, err := json.Marshal(benchSettings())
 	if err != nil {
 		return nil, err
@@ -54,13 +56,13 @@ func newStackOn(ctx context.Context, dir string, scrub *intercept.Scrubber, mem 
 		}
 		store = s.store
 	}
-	if s.counter, err = intercept.NewCounter(set.Tokens); err != nil {
+	if s.counter, err = tokens.NewCounter(set.Tokens); err != nil {
 		s.close()
 		return nil, err
 	}
 	s.scrub = scrub
 	if s.scrub == nil {
-		if s.scrub, err = intercept.NewScrubber(set.Scrub, nil); err != nil {
+		if s.scrub, err = secrets.NewScrubber(set.Scrub, nil); err != nil {
 			s.close()
 			return nil, err
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/secrets"
 )
 
 // corpus is the tools/call result JSON of every step of the trajectories.
@@ -58,7 +59,7 @@ func (c *corpus) pass(p int, work func(w int, r json.RawMessage) error) (time.Du
 
 // scrubPass is one scrub-only pass, as both the harness and its stdlib
 // child run it.
-func scrubPass(ctx context.Context, c *corpus, s *intercept.Scrubber, p int) (time.Duration, error) {
+func scrubPass(ctx context.Context, c *corpus, s *secrets.Scrubber, p int) (time.Duration, error) {
 	return c.pass(p, func(_ int, r json.RawMessage) error {
 		_, _, err := s.ScrubJSON(ctx, r)
 		return err
@@ -377,7 +378,7 @@ func scrubWorker(data string) error {
 	if err != nil {
 		return err
 	}
-	s, err := intercept.NewScrubber(defaultScrubPolicy(), nil)
+	s, err := secrets.NewScrubber(defaultScrubPolicy(), nil)
 	if err != nil {
 		return err
 	}

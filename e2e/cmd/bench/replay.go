@@ -12,7 +12,7 @@ import (
 
 	"github.com/foldproxy/foldproxy/e2e/replay"
 	"github.com/foldproxy/foldproxy/e2e/trajectory"
-	"github.com/foldproxy/foldproxy/intercept"
+	"github.com/foldproxy/foldproxy/intercept/tokens"
 	"github.com/foldproxy/foldproxy/policy"
 )
 
@@ -33,7 +33,7 @@ func runReplay(ctx context.Context, e *env, res *results) error {
 	if err != nil {
 		return err
 	}
-	c, err := intercept.NewCounter(policy.Default().Tokens)
+	c, err := tokens.NewCounter(policy.Default().Tokens)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package intercept
+package tokens
 
 import (
 	"hash/maphash"
@@ -15,7 +15,7 @@ import (
 // even a single piece, and that costs far more than the merge of a short
 // piece: on text where few pieces repeat (random identifiers, base64, hex
 // without spaces) the fast path's cache misses each paid it, and such text
-// counted at well under 1 MB/s. The splitter of tokens_fast.go already
+// counted at well under 1 MB/s. The splitter of fast.go already
 // yields the library's pieces for ASCII, so a piece only needs the merge,
 // which is done here with the encoding's ranks, exactly as the library does
 // it (merge the adjacent pair whose token has the lowest rank, the leftmost

@@ -1,4 +1,4 @@
-package intercept
+package secrets
 
 import (
 	"encoding/binary"
@@ -6,9 +6,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/foldproxy/foldproxy/policy/jsonscan"
 )
 
 // A view is a text derived from the raw text by undoing one level of JSON
@@ -35,7 +36,7 @@ type view struct {
 // text it scans (and again what that holds escaped); the buffers go back
 // to viewPool once nothing refers to the view anymore (release): the
 // deeper views when the scan ends, the first one when the count has read
-// it (decodedJSON.release), rather than becoming garbage a call.
+// it (Decoded.release), rather than becoming garbage a call.
 type viewBufs struct {
 	buf []byte
 	esc []escRec
@@ -116,9 +117,10 @@ func (r escRec) slen() int { return int(r.slen8) }
 // The text is copied eight bytes at a time, each word tested for a
 // backslash at once (JSON text holds an escape every few dozen bytes, a
 // \n a line, and a copy call and a search call a stretch between two cost
-// more than the bytes). The escapes of one character (\n, \", \\, \t,
-// ...) are decoded by a table. A backslash that starts no JSON escape is
-// kept as it is.
+// more than the bytes). The escapes are decoded by policy/jsonscan, the
+// module's one JSON unescaper (the escapes of one character by its table,
+// inline); this loop keeps the records that map the decoded text back to
+// the raw one. A backslash that starts no JSON escape is kept as it is.
 func unescapeView(v *view, withNLs bool) (*view, bool) {
 	s := v.text
 	i := strings.IndexByte(s, '\\')
@@ -183,7 +185,7 @@ func unescapeView(v *view, withNLs bool) (*view, bool) {
 			continue
 		}
 		if i+1 < len(s) {
-			if c := shortEscapes[s[i+1]]; c != 0 {
+			if c := jsonscan.ShortEscape(s[i+1]); c != 0 {
 				buf[d] = c
 				if c == '\n' && withNLs {
 					nls = append(nls, d)
@@ -193,12 +195,15 @@ func unescapeView(v *view, withNLs bool) (*view, bool) {
 				continue
 			}
 		}
-		n, dn, ok := escapeInto(s, i, buf[d:])
+		// buf has room for what the escape decodes to (fewer bytes than
+		// it takes in s): the append writes in place.
+		out, n, ok := jsonscan.AppendEscape(buf[:d], s[i:])
 		if !ok {
 			buf[d] = '\\'
 			i, d = i+1, d+1
 			continue
 		}
+		dn := len(out) - d
 		if dn == 1 && buf[d] == '\n' && withNLs {
 			nls = append(nls, d)
 		}
@@ -216,10 +221,6 @@ func unescapeView(v *view, withNLs bool) (*view, bool) {
 	return &view{text: unsafe.String(unsafe.SliceData(buf), d), parent: v, esc: recs, nls: nls, bufs: bufs}, true
 }
 
-// shortEscapes decodes the JSON escapes of one character by the byte
-// after the backslash; 0 for the others (\u, and what is no escape).
-var shortEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
-
 // byteMask returns a word with the high bit set of each byte of w equal to
 // c, exactly (no carry runs between bytes).
 func byteMask(w uint64, c byte) uint64 {
@@ -234,73 +235,6 @@ func load64(s string, i int) uint64 {
 	b := s[i : i+8]
 	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
 		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
-}
-
-// escapeInto decodes the escape sequence at s[i] (a backslash) into out,
-// which has room for four bytes, and returns its length in s and the
-// length of what it wrote, or false when it is not a JSON escape.
-func escapeInto(s string, i int, out []byte) (n, dn int, ok bool) {
-	if i+1 >= len(s) {
-		return 0, 0, false
-	}
-	var c byte
-	switch s[i+1] {
-	case '"', '\\', '/':
-		c = s[i+1]
-	case 'b':
-		c = '\b'
-	case 'f':
-		c = '\f'
-	case 'n':
-		c = '\n'
-	case 'r':
-		c = '\r'
-	case 't':
-		c = '\t'
-	case 'u':
-		r, ok := hex4(s, i+2)
-		if !ok {
-			return 0, 0, false
-		}
-		n := 6
-		if utf16.IsSurrogate(r) {
-			if r2, ok := hex4(s, i+8); ok && i+7 < len(s) && s[i+6] == '\\' && s[i+7] == 'u' {
-				if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-					r, n = d, 12
-				}
-			}
-			if n == 6 {
-				r = utf8.RuneError
-			}
-		}
-		return n, utf8.EncodeRune(out, r), true
-	default:
-		return 0, 0, false
-	}
-	out[0] = c
-	return 2, 1, true
-}
-
-func hex4(s string, i int) (rune, bool) {
-	if i+4 > len(s) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range []byte(s[i : i+4]) {
-		var d byte
-		switch {
-		case '0' <= c && c <= '9':
-			d = c - '0'
-		case 'a' <= c && c <= 'f':
-			d = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(d)
-	}
-	return r, true
 }
 
 // toParent maps the range [a, b) of v.text to the range of v.parent.text it
@@ -604,10 +538,11 @@ func lineEnd(nls []int, li, n int) int {
 	return nls[li] + 1
 }
 
-// decodedJSON is a JSON text with its strings decoded, as the scrubber
+// Decoded is a JSON text with its strings decoded, as the scrubber
 // scanned it: the count of a result the scan left as it was reads its
-// texts here instead of decoding them again (Counter.countResult).
-type decodedJSON struct {
+// texts here instead of decoding them again (intercept/tokens reads it
+// through its Decoded interface; the Tokens interceptor hands it on).
+type Decoded struct {
 	raw []byte // the JSON text
 	// v is raw with one level of escaping undone (v.parent.text is raw,
 	// or the scan's copy of it), or raw itself (v.parent is nil) when raw
@@ -618,9 +553,9 @@ type decodedJSON struct {
 	own *viewBufs
 }
 
-// release gives back the buffers of d's decoded view (view.release): for
+// Release gives back the buffers of d's decoded view (view.release): for
 // the count to call once it has read d. Nothing may use d afterwards.
-func (d *decodedJSON) release() {
+func (d *Decoded) Release() {
 	if d != nil {
 		d.v.release()
 		d.own.put()
@@ -628,15 +563,15 @@ func (d *decodedJSON) release() {
 	}
 }
 
-// of reports whether d decodes raw: the same bytes at the same address, as
+// Of reports whether d decodes raw: the same bytes at the same address, as
 // the scrubber handed them on.
-func (d *decodedJSON) of(raw []byte) bool {
-	return d != nil && len(raw) > 0 && sameBytes(d.raw, raw)
+func (d *Decoded) Of(raw []byte) bool {
+	return d != nil && len(raw) > 0 && len(d.raw) == len(raw) && unsafe.SliceData(d.raw) == unsafe.SliceData(raw)
 }
 
 // at maps offset p of raw, which must not fall inside an escape sequence,
 // to its offset in d.v.text.
-func (d *decodedJSON) at(p int) int {
+func (d *Decoded) at(p int) int {
 	esc := d.v.esc
 	// k is the number of escapes that start before p.
 	k, _ := slices.BinarySearchFunc(esc, p, func(r escRec, p int) int {
@@ -655,11 +590,11 @@ func (d *decodedJSON) at(p int) int {
 	return r.dst() + r.dlen() + p - (r.src() + r.slen())
 }
 
-// text returns the decoded value of the JSON string whose literal, quotes
+// Text returns the decoded value of the JSON string whose literal, quotes
 // included, is raw[start:end], and whether it is the value a JSON decoder
 // gives: false when the decoded bytes are not valid UTF-8 (a decoder
 // replaces them by U+FFFD).
-func (d *decodedJSON) text(start, end int) (string, bool) {
+func (d *Decoded) Text(start, end int) (string, bool) {
 	if start < 0 || end > len(d.raw) || end-start < 2 || d.raw[start] != '"' || d.raw[end-1] != '"' {
 		return "", false
 	}

@@ -1,4 +1,4 @@
-package intercept
+package tokens
 
 import (
 	"fmt"
@@ -648,7 +648,7 @@ func FuzzLongPieceExact(f *testing.F) {
 // of pathological.) against 2 MiB of real tool output, in the same run:
 // the ratio of their ns/op is the slowdown of the worst case.
 //
-//	go test -tags gore2regex ./intercept -run '^$' -bench CountSpaceFree
+//	go test -tags gore2regex ./intercept/tokens -run '^$' -bench CountSpaceFree
 func BenchmarkCountSpaceFree(b *testing.B) {
 	const n = 2 << 20
 	prose := strings.Join(trajectoryOutputs(b), "\n")
@@ -676,7 +676,7 @@ func BenchmarkCountSpaceFree(b *testing.B) {
 // of their 256-byte slices (a few percent over on random letters): the
 // ratio of their ns/op is the cost of exactness.
 //
-//	go test -tags gore2regex ./intercept -run '^$' -bench LongPiece
+//	go test -tags gore2regex ./intercept/tokens -run '^$' -bench LongPiece
 func BenchmarkLongPiece(b *testing.B) {
 	c := newCounter(b, "o200k_base")
 	ranks := c.rankTable()

@@ -1,4 +1,4 @@
-package intercept
+package tokens
 
 import (
 	"hash/maphash"
@@ -15,7 +15,7 @@ import (
 // text is split here by hand, into exactly the pieces the library's pattern
 // yields, and each piece's token count comes from a cache (Piece cache,
 // below), or on a miss from a merge with the encoding's ranks, exactly as
-// the library merges (tokens_bpe.go). Text with a non-ASCII
+// the library merges (bpe.go). Text with a non-ASCII
 // byte is handed to the library around that byte, from the split point
 // before it to the split point after it (see splitsAt), which keeps the sum
 // exact because the count of a text is the sum of the counts of the parts
@@ -292,7 +292,7 @@ const (
 	// same result in linear time (see countLongPiece).
 	maxExactPiece = 4 << 10
 	// maxPacked is the longest piece kept in a word (and the longest
-	// token tokens_bpe.go keys by pack).
+	// token bpe.go keys by pack).
 	maxPacked = 8
 )
 
@@ -439,7 +439,7 @@ func pack(p string) uint64 {
 type fastCounter struct {
 	split splitter
 	cache *pieceCache
-	// ranks are the encoding's merge ranks (tokens_bpe.go) once loaded;
+	// ranks are the encoding's merge ranks (bpe.go) once loaded;
 	// until then the library counts the pieces the cache misses, at most
 	// libLeft more of them (see countPiece).
 	ranks   atomic.Pointer[bpeTable]
@@ -603,7 +603,7 @@ func (c *Counter) pieceTokens(s string, p, e int) int {
 // countLongPiece counts a piece of more than maxExactPiece bytes (only
 // runs of several KB of letters of one case, of white space or of
 // punctuation make them) exactly, in time linear in its length, a window
-// at a time (tokens_bpe.go, Long pieces).
+// at a time (bpe.go, Long pieces).
 func (c *Counter) countLongPiece(piece string) int {
 	return len(c.longPieceEnds(piece))
 }

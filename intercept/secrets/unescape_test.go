@@ -1,8 +1,10 @@
-package intercept
+package secrets
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf16"
@@ -69,13 +71,13 @@ func escapeAtRef(s string, i int, b *strings.Builder, recs *[]escRec) (int, bool
 	case 't':
 		c = '\t'
 	case 'u':
-		r, ok := hex4(s, i+2)
+		r, ok := hex4Ref(s, i+2)
 		if !ok {
 			return 0, false
 		}
 		n := 6
 		if utf16.IsSurrogate(r) {
-			if r2, ok := hex4(s, i+8); ok && i+7 < len(s) && s[i+6] == '\\' && s[i+7] == 'u' {
+			if r2, ok := hex4Ref(s, i+8); ok && i+7 < len(s) && s[i+6] == '\\' && s[i+7] == 'u' {
 				if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
 					r, n = d, 12
 				}
@@ -137,4 +139,33 @@ func TestUnescapeViewMatchesRef(t *testing.T) {
 			check(v.text)
 		}
 	}
+}
+
+// pipeResults returns every step output of the trajectories as a tools/call
+// result, as intercept's pipeline benchmarks make them.
+func pipeResults(tb testing.TB) []json.RawMessage {
+	tb.Helper()
+	outs := loadOutputs(tb)
+	res := make([]json.RawMessage, len(outs))
+	for i, o := range outs {
+		b, err := json.Marshal(map[string]any{"content": []map[string]string{{"type": "text", "text": o}}})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		res[i] = b
+	}
+	return res
+}
+
+// hex4Ref decodes the four hex digits at s[i], for the reference decoder:
+// written apart from jsonscan's, which the view decodes with.
+func hex4Ref(s string, i int) (rune, bool) {
+	if i+4 > len(s) {
+		return 0, false
+	}
+	r, err := strconv.ParseUint(s[i:i+4], 16, 32)
+	if err != nil || strings.ContainsAny(s[i:i+4], "+-_xX") {
+		return 0, false
+	}
+	return rune(r), true
 }

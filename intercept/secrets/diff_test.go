@@ -1,4 +1,4 @@
-package intercept
+package secrets
 
 import (
 	"context"
@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zricethezav/gitleaks/v8/detect"
+
 	"github.com/foldproxy/foldproxy/intercept/secretgen"
 	"github.com/foldproxy/foldproxy/policy"
-	"github.com/zricethezav/gitleaks/v8/detect"
 )
 
 // rsa8192TestKey is a real RSA-8192 private key (PKCS#1, 6,4 KB of PEM)
@@ -98,7 +99,7 @@ func checkDifferential(t *testing.T, s *Scrubber, text string) {
 // them) into fuzzed text at fuzzed places, around piece borders too, and
 // checks that nothing gitleaks' detector finds in the input survives.
 //
-//	go test -tags gore2regex ./intercept -run '^$' -fuzz FuzzScrubDifferential -fuzztime 20s
+//	go test -tags gore2regex ./intercept/secrets -run '^$' -fuzz FuzzScrubDifferential -fuzztime 20s
 func FuzzScrubDifferential(f *testing.F) {
 	secrets := diffSecrets(f)
 	// The long family and the real key (the last six), each in another

@@ -1,4 +1,4 @@
-package intercept
+package secrets
 
 import (
 	"bytes"
@@ -188,9 +188,9 @@ func twoTextKeys(raw []byte) bool {
 	}
 }
 
-// scrubItems redacts the secrets that run across the text items of a
-// result (ScrubAcross); out is raw itself when there are none.
-func (s *Scrubber) scrubItems(ctx context.Context, deadline time.Time, raw []byte) ([]byte, map[string]int, error) {
+// ScrubItemsUntil redacts the secrets that run across the text items of a
+// result (ScrubAcross), by deadline; out is raw itself when there are none.
+func (s *Scrubber) ScrubItemsUntil(ctx context.Context, deadline time.Time, raw []byte) ([]byte, map[string]int, error) {
 	if !twoTextKeys(raw) {
 		return raw, nil, nil // one item or none: most results
 	}

@@ -1,4 +1,4 @@
-package intercept
+package secrets
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 )
 
 // trajectoryPath holds real coding-agent tool output (see its README).
-const trajectoryPath = "../e2e/testdata/trajectories/swe-dev.jsonl.gz"
+const trajectoryPath = "../../e2e/testdata/trajectories/swe-dev.jsonl.gz"
 
 // loadOutputs returns the output of every step of the replay trajectories,
 // skipping the test when the file is absent.
@@ -95,7 +95,7 @@ func reportCPU(b *testing.B, start time.Duration, bytes int) {
 // them with -cpu 1 and -cpu 2: calls run in parallel (RunParallel, one
 // goroutine per GOMAXPROCS), as concurrent tool results do in the proxy.
 //
-//	go test ./intercept -run '^$' -bench Scrub -cpu 1,2 [-tags gore2regex]
+//	go test ./intercept/secrets -run '^$' -bench Scrub -cpu 1,2 [-tags gore2regex]
 
 func BenchmarkScrubText(b *testing.B) {
 	outs := loadOutputs(b)
