@@ -323,7 +323,17 @@ func (a *applier) autoFold() error {
 // plan chooses the batch of new folds (indexes into items); see the
 // comment at the top of this file.
 func (a *applier) plan(items []afItem, cfg *afConfig) []int {
-	c := a.c
+	cands := a.candidates(items, cfg)
+	if len(cands) == 0 {
+		return nil
+	}
+	return a.choose(items, cands, cfg)
+}
+
+// candidates marks the results a rule would fold (their kind, stub and
+// the stub's tokens) and returns them, oldest first: never one of the
+// newest turn, nor one whose stub would not be smaller.
+func (a *applier) candidates(items []afItem, cfg *afConfig) []int {
 	n := len(items)
 	// The newest results: every result of the newest turn, and the newest
 	// KeepRecent.
@@ -379,9 +389,14 @@ func (a *applier) plan(items []afItem, cfg *afConfig) []int {
 		}
 		cands = append(cands, x)
 	}
-	if len(cands) == 0 {
-		return nil
-	}
+	return cands
+}
+
+// choose prices every batch of the newest candidates (cands[k:]) against
+// the prompt cache and returns the one that pays best, or nil when none
+// pays or the best folds fewer than MinBatch tokens.
+func (a *applier) choose(items []afItem, cands []int, cfg *afConfig) []int {
+	c := a.c
 	// S[m]: the tokens of messages m.. as forwarded without the batch.
 	msgTok := a.msgTokens()
 	// A message's tokens as received, less what the results it holds lose

@@ -59,10 +59,21 @@ func RunDurable(t *testing.T, open func(t *testing.T, dir string) Store) {
 }
 
 // contract checks the Store contract on a fresh store: branches,
-// archived calls, cuts, sessions, bad input, concurrent appends.
+// archived calls, cuts, sessions, bad input, concurrent appends, in that
+// order on the one store.
 func contract(t *testing.T, s Store) {
-	ctx := t.Context()
 	created := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	contractBranches(t, s, created)
+	contractCalls(t, s, created)
+	contractCuts(t, s)
+	contractSessions(t, s, created)
+	contractBadInput(t, s)
+	contractConcurrent(t, s)
+}
+
+// contractBranches checks branches: put, get, list by session, overwrite.
+func contractBranches(t *testing.T, s Store, created time.Time) {
+	ctx := t.Context()
 	branches := []*fold.Branch{
 		{ID: "root-a/b", Session: "a/b", Status: fold.StatusActive, Created: created, Level: "normal"},
 		{ID: "b-1", Session: "a/b", Parent: "root-a/b", Depth: 1, Status: fold.StatusForced, Reason: fold.ReasonBudget, Budget: 100, Used: 100,
@@ -110,8 +121,11 @@ func contract(t *testing.T, s Store) {
 	if got := listIDs("a/b"); got != "root-a/b,b-1,b-2" {
 		t.Errorf("after overwrite: %s", got)
 	}
+}
 
-	// Calls: sequence numbers per branch, paging.
+// contractCalls checks archived calls: sequence numbers per branch, paging.
+func contractCalls(t *testing.T, s Store, created time.Time) {
+	ctx := t.Context()
 	for i := range 5 {
 		for _, br := range []string{"b-1", "b-1/x"} {
 			seq, err := s.AppendCall(ctx, br, &fold.CallRecord{Time: created.Add(time.Duration(i) * time.Second), Name: fmt.Sprint(br, i), Result: `{"i":` + fmt.Sprint(i) + `}`})
@@ -139,8 +153,11 @@ func contract(t *testing.T, s Store) {
 			t.Errorf("Calls(b-1, %d, %d): got %s, want %s", tt.from, tt.limit, got, tt.want)
 		}
 	}
+}
 
-	// Cuts, byte for byte.
+// contractCuts checks cuts, byte for byte.
+func contractCuts(t *testing.T, s Store) {
+	ctx := t.Context()
 	rest := []byte("rest \x00\xff of it")
 	if err := s.PutCut(ctx, "b-1~aa", rest); err != nil {
 		t.Fatal(err)
@@ -158,8 +175,11 @@ func contract(t *testing.T, s Store) {
 	if _, err := s.GetCut(ctx, "nope"); !errors.Is(err, fold.ErrCutNotFound) {
 		t.Fatalf("GetCut(missing): %v", err)
 	}
+}
 
-	// Sessions.
+// contractSessions checks sessions: put, get, list, delete.
+func contractSessions(t *testing.T, s Store, created time.Time) {
+	ctx := t.Context()
 	rec := &fold.SessionRecord{ID: "a/b", Transport: "http", ClientInfo: json.RawMessage(`{"name":"x"}`), Created: created, LastSeen: created}
 	if err := s.PutSession(ctx, rec); err != nil {
 		t.Fatal(err)
@@ -182,8 +202,11 @@ func contract(t *testing.T, s Store) {
 	if _, err := s.GetSession(ctx, "a/b"); !errors.Is(err, fold.ErrSessionNotFound) {
 		t.Fatalf("GetSession after delete: %v", err)
 	}
+}
 
-	// Bad input is refused, not a panic.
+// contractBadInput checks bad input is refused, not a panic.
+func contractBadInput(t *testing.T, s Store) {
+	ctx := t.Context()
 	if err := s.PutBranch(ctx, nil); !errors.Is(err, fold.ErrInvalidArgument) {
 		t.Errorf("PutBranch(nil): %v", err)
 	}
@@ -195,8 +218,11 @@ func contract(t *testing.T, s Store) {
 	if err := s.PutSession(cancelled, &fold.SessionRecord{ID: "z"}); !errors.Is(err, context.Canceled) {
 		t.Errorf("PutSession with a cancelled context: %v", err)
 	}
+}
 
-	// Concurrent appends to one branch get distinct sequence numbers.
+// contractConcurrent checks concurrent appends to one branch get distinct sequence numbers.
+func contractConcurrent(t *testing.T, s Store) {
+	ctx := t.Context()
 	var wg sync.WaitGroup
 	seqs := make(chan int, 40)
 	for range 40 {
