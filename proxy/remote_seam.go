@@ -26,6 +26,12 @@ func RPCErrorOf(err error) *Error { return rpcErrorOf(err) }
 // ParseOne decodes one JSON-RPC message (not a batch).
 func ParseOne(data []byte) (*Message, *Error) { return parseOne(data) }
 
+// Request encodes a request to the client (a server-to-client request
+// relayed).
+func Request(id json.RawMessage, method string, params json.RawMessage) []byte {
+	return requestMessage(id, method, params)
+}
+
 // MarshalNoEscape is json.Marshal without escaping <, > and &.
 func MarshalNoEscape(v any) json.RawMessage { return marshalNoEscape(v) }
 

@@ -43,9 +43,13 @@ import (
 //     server), on the way out when its response arrives, in a JSON body or
 //     an event stream: the POST's own stream (streamable HTTP) or the GET
 //     /sse stream (the legacy SSE transport).
-//   - Every other message from the server (notifications, its requests to
-//     the client, other results) is scrubbed; what cannot be scanned is
-//     withheld. Every answer of the MCP endpoint is read as clients read it
+//   - Every other message from the server passes the same relay chain as
+//     the core's upstream traffic (the Interceptors around a scrubbing
+//     handler): a notification as an exchange of kind
+//     intercept.MessageNotification, a request to the client as
+//     MessageRequest (their params scrubbed, the message re-encoded around
+//     them), any other answer whole as MessageAnswer; what cannot be
+//     scanned is withheld. Every answer of the MCP endpoint is read as clients read it
 //     (the media type before ';'): a 2xx JSON body or event stream message
 //     by message, anything else (error statuses, other content types or
 //     none, events of other names, comments) scrubbed as JSON or text.
@@ -109,7 +113,11 @@ type RemoteFront struct {
 	forward proxy.Handler // the chain around awaitResponse
 	control proxy.Handler
 	recall  proxy.Handler
-	relay   *httputil.ReverseProxy
+	// relayChain passes the server's other messages (notifications, its
+	// requests to the client, other answers): the chain around
+	// scrubRelayed.
+	relayChain proxy.Handler
+	relay      *httputil.ReverseProxy
 
 	mu       sync.Mutex
 	sessions map[string]*remoteSession // by key (see sessionKey)
@@ -155,6 +163,7 @@ func NewRemoteFront(opts RemoteOptions) (*RemoteFront, error) {
 	f.forward = intercept.Chain(f.awaitResponse, opts.Interceptors...)
 	f.control = intercept.Chain(f.callFold, opts.ControlInterceptors...)
 	f.recall = intercept.Chain(f.callFold, opts.Interceptors...)
+	f.relayChain = intercept.Chain(f.scrubRelayed, opts.Interceptors...)
 	f.relay = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			target, _ := pr.In.Context().Value(mitmTargetKey{}).(string)

@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,7 +184,8 @@ type remoteRig struct {
 	hc     *http.Client
 	base   string // https://127.0.0.1:PORT
 	mu     sync.Mutex
-	exs    []intercept.Exchange
+	exs    []intercept.Exchange // results
+	relays []string             // the other exchanges: "kind method"
 	refuse bool
 }
 
@@ -194,9 +196,16 @@ func newRemoteRig(t *testing.T) *remoteRig {
 	port, _ := strconv.Atoi(u.Port())
 	rig.base = rig.remote.srv.URL
 	// The chain's stand-in: records each exchange, marks the result, and
-	// refuses like the budget interceptor when told to.
+	// refuses like the budget interceptor when told to. A relayed message
+	// (not a result) is recorded and passed on, as the real chain passes it.
 	mark := func(next intercept.Handler) intercept.Handler {
 		return func(ctx context.Context, ex *intercept.Exchange) error {
+			if ex.Kind != intercept.MessageResult {
+				rig.mu.Lock()
+				rig.relays = append(rig.relays, ex.Kind.String()+" "+ex.Method)
+				rig.mu.Unlock()
+				return next(ctx, ex)
+			}
 			rig.mu.Lock()
 			refuse := rig.refuse
 			rig.mu.Unlock()
@@ -291,6 +300,12 @@ func TestRemoteStreamableHTTP(t *testing.T) {
 	rig.mu.Unlock()
 	if len(exs) != 1 || exs[0].Upstream != "ex" || exs[0].Name != "echo" || string(exs[0].Args) != `{"x":1}` || exs[0].Session == "" {
 		t.Fatalf("exchanges: %+v", exs)
+	}
+	rig.mu.Lock()
+	relays := append([]string(nil), rig.relays...)
+	rig.mu.Unlock()
+	if !slices.Contains(relays, "notification notifications/message") || !slices.Contains(relays, "answer response") {
+		t.Errorf("relayed messages through the chain: %q, want the log notification and the tools/list answer", relays)
 	}
 	if len(rig.fold.opened) != 1 || rig.fold.opened[0] != exs[0].Session {
 		t.Errorf("fold sessions opened %v, want the exchange's %s", rig.fold.opened, exs[0].Session)
