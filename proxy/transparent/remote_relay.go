@@ -95,7 +95,7 @@ func (f *RemoteFront) servePost(w http.ResponseWriter, r *http.Request, sess *re
 func (f *RemoteFront) notePosted(sess *remoteSession, msgs []*proxy.Message) {
 	for _, m := range msgs {
 		switch {
-		case m.IsRequest() && m.Method == "tools/list" && sess.srv.foldTools:
+		case m.IsRequest() && m.Method == "tools/list":
 			sess.mu.Lock()
 			sess.lists[string(m.ID)] = true
 			sess.mu.Unlock()
@@ -325,7 +325,7 @@ func (f *RemoteFront) transform(ctx context.Context, sess *remoteSession, raw []
 			return f.withheld(msg.ID)
 		}
 		if list {
-			clean = f.addFoldTools(clean)
+			clean = f.listed(sess.srv, clean)
 		}
 		return clean
 	}
@@ -340,7 +340,7 @@ func (f *RemoteFront) transform(ctx context.Context, sess *remoteSession, raw []
 // other answer whole (MessageAnswer, method "response"). nil: withheld, it
 // could not be scanned.
 func (f *RemoteFront) relayed(ctx context.Context, sess *remoteSession, msg *proxy.Message, raw []byte) []byte {
-	ex := &intercept.Exchange{Session: sess.id, Upstream: sess.srv.name, Method: msg.Method, Params: msg.Params}
+	ex := &intercept.Exchange{Session: sess.foldID(), Upstream: sess.srv.name, Method: msg.Method, Params: msg.Params}
 	switch {
 	case msg.IsNotification():
 		ex.Kind = intercept.MessageNotification
@@ -420,28 +420,33 @@ func (f *RemoteFront) scrubJSON(ctx context.Context, s *remoteServer, method str
 	return clean
 }
 
-// addFoldTools appends the fold tools to a tools/list answer's last page.
-func (f *RemoteFront) addFoldTools(raw []byte) []byte {
+// listed is what the client gets of a tools/list answer (scrubbed) of
+// server s: with foldTools, the fold tools appended to its last page. The
+// tools it serves are recorded with the core (Options.Served), so that the
+// model front knows their results were charged here, on the MCP wire.
+func (f *RemoteFront) listed(s *remoteServer, raw []byte) []byte {
 	res, ok := jsonscan.Field(raw, "result")
 	if !ok {
-		return raw
-	}
-	if _, more := jsonscan.Field(res, "nextCursor"); more && jsonscan.StringField(res, "nextCursor") != "" {
 		return raw
 	}
 	var tools []json.RawMessage
 	if t, ok := jsonscan.Field(res, "tools"); !ok || json.Unmarshal(t, &tools) != nil {
 		return raw
 	}
+	if _, more := jsonscan.Field(res, "nextCursor"); !s.foldTools || more && jsonscan.StringField(res, "nextCursor") != "" {
+		f.opts.Core.AddServed(tools)
+		return raw
+	}
 	have := map[string]bool{}
 	for _, t := range tools {
 		have[jsonscan.StringField(t, "name")] = true
 	}
-	for _, t := range f.opts.Fold.Tools() {
+	for _, t := range f.opts.Core.FoldTools() {
 		if !have[jsonscan.StringField(t, "name")] {
 			tools = append(tools, t)
 		}
 	}
+	f.opts.Core.AddServed(tools)
 	res2, err := jsonscan.SetField(res, "tools", proxy.MarshalNoEscape(tools))
 	if err != nil {
 		return raw

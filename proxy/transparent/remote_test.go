@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -186,6 +187,7 @@ type remoteRig struct {
 	mu     sync.Mutex
 	exs    []intercept.Exchange // results
 	relays []string             // the other exchanges: "kind method"
+	served *proxy.ServedTools
 	refuse bool
 }
 
@@ -224,10 +226,19 @@ func newRemoteRig(t *testing.T) *remoteRig {
 			return err
 		}
 	}
+	rig.served = proxy.NewServedTools()
+	core, err := proxy.New(proxy.Options{
+		Fold: endingFold{rig.fold, rig.ended}, Served: rig.served, Settings: policy.Default(),
+		Interceptors: []intercept.Interceptor{mark}, Scrubber: wordScrubber{},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	front, err := NewRemoteFront(RemoteOptions{
 		Servers:      []policy.RemoteMCP{{URL: rig.base + "/mcp", Name: "ex"}, {URL: rig.base + "/sse", Name: "legacy"}},
 		Settings:     policy.Default(),
-		Fold:         endingFold{rig.fold, rig.ended},
+		Core:         core,
 		Interceptors: []intercept.Interceptor{mark},
 		Scrubber:     wordScrubber{},
 		Transport:    rig.remote.srv.Client().Transport,
@@ -286,6 +297,11 @@ func TestRemoteStreamableHTTP(t *testing.T) {
 	if resp.Header.Get("Mcp-Session-Id") != "sid-1" || !strings.Contains(got, `"name":"echo"`) || !strings.Contains(got, `"name":"branch_create"`) ||
 		strings.Contains(got, "SECRET") {
 		t.Errorf("tools/list through the proxy: %s %s", resp.Header, got)
+	}
+	// The model wire knows what the remote front served.
+	if !rig.served.Served("echo") || !rig.served.Served("mcp__ex__branch_create") || rig.served.Served("other") {
+		t.Errorf("served tools after tools/list: echo %v, branch_create %v, other %v",
+			rig.served.Served("echo"), rig.served.Served("mcp__ex__branch_create"), rig.served.Served("other"))
 	}
 
 	// A tool call: the notification before it scrubbed, the result through
