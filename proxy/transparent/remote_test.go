@@ -90,8 +90,12 @@ func (f *fakeRemote) serve(w http.ResponseWriter, r *http.Request) {
 				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"json SECRET"}]}}`, m.ID)
 				return
 			}
-			// An event stream: a notification, then the result.
 			w.Header().Set("Content-Type", "text/event-stream")
+			if jsonscan.StringField(m.Params, "name") == "ask" {
+				// A request to the client on the call's stream.
+				fmt.Fprintf(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"s-1\",\"method\":\"elicitation/create\",\"params\":{\"message\":\"ask SECRET\"}}\n\n")
+			}
+			// An event stream: a notification, then the result.
 			fmt.Fprintf(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"log SECRET\"}}\n\n")
 			fmt.Fprintf(w, "id: 7\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"echo SECRET\"}]}}\n\n", m.ID)
 		default:
@@ -535,5 +539,22 @@ func TestRemoteAnswersNeverRaw(t *testing.T) {
 	}
 	if resp, got := get("sid-405"); resp.StatusCode != 405 || !strings.Contains(got, "no stream here, [REDACTED:word]") || strings.Contains(got, "SECRET") {
 		t.Errorf("GET refused: HTTP %d %q", resp.StatusCode, got)
+	}
+}
+
+// A server-to-client request on a call's stream passes the relay chain as
+// a request (MessageRequest): its params scrubbed, its id and method kept.
+func TestRemoteRequestToClientThroughChain(t *testing.T) {
+	rig := newRemoteRig(t)
+	_, got := rig.post(t, "/mcp", "Bearer good", "sid-1", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"ask"}}`)
+	want := `{"jsonrpc":"2.0","id":"s-1","method":"elicitation/create","params":{"message":"ask [REDACTED:word]"}}`
+	if !strings.Contains(got, want) || strings.Contains(got, "SECRET") || !strings.Contains(got, "echo [chained]") {
+		t.Errorf("a request to the client through the proxy: %q, want %s in it", got, want)
+	}
+	rig.mu.Lock()
+	relays := append([]string(nil), rig.relays...)
+	rig.mu.Unlock()
+	if !slices.Contains(relays, "request elicitation/create") || !slices.Contains(relays, "notification notifications/message") {
+		t.Errorf("relayed messages through the chain: %q, want the elicitation request and the log notification", relays)
 	}
 }
