@@ -37,6 +37,11 @@ const (
 	// (sampling/createMessage, elicitation/create, roots/list) on its way
 	// to the agent, Params holding its params.
 	MessageRequest
+	// MessageAnswer is an upstream's answer to a request of the agent that
+	// foldproxy relays without charging it (initialize, tools/list, a call
+	// foldproxy does not chain), Params holding the whole JSON-RPC
+	// response: the remote MCP front of transparent mode relays these.
+	MessageAnswer
 )
 
 func (k MessageKind) String() string {
@@ -47,6 +52,8 @@ func (k MessageKind) String() string {
 		return "notification"
 	case MessageRequest:
 		return "request"
+	case MessageAnswer:
+		return "answer"
 	}
 	return fmt.Sprintf("MessageKind(%d)", uint8(k))
 }
@@ -54,7 +61,7 @@ func (k MessageKind) String() string {
 // Exchange is one message on its way to the agent through foldproxy: most
 // often a request the agent sent and the answer it gets back (MessageResult),
 // or else a notification or a server-to-client request from an upstream
-// (Kind says which). For a result, the proxy fills the request half, the
+// (Kind says which), or an answer relayed as it is (MessageAnswer). For a result, the proxy fills the request half, the
 // innermost handler calls the upstream and fills Result, and each
 // interceptor reads and amends it on the way in and on the way out. For a
 // relayed message, the proxy fills Upstream, Method and Params, the

@@ -275,7 +275,7 @@ func (s *Server) liveSessions() []*Session {
 	out := make([]*Session, 0, len(s.sessions))
 	for _, sess := range s.sessions {
 		sess.mu.Lock()
-		ok := sess.initialized && !sess.closed
+		ok := sess.initialized && !sess.closed && !sess.relayOnly
 		sess.mu.Unlock()
 		if ok {
 			out = append(out, sess)

@@ -43,9 +43,12 @@
 //
 // Transparent mode is package proxy/transparent: an HTTPS proxy whose
 // intercepted model hosts go to proxy/modelfront and whose intercepted
-// remote MCP servers go to its RemoteFront, which takes the core's
-// intercept chains and fold tools through remote_seam.go; every other
-// host is tunnelled, never decrypted.
+// remote MCP servers go to its RemoteFront, a transport of this core
+// through the seam of remote_seam.go: the core opens, touches and ends
+// the fold session of each client MCP session there (sessions it sends
+// nothing, as they are not among liveSessions), serves the fold tools'
+// entries and calls, and records the tools served (ServedTools); every
+// other host is tunnelled, never decrypted.
 //
 // Every front on the HTTP listener, and the forward proxy, checks its
 // token and the Host and Origin headers with package proxy/guard

@@ -96,8 +96,9 @@ type Observer interface {
 	SessionOpened()
 	SessionClosed()
 	// Relayed reports a message relayed from upstream to the agent beside
-	// a call's result (a notification or a server-to-client request), with
-	// the secrets removed from it by rule.
+	// a call's result (a notification, a server-to-client request, or an
+	// answer the remote MCP front of transparent mode relays), with the
+	// secrets removed from it by rule.
 	Relayed(upstream, method string, redactions map[string]int)
 }
 

@@ -22,7 +22,8 @@ type Session struct {
 	clientCaps      json.RawMessage
 	initialized     bool
 	closed          bool
-	logLevel        int // index into logLevels; -1: not set (forward everything)
+	relayOnly       bool // a transport front's session: the core sends it nothing (remote_seam.go)
+	logLevel        int  // index into logLevels; -1: not set (forward everything)
 	lastActive      time.Time
 	opened          time.Time
 	inflight        map[string]context.CancelCauseFunc // agent requests being served, by id

@@ -693,11 +693,15 @@ func wireAutoFold(m policy.Model) modelwire.AutoFold {
 }
 
 // newRemoteFront makes the front of the remote MCP servers intercepted in
-// transparent mode, over transport tr: they take the MCP front's chains
-// (one Budget, one Audit: the same state).
+// transparent mode, over transport tr: a transport of the core (c.srv
+// holds its fold sessions and answers its fold tools), whose calls take
+// the MCP front's chain (one Budget, one Audit: the same state).
 func (c *serveCore) newRemoteFront(tr http.RoundTripper) (*transparent.RemoteFront, error) {
+	if c.srv == nil {
+		return nil, errors.New("remote MCP front: the core is not built yet")
+	}
 	return transparent.NewRemoteFront(transparent.RemoteOptions{
-		Servers: c.st.Proxy.MCP, Settings: c.st, Fold: c.mgr, Scrubber: c.scrubber, Transport: tr, Logger: c.logger,
-		Observer: c.observer(), Interceptors: c.chain, ControlInterceptors: c.control,
+		Servers: c.st.Proxy.MCP, Settings: c.st, Core: c.srv, Scrubber: c.scrubber, Transport: tr, Logger: c.logger,
+		Observer: c.observer(), Interceptors: c.chain,
 	})
 }

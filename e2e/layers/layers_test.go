@@ -46,7 +46,7 @@ var allowed = map[string][]string{
 	"proxy/attach":      {"policy/jsonscan", "policy/rawio", "proxy"},
 	"proxy/guard":       {},
 	"proxy/modelfront":  {"fold/modelwire", "proxy/guard"},
-	"proxy/transparent": {"fold", "intercept", "policy", "policy/jsonscan", "policy/statedir", "proxy", "proxy/guard"},
+	"proxy/transparent": {"intercept", "policy", "policy/jsonscan", "policy/statedir", "proxy", "proxy/guard"},
 	"upstreams":         {"policy/jsonrpc", "policy/jsonscan", "policy/rawio", "policy/redact"},
 }
 

@@ -8,9 +8,13 @@
 // with proxy/guard; the allowed ports; which hosts are intercepted) and the
 // CA's files. An intercepted model host's requests go to a model front
 // (the Model function of ForwardOptions, proxy/modelfront's Handler);
-// an intercepted remote MCP server's go to RemoteFront, whose calls take
-// the core's intercept chains and fold tools (proxy.CallFoldTool) while
-// the client keeps its own MCP session and credentials.
+// an intercepted remote MCP server's go to RemoteFront, a transport of the
+// one core (proxy.Server): the core holds the fold session of each client
+// MCP session and answers the fold tools, the calls and every message
+// relayed pass the core's intercept chain, while the client keeps its own
+// MCP session and credentials and transparent keeps the transport (the
+// client's own server reached with the client's own headers, answers on
+// the POST's stream or on the GET stream).
 //
 // transparent must never decrypt a host that is not configured for
 // interception (InterceptHosts, or the remote MCP servers): every other
@@ -20,7 +24,9 @@
 // would be its own proxy), never relays a message from a remote server
 // that it could not scan, and never logs or stores a header or a body.
 //
-// RemoteFront still keeps its own fold sessions (one per client MCP
-// session) beside the core's Server: it is not yet a transport of the
-// one core.
+// RemoteFront never opens, touches or ends a fold session itself, nor
+// answers a fold tool: those are the core's. Every JSON-RPC message of a
+// server's 2xx answer (JSON body or event stream) passes the chain; it
+// scrubs directly only what is not such a message (error statuses, other
+// content types, events of other names, event fields).
 package transparent

@@ -16,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
@@ -43,19 +42,30 @@ import (
 //     server), on the way out when its response arrives, in a JSON body or
 //     an event stream: the POST's own stream (streamable HTTP) or the GET
 //     /sse stream (the legacy SSE transport).
-//   - Every other message from the server (notifications, its requests to
-//     the client, other results) is scrubbed; what cannot be scanned is
-//     withheld. Every answer of the MCP endpoint is read as clients read it
+//   - Every other message from the server passes the same relay chain as
+//     the core's upstream traffic (the Interceptors around a scrubbing
+//     handler): a notification as an exchange of kind
+//     intercept.MessageNotification, a request to the client as
+//     MessageRequest (their params scrubbed, the message re-encoded around
+//     them), any other answer whole as MessageAnswer; what cannot be
+//     scanned is withheld. Every answer of the MCP endpoint is read as clients read it
 //     (the media type before ';'): a 2xx JSON body or event stream message
 //     by message, anything else (error statuses, other content types or
 //     none, events of other names, comments) scrubbed as JSON or text.
 //     Nothing the server sends there reaches the client unscanned: a body
 //     that cannot be read whole, decoded or scanned is withheld.
 //   - With foldTools, the fold tools join the server's tools/list and are
-//     answered by foldproxy itself.
+//     answered by foldproxy itself: their catalogue entries and their
+//     calls are the core's (Server.FoldTools, Server.CallFoldToolOf), as
+//     on the MCP front. The tools of every tools/list answer relayed are
+//     recorded with the core (Server.AddServed, Options.Served), so that
+//     the model front knows their results were charged on the MCP wire.
 //
 // Sessions. Each client MCP session is one fold session (transport
-// "transparent"), with its own root and branch tree: keyed by the
+// "transparent"), with its own root and branch tree, held by the core: it
+// is opened on the session's first call (Server.OpenTransportSession),
+// touched on each later one and ended through Server.CloseSession; this
+// front only maps the client's session to it, keyed by the
 // Mcp-Session-Id the server gave it (streamable HTTP), by the endpoint
 // the server announced on its GET /sse stream (legacy SSE), or, for a
 // stateless server that gives no session id, by the client's connection
@@ -79,19 +89,20 @@ type RemoteOptions struct {
 	// Settings give the call timeouts (by server name) and the message
 	// size bound.
 	Settings policy.Settings
-	// Fold is the fold engine. Required.
-	Fold proxy.Folder
-	// Interceptors run around every intercepted call and around
-	// branch_recall, ControlInterceptors around the other fold tools, as
-	// on the MCP front (Options): the first listed outermost, the lists
-	// intercept.NewChain and NewControlChain build.
-	Interceptors        []intercept.Interceptor
-	ControlInterceptors []intercept.Interceptor
+	// Core is the one core: it holds the fold sessions of the clients' MCP
+	// sessions, serves the fold tools' catalogue entries and answers their
+	// calls (through its own chains), and records the tools served
+	// (Options.Served). Required.
+	Core *proxy.Server
+	// Interceptors run around every intercepted call and every relayed
+	// message, as on the MCP front (Options.Interceptors): the first
+	// listed outermost, the list intercept.NewChain builds.
+	Interceptors []intercept.Interceptor
 	// Scrubber cleans every other message from the servers. Required:
 	// foldproxy relays nothing it could not scan.
 	Scrubber proxy.JSONScrubber
-	// Observer hears of sessions and of secrets removed from relayed
-	// messages; nil: nobody.
+	// Observer hears of secrets removed from relayed messages (the core's
+	// hears of sessions); nil: nobody.
 	Observer proxy.Observer
 	// Transport reaches the real servers (upstream TLS verified). Required.
 	Transport http.RoundTripper
@@ -107,9 +118,11 @@ type RemoteFront struct {
 	maxMsg  int64
 
 	forward proxy.Handler // the chain around awaitResponse
-	control proxy.Handler
-	recall  proxy.Handler
-	relay   *httputil.ReverseProxy
+	// relayChain passes the server's other messages (notifications, its
+	// requests to the client, other answers): the chain around
+	// scrubRelayed.
+	relayChain proxy.Handler
+	relay      *httputil.ReverseProxy
 
 	mu       sync.Mutex
 	sessions map[string]*remoteSession // by key (see sessionKey)
@@ -127,8 +140,8 @@ type remoteServer struct {
 
 // NewRemoteFront validates opts and returns the front.
 func NewRemoteFront(opts RemoteOptions) (*RemoteFront, error) {
-	if opts.Fold == nil || opts.Scrubber == nil || opts.Transport == nil {
-		return nil, errors.New("remote MCP front: Fold, Scrubber and Transport are required")
+	if opts.Core == nil || opts.Scrubber == nil || opts.Transport == nil {
+		return nil, errors.New("remote MCP front: Core, Scrubber and Transport are required")
 	}
 	f := &RemoteFront{
 		opts:     opts,
@@ -153,8 +166,7 @@ func NewRemoteFront(opts RemoteOptions) (*RemoteFront, error) {
 		f.servers = append(f.servers, &remoteServer{name: name, target: u.Host, path: u.Path, url: u, foldTools: s.Folds()})
 	}
 	f.forward = intercept.Chain(f.awaitResponse, opts.Interceptors...)
-	f.control = intercept.Chain(f.callFold, opts.ControlInterceptors...)
-	f.recall = intercept.Chain(f.callFold, opts.Interceptors...)
+	f.relayChain = intercept.Chain(f.scrubRelayed, opts.Interceptors...)
 	f.relay = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			target, _ := pr.In.Context().Value(mitmTargetKey{}).(string)
@@ -233,13 +245,13 @@ func (f *RemoteFront) serve(w http.ResponseWriter, r *http.Request, target strin
 type remoteSession struct {
 	key    string
 	srv    *remoteServer
-	id     string // the fold session id
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	inject chan []byte // legacy SSE: answers foldproxy gives itself, for the GET stream
 
 	mu       sync.Mutex
-	opened   bool
+	core     *proxy.Session // the core's session, once opened
+	id       string         // the fold session id (core's), once opened
 	ended    bool
 	lastSeen time.Time
 	pending  map[string]*pendingCall // by JSON-RPC id
@@ -282,7 +294,7 @@ func (f *RemoteFront) session(key string, s *remoteServer, inject chan []byte) *
 			o.mu.Unlock()
 		}
 		ctx, cancel := context.WithCancelCause(context.Background())
-		sess = &remoteSession{key: key, srv: s, id: proxy.NewID("t"), ctx: ctx, cancel: cancel, inject: inject,
+		sess = &remoteSession{key: key, srv: s, ctx: ctx, cancel: cancel, inject: inject,
 			pending: map[string]*pendingCall{}, lists: map[string]bool{}}
 		f.sessions[key] = sess
 	}
@@ -296,34 +308,37 @@ func (f *RemoteFront) session(key string, s *remoteServer, inject chan []byte) *
 	return sess
 }
 
-// open opens the fold session on first use.
+// foldID is the fold session id of sess, "" before it is opened.
+func (sess *remoteSession) foldID() string {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	return sess.id
+}
+
+// open opens the fold session on first use, through the core, and touches
+// it after.
 func (f *RemoteFront) open(ctx context.Context, sess *remoteSession) error {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	if sess.ended {
 		return errors.New("the MCP session ended")
 	}
-	if sess.opened {
-		f.opts.Fold.TouchSession(ctx, sess.id)
+	if sess.core != nil {
+		f.opts.Core.TouchSession(ctx, sess.core)
 		return nil
 	}
-	now := f.now()
-	if err := f.opts.Fold.OpenSession(ctx, fold.SessionRecord{
-		ID: sess.id, Transport: TransportTransparent, Created: now, LastSeen: now,
-		ClientInfo: json.RawMessage(`{"name":` + string(jsonscan.Quote(sess.srv.name)) + `}`),
-	}); err != nil {
+	cs, err := f.opts.Core.OpenTransportSession(ctx, TransportTransparent,
+		json.RawMessage(`{"name":`+string(jsonscan.Quote(sess.srv.name))+`}`))
+	if err != nil {
 		return err
 	}
-	sess.opened = true
-	if f.opts.Observer != nil {
-		f.opts.Observer.SessionOpened()
-	}
+	sess.core, sess.id = cs, cs.ID()
 	f.log.Debug("transparent MCP session opened", "server", sess.srv.name, "session", sess.id)
 	return nil
 }
 
 // endSession forgets sess, cancels its calls in flight and ends its fold
-// session (its open branches are closed by fold's session-end rules).
+// session through the core.
 func (f *RemoteFront) endSession(sess *remoteSession, why string) {
 	f.mu.Lock()
 	if f.sessions[sess.key] == sess {
@@ -341,27 +356,17 @@ func (f *RemoteFront) endSession(sess *remoteSession, why string) {
 		return
 	}
 	sess.ended = true
-	opened := sess.opened
+	cs := sess.core
 	sess.mu.Unlock()
 	sess.cancel(fmt.Errorf("the client's MCP session ended (%s)", why))
-	if !opened {
+	if cs == nil {
 		return
 	}
-	grace := f.opts.Settings.Fold.SessionEndGrace.D()
-	if grace <= 0 {
-		grace = 30 * time.Second
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), grace)
-		defer cancel()
-		if err := f.opts.Fold.EndSession(ctx, sess.id); err != nil {
-			f.log.Warn("ending a transparent MCP session", "server", sess.srv.name, "session", sess.id, "err", err)
-		}
-		if f.opts.Observer != nil {
-			f.opts.Observer.SessionClosed()
-		}
-	}()
-	f.log.Debug("transparent MCP session ended", "server", sess.srv.name, "session", sess.id, "why", why)
+	// The core ends the fold session (its open branches closed by fold's
+	// session-end rules, within fold.sessionEndGrace), off the request
+	// that ended it.
+	go f.opts.Core.CloseSession(cs)
+	f.log.Debug("transparent MCP session ended", "server", sess.srv.name, "session", cs.ID(), "why", why)
 }
 
 // connClosed ends the sessions keyed by conn (stateless servers).

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/foldproxy/foldproxy/fold"
 	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
 	"github.com/foldproxy/foldproxy/proxy"
@@ -62,18 +61,13 @@ func (f *RemoteFront) awaitResponse(ctx context.Context, ex *intercept.Exchange)
 	}
 }
 
-// callFold is the innermost handler of the fold tools.
-func (f *RemoteFront) callFold(ctx context.Context, ex *intercept.Exchange) error {
-	return proxy.CallFoldTool(ctx, f.opts.Fold, ex)
-}
-
 // exchangeOf is the exchange of a chained request.
 func exchangeOf(sess *remoteSession, msg *proxy.Message) *intercept.Exchange {
 	params := msg.Params
 	if len(params) == 0 || params[0] != '{' {
 		params = json.RawMessage("{}")
 	}
-	ex := &intercept.Exchange{Session: sess.id, Upstream: sess.srv.name, Method: msg.Method, Params: params, Start: time.Now()}
+	ex := &intercept.Exchange{Session: sess.foldID(), Upstream: sess.srv.name, Method: msg.Method, Params: params, Start: time.Now()}
 	switch msg.Method {
 	case "tools/call", "prompts/get":
 		ex.Name = jsonscan.StringField(params, "name")
@@ -160,25 +154,15 @@ func (f *RemoteFront) foldCall(ctx context.Context, sess *remoteSession, msg *pr
 	}
 	ex := exchangeOf(sess, msg)
 	ex.Upstream = ""
-	h := f.control
-	if fold.ChargedTool(ex.Name) {
-		h = f.recall
-	}
-	herr := h(ctx, ex)
+	herr := f.opts.Core.CallFoldToolOf(ctx, ex)
 	return answerOf(msg, ex, herr)
 }
 
-// isFoldTool reports whether a tools/call of sess's server names a fold
-// tool foldproxy answers.
+// isFoldCall reports whether a tools/call of sess's server names a fold
+// tool foldproxy (the core) answers.
 func (f *RemoteFront) isFoldCall(sess *remoteSession, msg *proxy.Message) bool {
 	if !sess.srv.foldTools || msg.Method != "tools/call" {
 		return false
 	}
-	name := jsonscan.StringField(msg.Params, "name")
-	for _, t := range f.opts.Fold.Tools() {
-		if jsonscan.StringField(t, "name") == name {
-			return true
-		}
-	}
-	return false
+	return f.opts.Core.IsFoldTool(jsonscan.StringField(msg.Params, "name"))
 }

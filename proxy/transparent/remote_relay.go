@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/foldproxy/foldproxy/intercept"
 	"github.com/foldproxy/foldproxy/policy"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
 	"github.com/foldproxy/foldproxy/proxy"
@@ -94,7 +95,7 @@ func (f *RemoteFront) servePost(w http.ResponseWriter, r *http.Request, sess *re
 func (f *RemoteFront) notePosted(sess *remoteSession, msgs []*proxy.Message) {
 	for _, m := range msgs {
 		switch {
-		case m.IsRequest() && m.Method == "tools/list" && sess.srv.foldTools:
+		case m.IsRequest() && m.Method == "tools/list":
 			sess.mu.Lock()
 			sess.lists[string(m.ID)] = true
 			sess.mu.Unlock()
@@ -319,21 +320,66 @@ func (f *RemoteFront) transform(ctx context.Context, sess *remoteSession, raw []
 			<-pc.done
 			return pc.final
 		}
-		clean := f.scrub(ctx, sess, "response", raw)
+		clean := f.relayed(ctx, sess, msg, raw)
 		if clean == nil {
 			return f.withheld(msg.ID)
 		}
 		if list {
-			clean = f.addFoldTools(clean)
+			clean = f.listed(sess.srv, clean)
 		}
 		return clean
 	}
-	return f.scrub(ctx, sess, msg.Method, raw)
+	return f.relayed(ctx, sess, msg, raw)
 }
 
-// scrub scrubs a whole message; nil when it could not be scanned.
-func (f *RemoteFront) scrub(ctx context.Context, sess *remoteSession, method string, raw []byte) []byte {
-	return f.scrubJSON(ctx, sess.srv, method, raw)
+// relayed passes msg (raw), a message from the server that is not a
+// chained call's response, through the relay chain as the core passes
+// what its upstreams relay (proxy's upstream_traffic.go): a notification
+// (MessageNotification) or a server-to-client request (MessageRequest)
+// by its params, re-encoded around what the chain leaves of them; any
+// other answer whole (MessageAnswer, method "response"). nil: withheld, it
+// could not be scanned.
+func (f *RemoteFront) relayed(ctx context.Context, sess *remoteSession, msg *proxy.Message, raw []byte) []byte {
+	ex := &intercept.Exchange{Session: sess.foldID(), Upstream: sess.srv.name, Method: msg.Method, Params: msg.Params}
+	switch {
+	case msg.IsNotification():
+		ex.Kind = intercept.MessageNotification
+	case msg.IsRequest():
+		ex.Kind = intercept.MessageRequest
+	default:
+		ex.Kind, ex.Method, ex.Params = intercept.MessageAnswer, "response", raw
+	}
+	if err := f.relayChain(ctx, ex); err != nil || ex.Err != nil {
+		return nil
+	}
+	switch ex.Kind {
+	case intercept.MessageNotification:
+		return proxy.Notification(msg.Method, ex.Params)
+	case intercept.MessageRequest:
+		return proxy.Request(msg.ID, msg.Method, ex.Params)
+	}
+	return ex.Params
+}
+
+// errRelayWithheld withholds a relayed message that could not be scanned.
+var errRelayWithheld = errors.New("foldproxy withheld this message: it could not be scanned for secrets")
+
+// scrubRelayed is the innermost handler of the relay chain: it scrubs the
+// exchange's params (reporting redactions to the Observer), or withholds
+// the message (ex.Err).
+func (f *RemoteFront) scrubRelayed(ctx context.Context, ex *intercept.Exchange) error {
+	if len(ex.Params) == 0 {
+		return nil
+	}
+	srv := &remoteServer{name: ex.Upstream}
+	clean := f.scrubJSON(ctx, srv, ex.Method, ex.Params)
+	if clean == nil {
+		ex.Err = errRelayWithheld
+		ex.Outcome = intercept.OutcomeWithheld
+		return ex.Err
+	}
+	ex.Params = clean
+	return nil
 }
 
 // scrubAny scrubs data, as JSON when it is valid JSON, else as text; nil
@@ -374,28 +420,33 @@ func (f *RemoteFront) scrubJSON(ctx context.Context, s *remoteServer, method str
 	return clean
 }
 
-// addFoldTools appends the fold tools to a tools/list answer's last page.
-func (f *RemoteFront) addFoldTools(raw []byte) []byte {
+// listed is what the client gets of a tools/list answer (scrubbed) of
+// server s: with foldTools, the fold tools appended to its last page. The
+// tools it serves are recorded with the core (Options.Served), so that the
+// model front knows their results were charged here, on the MCP wire.
+func (f *RemoteFront) listed(s *remoteServer, raw []byte) []byte {
 	res, ok := jsonscan.Field(raw, "result")
 	if !ok {
-		return raw
-	}
-	if _, more := jsonscan.Field(res, "nextCursor"); more && jsonscan.StringField(res, "nextCursor") != "" {
 		return raw
 	}
 	var tools []json.RawMessage
 	if t, ok := jsonscan.Field(res, "tools"); !ok || json.Unmarshal(t, &tools) != nil {
 		return raw
 	}
+	if _, more := jsonscan.Field(res, "nextCursor"); !s.foldTools || more && jsonscan.StringField(res, "nextCursor") != "" {
+		f.opts.Core.AddServed(tools)
+		return raw
+	}
 	have := map[string]bool{}
 	for _, t := range tools {
 		have[jsonscan.StringField(t, "name")] = true
 	}
-	for _, t := range f.opts.Fold.Tools() {
+	for _, t := range f.opts.Core.FoldTools() {
 		if !have[jsonscan.StringField(t, "name")] {
 			tools = append(tools, t)
 		}
 	}
+	f.opts.Core.AddServed(tools)
 	res2, err := jsonscan.SetField(res, "tools", proxy.MarshalNoEscape(tools))
 	if err != nil {
 		return raw

@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,8 +90,12 @@ func (f *fakeRemote) serve(w http.ResponseWriter, r *http.Request) {
 				fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"json SECRET"}]}}`, m.ID)
 				return
 			}
-			// An event stream: a notification, then the result.
 			w.Header().Set("Content-Type", "text/event-stream")
+			if jsonscan.StringField(m.Params, "name") == "ask" {
+				// A request to the client on the call's stream.
+				fmt.Fprintf(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"s-1\",\"method\":\"elicitation/create\",\"params\":{\"message\":\"ask SECRET\"}}\n\n")
+			}
+			// An event stream: a notification, then the result.
 			fmt.Fprintf(w, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"log SECRET\"}}\n\n")
 			fmt.Fprintf(w, "id: 7\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"echo SECRET\"}]}}\n\n", m.ID)
 		default:
@@ -183,7 +189,9 @@ type remoteRig struct {
 	hc     *http.Client
 	base   string // https://127.0.0.1:PORT
 	mu     sync.Mutex
-	exs    []intercept.Exchange
+	exs    []intercept.Exchange // results
+	relays []string             // the other exchanges: "kind method"
+	served *proxy.ServedTools
 	refuse bool
 }
 
@@ -194,9 +202,16 @@ func newRemoteRig(t *testing.T) *remoteRig {
 	port, _ := strconv.Atoi(u.Port())
 	rig.base = rig.remote.srv.URL
 	// The chain's stand-in: records each exchange, marks the result, and
-	// refuses like the budget interceptor when told to.
+	// refuses like the budget interceptor when told to. A relayed message
+	// (not a result) is recorded and passed on, as the real chain passes it.
 	mark := func(next intercept.Handler) intercept.Handler {
 		return func(ctx context.Context, ex *intercept.Exchange) error {
+			if ex.Kind != intercept.MessageResult {
+				rig.mu.Lock()
+				rig.relays = append(rig.relays, ex.Kind.String()+" "+ex.Method)
+				rig.mu.Unlock()
+				return next(ctx, ex)
+			}
 			rig.mu.Lock()
 			refuse := rig.refuse
 			rig.mu.Unlock()
@@ -215,10 +230,19 @@ func newRemoteRig(t *testing.T) *remoteRig {
 			return err
 		}
 	}
+	rig.served = proxy.NewServedTools()
+	core, err := proxy.New(proxy.Options{
+		Fold: endingFold{rig.fold, rig.ended}, Served: rig.served, Settings: policy.Default(),
+		Interceptors: []intercept.Interceptor{mark}, Scrubber: wordScrubber{},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	front, err := NewRemoteFront(RemoteOptions{
 		Servers:      []policy.RemoteMCP{{URL: rig.base + "/mcp", Name: "ex"}, {URL: rig.base + "/sse", Name: "legacy"}},
 		Settings:     policy.Default(),
-		Fold:         endingFold{rig.fold, rig.ended},
+		Core:         core,
 		Interceptors: []intercept.Interceptor{mark},
 		Scrubber:     wordScrubber{},
 		Transport:    rig.remote.srv.Client().Transport,
@@ -278,6 +302,11 @@ func TestRemoteStreamableHTTP(t *testing.T) {
 		strings.Contains(got, "SECRET") {
 		t.Errorf("tools/list through the proxy: %s %s", resp.Header, got)
 	}
+	// The model wire knows what the remote front served.
+	if !rig.served.Served("echo") || !rig.served.Served("mcp__ex__branch_create") || rig.served.Served("other") {
+		t.Errorf("served tools after tools/list: echo %v, branch_create %v, other %v",
+			rig.served.Served("echo"), rig.served.Served("mcp__ex__branch_create"), rig.served.Served("other"))
+	}
 
 	// A tool call: the notification before it scrubbed, the result through
 	// the chain, the event's other fields kept.
@@ -291,6 +320,12 @@ func TestRemoteStreamableHTTP(t *testing.T) {
 	rig.mu.Unlock()
 	if len(exs) != 1 || exs[0].Upstream != "ex" || exs[0].Name != "echo" || string(exs[0].Args) != `{"x":1}` || exs[0].Session == "" {
 		t.Fatalf("exchanges: %+v", exs)
+	}
+	rig.mu.Lock()
+	relays := append([]string(nil), rig.relays...)
+	rig.mu.Unlock()
+	if !slices.Contains(relays, "notification notifications/message") || !slices.Contains(relays, "answer response") {
+		t.Errorf("relayed messages through the chain: %q, want the log notification and the tools/list answer", relays)
 	}
 	if len(rig.fold.opened) != 1 || rig.fold.opened[0] != exs[0].Session {
 		t.Errorf("fold sessions opened %v, want the exchange's %s", rig.fold.opened, exs[0].Session)
@@ -504,5 +539,22 @@ func TestRemoteAnswersNeverRaw(t *testing.T) {
 	}
 	if resp, got := get("sid-405"); resp.StatusCode != 405 || !strings.Contains(got, "no stream here, [REDACTED:word]") || strings.Contains(got, "SECRET") {
 		t.Errorf("GET refused: HTTP %d %q", resp.StatusCode, got)
+	}
+}
+
+// A server-to-client request on a call's stream passes the relay chain as
+// a request (MessageRequest): its params scrubbed, its id and method kept.
+func TestRemoteRequestToClientThroughChain(t *testing.T) {
+	rig := newRemoteRig(t)
+	_, got := rig.post(t, "/mcp", "Bearer good", "sid-1", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"ask"}}`)
+	want := `{"jsonrpc":"2.0","id":"s-1","method":"elicitation/create","params":{"message":"ask [REDACTED:word]"}}`
+	if !strings.Contains(got, want) || strings.Contains(got, "SECRET") || !strings.Contains(got, "echo [chained]") {
+		t.Errorf("a request to the client through the proxy: %q, want %s in it", got, want)
+	}
+	rig.mu.Lock()
+	relays := append([]string(nil), rig.relays...)
+	rig.mu.Unlock()
+	if !slices.Contains(relays, "request elicitation/create") || !slices.Contains(relays, "notification notifications/message") {
+		t.Errorf("relayed messages through the chain: %q, want the elicitation request and the log notification", relays)
 	}
 }
