@@ -160,13 +160,15 @@ fuzz:
 # default minute. A real hang still fails: the worker panics after 10 s on
 # one input and the input is written to testdata/fuzz.
 FUZZCI_TARGETS := ./proxy/:FuzzStdioFront:40000x ./proxy/:FuzzHTTPFront:40000x \
-	./proxy/:FuzzModelFront:40000x ./proxy/:FuzzParseOneFast:40000x ./intercept/tokens/:FuzzLongPieceExact:1500x \
-	./fold/:FuzzScanWAL:20000x
+	./proxy/modelfront/:FuzzModelFront:40000x ./proxy/:FuzzParseOneFast:40000x ./intercept/tokens/:FuzzLongPieceExact:1500x \
+	./fold/store/:FuzzScanWAL:20000x
 fuzz-ci:
 	@set -e; for triple in $(FUZZCI_TARGETS); do \
 		pkg=$${triple%%:*}; rest=$${triple#*:}; target=$${rest%%:*}; count=$${rest#*:}; \
 		echo "== $$pkg $$target ($$count)"; \
-		$(GO) test -tags $(TAGS) -run '^$$' -fuzz "^$$target\$$" -fuzztime $$count -fuzzminimizetime 200x $$pkg; \
+		out=$$($(GO) test -tags $(TAGS) -run '^$$' -fuzz "^$$target\$$" -fuzztime $$count -fuzzminimizetime 200x $$pkg 2>&1) || { echo "$$out"; exit 1; }; \
+		echo "$$out"; \
+		if echo "$$out" | grep -q 'no fuzz tests to fuzz'; then echo "fuzz-ci: $$pkg has no fuzz target $$target (moved? update FUZZCI_TARGETS)"; exit 1; fi; \
 	done
 
 # Issue 5's drills against the real binary (e2e/drill*_test.go, build tag
