@@ -30,7 +30,7 @@ func claudeEnv(home string) []string {
 // TestClaudeCodeImportedProject: a project whose .mcp.json has a working
 // server and a dead one is imported with "foldproxy import --write"; the
 // real Claude Code CLI then starts the imported entry in three sessions at
-// once (three "claude mcp list", each its own foldproxy process on the
+// once (three "claude mcp list", each with its own home, each its own foldproxy process on the
 // project's one state folder) and every one reports it Connected, the dead
 // upstream notwithstanding.
 func TestClaudeCodeImportedProject(t *testing.T) {
@@ -88,6 +88,17 @@ func TestClaudeCodeImportedProject(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Each session has a home of its own, a copy of that one: Claude Code
+	// rewrites ~/.claude.json as it starts, and three at once on one file
+	// can read another's half-written rewrite and lose the approval
+	// ("Pending approval"), a race of Claude Code's, not foldproxy's.
+	homes := make([]string, 3)
+	for i := range homes {
+		homes[i] = t.TempDir()
+		if err := os.CopyFS(homes[i], os.DirFS(home)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	outs := make([]string, 3)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
@@ -95,7 +106,7 @@ func TestClaudeCodeImportedProject(t *testing.T) {
 		wg.Go(func() {
 			cmd := exec.CommandContext(ctx, claude, "mcp", "list")
 			cmd.Dir = project
-			cmd.Env = claudeEnv(home)
+			cmd.Env = claudeEnv(homes[i])
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			ownProcessGroup(cmd)
