@@ -2,17 +2,12 @@ package upstreams
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,7 +26,7 @@ const envMarker = "FOLDPROXY_UPSTREAMS_TEST_MARKER"
 func TestMain(m *testing.M) {
 	switch os.Getenv(envServer) {
 	case "mcp":
-		if err := serveStdio(newTestServer()); err != nil {
+		if err := server.ServeStdio(newTestServer()); err != nil {
 			fmt.Fprintln(os.Stderr, "serve:", err)
 			os.Exit(1)
 		}
@@ -41,31 +36,6 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
-}
-
-// serveStdio serves srv on stdin and stdout as server.ServeStdio does
-// (SIGTERM and SIGINT end it), its stdout behind exitAfterAnswer.
-func serveStdio(srv *server.MCPServer) error {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	return server.NewStdioServer(srv).Listen(ctx, os.Stdin, exitAfterAnswer{os.Stdout})
-}
-
-// dieAfterAnswer is set by the diesoon tool: the process exits once the
-// tool's answer is written.
-var dieAfterAnswer atomic.Bool
-
-// exitAfterAnswer is the stdio test server's stdout. mcp-go writes each
-// message with one Write; once diesoon has set dieAfterAnswer, the first
-// result written (its answer) is followed by os.Exit(4).
-type exitAfterAnswer struct{ w io.Writer }
-
-func (e exitAfterAnswer) Write(p []byte) (int, error) {
-	n, err := e.w.Write(p)
-	if dieAfterAnswer.Load() && bytes.Contains(p, []byte(`"result"`)) {
-		os.Exit(4)
-	}
-	return n, err
 }
 
 // testToolNames are the tools of newTestServer, in the order they are added.
@@ -138,9 +108,10 @@ func newTestServer() *server.MCPServer {
 		return text("ok")
 	})
 	s.AddTool(mcp.NewTool("diesoon"), func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		// The process exits (status 4) as soon as this answer is written
-		// (exitAfterAnswer): it dies idle, with no timed margin.
-		dieAfterAnswer.Store(true)
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			os.Exit(4)
+		}()
 		return text("ok")
 	})
 	for i := range 3 {
