@@ -168,10 +168,6 @@ func (p Pipes) Restore() { p.restore() }
 // woken by the pipes (a relay that passed them to the daemon).
 func (p Pipes) Drop() { p.drop() }
 
-// IDKey is the key of a JSON-RPC id: the same for the same id however it
-// is spelled.
-func IDKey(id json.RawMessage) string { return frontIDKey(id) }
-
 // Classify reads a message's id key and whether it is a response (and an
 // error response) without decoding the rest.
 func Classify(msg []byte) (key string, isResponse, isError bool) { return frontClassify(msg) }

@@ -43,7 +43,7 @@ var allowed = map[string][]string{
 	"policy/statedir":       {},
 	"proxy": {"fold", "intercept", "policy", "policy/jsonrpc", "policy/jsonscan", "policy/rawio",
 		"proxy/guard", "upstreams"},
-	"proxy/attach":      {"policy/jsonscan", "policy/rawio", "proxy"},
+	"proxy/attach":      {"policy/jsonrpc", "policy/jsonscan", "policy/rawio", "proxy"},
 	"proxy/guard":       {},
 	"proxy/modelfront":  {"fold/modelwire", "proxy/guard"},
 	"proxy/transparent": {"intercept", "policy", "policy/jsonscan", "policy/statedir", "proxy", "proxy/guard"},

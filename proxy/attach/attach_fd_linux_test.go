@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 	"github.com/foldproxy/foldproxy/proxy"
 )
 
@@ -145,7 +146,7 @@ func TestRelayTakesThePipesBack(t *testing.T) {
 	if j.in.filled != uint64(len(call)+len(ping)+2+30) {
 		t.Fatalf("the journal holds %d bytes read, want %d", j.in.filled, len(call)+len(ping)+2+30)
 	}
-	ref, _ := j.answering([]string{proxy.IDKey([]byte("1"))})
+	ref, _ := j.answering([]string{jsonrpc.IDKey([]byte("1"))})
 	j.beginOut(100, ref)
 	if _, err := f.p.write([]byte(`{"jsonrp`), j.wrote); err != nil {
 		t.Fatal(err)

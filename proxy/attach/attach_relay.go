@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 	"github.com/foldproxy/foldproxy/policy/jsonscan"
 	"github.com/foldproxy/foldproxy/proxy"
 )
@@ -555,7 +556,7 @@ func (r *relay) replay() {
 			continue
 		}
 		r.mu.Lock()
-		delete(r.pending, proxy.IDKey(p.id))
+		delete(r.pending, jsonrpc.IDKey(p.id))
 		r.mu.Unlock()
 		r.write(proxy.Response(p.id, nil, proxy.Errorf(proxy.CodeInternalError,
 			"foldproxy's daemon stopped while handling %s; it may or may not have been carried out: check before retrying", p.method)))
@@ -581,7 +582,7 @@ func (r *relay) forward(line []byte) {
 func (r *relay) note(id json.RawMessage, method string, line []byte) {
 	r.mu.Lock()
 	r.seq++
-	r.pending[proxy.IDKey(id)] = &relayPending{id: bytes.Clone(id), method: method, line: bytes.Clone(line), seq: r.seq}
+	r.pending[jsonrpc.IDKey(id)] = &relayPending{id: bytes.Clone(id), method: method, line: bytes.Clone(line), seq: r.seq}
 	r.mu.Unlock()
 }
 

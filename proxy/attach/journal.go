@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 	"github.com/foldproxy/foldproxy/proxy"
 )
 
@@ -449,7 +450,7 @@ func (j *journal) newGroup() uint64 {
 // when keep (a request that changes nothing, alone on its line) and it
 // fits. It fails when every slot is in use.
 func (j *journal) track(id json.RawMessage, method string, line []byte, end, group uint64, keep bool) error {
-	key := proxy.IDKey(id)
+	key := jsonrpc.IDKey(id)
 	if len(id)+len(method) > journalSlotData {
 		return fmt.Errorf("a request id of %d bytes is too long for this session (at most %d)", len(id), journalSlotData-len(method))
 	}
@@ -567,7 +568,7 @@ func (j *journal) endOut(slots []int, whole bool) {
 		for _, i := range slots {
 			s := j.slot(i)
 			id := s[slotData : slotData+int(atomic.LoadUint64(jWord(s, slotLens))>>32)]
-			k := proxy.IDKey(id)
+			k := jsonrpc.IDKey(id)
 			j.byKey[k] = append([]int{i}, j.byKey[k]...)
 		}
 	}

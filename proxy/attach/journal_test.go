@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/foldproxy/foldproxy/policy/jsonrpc"
 	"github.com/foldproxy/foldproxy/proxy"
 )
 
@@ -157,7 +158,7 @@ func TestJournalRecoversAtEveryStep(t *testing.T) {
 				id := queue[0]
 				queue = queue[1:]
 				msg := []byte(`{"jsonrpc":"2.0","id":` + id + `,"result":{}}` + "\n")
-				ref, slots := j.answering([]string{proxy.IDKey([]byte(id))})
+				ref, slots := j.answering([]string{jsonrpc.IDKey([]byte(id))})
 				step = "answering " + id
 				m.starting, m.complete = true, false
 				j.beginOut(len(msg), ref)
@@ -250,7 +251,7 @@ func TestJournalCutAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.done()
-	ref, _ := j.answering([]string{proxy.IDKey([]byte("7"))})
+	ref, _ := j.answering([]string{jsonrpc.IDKey([]byte("7"))})
 	j.beginOut(5000, ref)
 	for _, tc := range []struct {
 		done    int
@@ -275,7 +276,7 @@ func TestJournalCutAnswer(t *testing.T) {
 	}
 	_ = j2.track([]byte("7"), "tools/call", line, j2.lineEndPos(), 0, false)
 	j2.done()
-	ref, _ = j2.answering([]string{proxy.IDKey([]byte("7"))})
+	ref, _ = j2.answering([]string{jsonrpc.IDKey([]byte("7"))})
 	j2.beginOut(300, ref)
 	if rec, _ := recoverJournal(mem2, true); rec.mend || len(rec.pending) != 1 {
 		t.Errorf("an answer of 300 bytes to a pipe, none recorded written: mend %v, %d pending; want no mend, 1 pending", rec.mend, len(rec.pending))
@@ -294,7 +295,7 @@ func TestJournalSlotsFull(t *testing.T) {
 	if err := j.track([]byte("x"), "tools/call", nil, 0, 0, false); err != errJournalFull {
 		t.Fatalf("a request past the slots: %v, want errJournalFull", err)
 	}
-	j.untrack(proxy.IDKey([]byte("5")))
+	j.untrack(jsonrpc.IDKey([]byte("5")))
 	if err := j.track([]byte("x"), "tools/call", nil, 0, 0, false); err != nil {
 		t.Fatalf("a request once a slot is free: %v", err)
 	}
